@@ -1,0 +1,253 @@
+/* kernels/kernels.h: the op table.
+ *
+ * One vl_kernels table per device type (kernels/cpu fills vl_cpu_kernels, kernels/cuda fills
+ * vl_cuda_kernels). The runtime front end (runtime/ops*.c) does every dtype, shape and device
+ * check once, allocates outputs, computes broadcast strides, and then calls through the table, so
+ * a kernel may assume its arguments are valid: dtypes are ones it was told it supports (see each
+ * entry), pointers are on its device, sizes agree. Kernels still return a vl_status for what only
+ * they can see (a CUDA launch error, a cuBLAS failure, an out-of-range index on the CPU).
+ *
+ * Layout convention: row-major, the last dim is the fastest-varying. Strides are in elements.
+ * All CUDA work is enqueued on `stream` (a cudaStream_t) with no host synchronisation. */
+#ifndef VL_KERNELS_H
+#define VL_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/dtype.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where a kernel runs. device/stream are ignored on the CPU. */
+typedef struct vl_exec {
+  int device;   /* CUDA ordinal */
+  void *stream; /* cudaStream_t */
+} vl_exec;
+
+/* ---- elementwise iteration ----
+ * Up to four operands of the same logical shape, operand 0 is the output. The front end has
+ * already broadcast the inputs (stride 0 on broadcast dims) and merged adjacent dims where every
+ * operand allows it, so a fully contiguous problem arrives as ndim == 1 with all strides 1
+ * (vl_iter_is_flat). ndim == 0 means one element. numel may be 0 (nothing to do). */
+#define VL_ITER_MAX 4
+typedef struct vl_iter {
+  int ndim;
+  int64_t size[VL_MAX_DIMS];
+  int64_t numel;
+  int nops;
+  char *data[VL_ITER_MAX];                    /* address of element 0 of each operand */
+  int64_t stride[VL_ITER_MAX][VL_MAX_DIMS];   /* element strides per operand and dim */
+  vl_dtype dtype[VL_ITER_MAX];
+  vl_exec ex;
+} vl_iter;
+
+static inline bool vl_iter_is_flat(const vl_iter *it) {
+  if (it->ndim == 0) return true;
+  if (it->ndim != 1) return false;
+  for (int i = 0; i < it->nops; i++)
+    if (it->stride[i][0] != 1) return false;
+  return true;
+}
+
+/* Unary ops: out = f(in) [operands: out, in]. out and in have the same dtype, except
+ * VL_UN_LOGICAL_NOT whose out is bool. The front end casts integer inputs to f32 before the
+ * transcendental ops (EXP..GELU_TANH, RECIPROCAL, SIN, COS), so those see float dtypes only.
+ * CLAMP: p0 = lo, p1 = hi (use -INFINITY / INFINITY for "no bound"). NaN propagates. */
+typedef enum vl_unary_op {
+  VL_UN_NEG = 0,
+  VL_UN_ABS,
+  VL_UN_SQUARE,
+  VL_UN_SIGN,
+  VL_UN_RELU,
+  VL_UN_CLAMP,
+  VL_UN_FLOOR,
+  VL_UN_CEIL,
+  VL_UN_ROUND,       /* half to even, as rint */
+  VL_UN_EXP,
+  VL_UN_LOG,
+  VL_UN_SQRT,
+  VL_UN_RSQRT,
+  VL_UN_TANH,
+  VL_UN_SIGMOID,
+  VL_UN_GELU,        /* x * Phi(x), erf form */
+  VL_UN_GELU_TANH,   /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+  VL_UN_RECIPROCAL,
+  VL_UN_SIN,
+  VL_UN_COS,
+  VL_UN_LOGICAL_NOT, /* out bool: in == 0 */
+  VL_NUNARY
+} vl_unary_op;
+
+/* Binary ops [operands: out, a, b]: a and b share one dtype (the front end promotes); out has
+ * that dtype, or bool for the comparisons and logical ops. ADD and SUB compute a + alpha*b and
+ * a - alpha*b (alpha = 1 otherwise ignored). DIV on integer dtypes never reaches a kernel (the
+ * front end promotes to f32: true division). POW on integers: integer power, negative exponents
+ * are rejected by the front end. MAXIMUM/MINIMUM propagate NaN. */
+typedef enum vl_binary_op {
+  VL_BIN_ADD = 0,
+  VL_BIN_SUB,
+  VL_BIN_MUL,
+  VL_BIN_DIV,
+  VL_BIN_POW,
+  VL_BIN_MAXIMUM,
+  VL_BIN_MINIMUM,
+  VL_BIN_EQ,
+  VL_BIN_NE,
+  VL_BIN_LT,
+  VL_BIN_LE,
+  VL_BIN_GT,
+  VL_BIN_GE,
+  VL_BIN_LOGICAL_AND,
+  VL_BIN_LOGICAL_OR,
+  VL_NBINARY
+} vl_binary_op;
+
+static inline bool vl_binary_is_predicate(vl_binary_op op) { return op >= VL_BIN_EQ; }
+
+/* ---- reductions ----
+ * `in` is contiguous and viewed as [outer, len, inner]; the reduction runs over `len` and writes
+ * contiguous [outer, inner] to `out`. Accumulation is in f32 for f16/bf16/f32 (f64 allowed on
+ * the CPU), f64 for f64, i64 for integers. out_dtype: SUM/PROD of integer/bool inputs -> i64;
+ * otherwise the input dtype. MEAN/VAR/NORM take float inputs only. len == 0: SUM 0, PROD 1, MEAN
+ * NaN, MAX/MIN are rejected by the front end. MAX/MIN propagate NaN and, when `indices` is not
+ * NULL, write there (contiguous [outer, inner], i64) the position along len of the first
+ * maximum/minimum (the first NaN, if any). VAR: param = correction (0 population, 1 sample),
+ * computed with a numerically stable method (Welford or two-pass). NORM: param = p (1, 2, or
+ * INFINITY; other p > 0 as (sum |x|^p)^(1/p)). */
+typedef enum vl_reduce_op {
+  VL_RED_SUM = 0,
+  VL_RED_PROD,
+  VL_RED_MEAN,
+  VL_RED_MAX,
+  VL_RED_MIN,
+  VL_RED_VAR,
+  VL_RED_NORM,
+  VL_NREDUCE
+} vl_reduce_op;
+
+typedef struct vl_reduce_args {
+  vl_reduce_op op;
+  vl_dtype in_dtype, out_dtype;
+  const void *in;
+  void *out;
+  int64_t *indices;
+  int64_t outer, len, inner;
+  double param;
+  vl_exec ex;
+} vl_reduce_args;
+
+/* Softmax / log-softmax over `len` of contiguous [outer, len, inner]; out same layout and dtype
+ * (f32, f16, bf16, f64); computed in f32 (f64 for f64), max-subtracted. */
+typedef struct vl_softmax_args {
+  vl_dtype dtype;
+  const void *in;
+  void *out;
+  int64_t outer, len, inner;
+  bool log;
+  vl_exec ex;
+} vl_softmax_args;
+
+/* Batched GEMM, row-major: for b in [0, batch):
+ *   C_b = alpha * op(A_b) @ op(B_b) + beta * C_b,  op(A_b) is m x k, op(B_b) is k x n, C_b m x n.
+ * A_b = a + b*stride_a (elements); A is stored m x k with row stride lda (k x m when trans_a).
+ * Likewise B (k x n, or n x k when trans_b) and C (m x n, row stride ldc). stride_* may be 0
+ * (a broadcast operand). dtype f32, f16, bf16, f64; accumulation in f32 (f64 for f64). When
+ * beta == 0, C is not read (may hold NaN). allow_tf32 lets f32 use TF32 tensor cores (CUDA). */
+typedef struct vl_gemm_args {
+  vl_dtype dtype;
+  bool trans_a, trans_b;
+  int64_t m, n, k, batch;
+  const void *a; int64_t lda, stride_a;
+  const void *b; int64_t ldb, stride_b;
+  void *c; int64_t ldc, stride_c;
+  double alpha, beta;
+  bool allow_tf32;
+  vl_exec ex;
+} vl_gemm_args;
+
+/* A tensor as index kernels see it. */
+typedef struct vl_strided {
+  char *data; /* element 0 */
+  vl_dtype dtype;
+  int ndim;
+  int64_t size[VL_MAX_DIMS];
+  int64_t stride[VL_MAX_DIMS];
+} vl_strided;
+
+/* Index ops, PyTorch semantics, `dim` 0-based and already wrapped, index dtype i64 or i32.
+ *  gather:       out.shape == index.shape; out[..., j_dim, ...] = src[..., index[...], ...]
+ *  scatter_add:  for every position p of index: out[p with p_dim := index[p]] += src[p]
+ *                (out is updated in place; CUDA uses atomics, so float sums are not bitwise
+ *                reproducible there)
+ *  index_select: index is 1-D; out.size(dim) == index.numel; out[.., i, ..] = src[.., index[i], ..]
+ * out and src share a dtype (any). An index outside [0, size) (negatives are NOT wrapped) is an
+ * error: the CPU returns VL_EINVAL naming `op`, the index and the size; CUDA records it in the
+ * device's asynchronous error flag, reported by check_async at the next synchronisation. */
+typedef struct vl_index_args {
+  const char *op;
+  vl_strided out;
+  vl_strided src;
+  vl_strided index;
+  int dim;
+  vl_exec ex;
+} vl_index_args;
+
+/* Counter-based random numbers (runtime/philox.h defines the exact stream, shared by CPU and
+ * CUDA so one seed gives the same numbers on both). `out` is contiguous with numel elements of
+ * dtype (float dtypes for UNIFORM/NORMAL; any dtype for BERNOULLI, which stores 0/1).
+ * UNIFORM: a + (b - a) * u, u in (0, 1); NORMAL: a + b * z; BERNOULLI: u < a. */
+typedef enum vl_rand_kind { VL_RAND_UNIFORM = 0, VL_RAND_NORMAL, VL_RAND_BERNOULLI } vl_rand_kind;
+typedef struct vl_rand_args {
+  vl_rand_kind kind;
+  vl_dtype dtype;
+  void *out;
+  int64_t numel;
+  uint64_t seed, offset; /* Philox key and first counter */
+  double a, b;
+  vl_exec ex;
+} vl_rand_args;
+
+typedef struct vl_kernels {
+  const char *name;                                     /* "cpu" or "cuda" */
+  /* [out] = value, any dtype */
+  vl_status (*fill)(const vl_iter *it, double value);
+  /* [out, in] = in converted to out's dtype (any pair), any strides */
+  vl_status (*copy)(const vl_iter *it);
+  vl_status (*unary)(vl_unary_op op, const vl_iter *it, double p0, double p1);
+  vl_status (*binary)(vl_binary_op op, const vl_iter *it, double alpha);
+  /* [out, a]: out = a op s, or s op a when reverse */
+  vl_status (*binary_scalar)(vl_binary_op op, const vl_iter *it, double s, bool reverse);
+  /* [out, cond(bool), a, b]: out = cond ? a : b; a, b, out share a dtype */
+  vl_status (*where)(const vl_iter *it);
+  /* [out, in, mask(bool)]: out = mask ? value : in */
+  vl_status (*masked_fill)(const vl_iter *it, double value);
+  /* contiguous out[i] = start + i * step, numel elements of dtype */
+  vl_status (*arange)(void *out, vl_dtype dt, int64_t numel, double start, double step, vl_exec ex);
+  vl_status (*reduce)(const vl_reduce_args *a);
+  vl_status (*softmax)(const vl_softmax_args *a);
+  vl_status (*gemm)(const vl_gemm_args *a);
+  vl_status (*gather)(const vl_index_args *a);
+  vl_status (*scatter_add)(const vl_index_args *a);
+  vl_status (*index_select)(const vl_index_args *a);
+  vl_status (*rand)(const vl_rand_args *a);
+  /* After the device was synchronised: report (and clear) errors that kernels could only flag
+   * asynchronously (out-of-range indices). NULL on the CPU. */
+  vl_status (*check_async)(int device);
+  /* Frees per-device state (handles, workspaces). NULL on the CPU. */
+  void (*shutdown)(void);
+} vl_kernels;
+
+extern const vl_kernels vl_cpu_kernels;
+#ifdef VL_HAVE_CUDA
+extern const vl_kernels vl_cuda_kernels;
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif
