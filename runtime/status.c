@@ -28,7 +28,10 @@ vl_status vl_fail_prefix(vl_status code, const char *fmt, ...) {
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
   memcpy(old, vl_errbuf, sizeof old);
-  snprintf(vl_errbuf, sizeof vl_errbuf, "%s%s", prefix, old);
+  /* Truncation of very long messages is acceptable: the start names the op. */
+  int n = snprintf(vl_errbuf, sizeof vl_errbuf, "%s", prefix);
+  if (n >= 0 && (size_t)n < sizeof vl_errbuf) memcpy(vl_errbuf + n, old, strnlen(old, sizeof vl_errbuf - (size_t)n - 1) + 1);
+  vl_errbuf[sizeof vl_errbuf - 1] = 0;
   return code;
 }
 
