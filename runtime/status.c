@@ -1,4 +1,5 @@
 /* runtime/status.c: the thread-local error message behind vl_status. */
+#define _POSIX_C_SOURCE 200809L
 #include "runtime/status.h"
 
 #include <stdio.h>
