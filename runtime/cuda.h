@@ -1,6 +1,6 @@
 /* runtime/cuda.h: the CUDA runtime glue the rest of the runtime uses: devices, streams, events,
- * memory (through the pools), copies, versions. Plain C over cuda_runtime.h (runtime/cuda.c,
- * compiled only with VL_HAVE_CUDA). Without CUDA every function still links: the counting
+ * memory (through the pools), copies, versions. Plain C over cuda_runtime.h (runtime/cuda.c, always
+ * compiled; the CUDA calls only with VL_HAVE_CUDA). Without CUDA every function still links: the counting
  * functions report 0 devices and the rest fail with VL_EUNSUPPORTED ("built without CUDA").
  *
  * Streams and events are opaque handles (cudaStream_t / cudaEvent_t as void*). */
@@ -72,6 +72,10 @@ vl_status vl_memcpy(void *dst, vl_device dst_dev, const void *src, vl_device src
 /* Backends for vl_pool: CUDA device memory of `dev` / pinned host memory. */
 vl_status vl_cuda_pool_backend(int dev, vl_pool_backend *be);
 vl_status vl_cuda_host_pool_backend(vl_pool_backend *be);
+
+/* For vl_shutdown: destroys every pool (device and pinned host) and default stream, and resets
+ * the current streams. Call after the kernels' shutdown (their workspaces may be pool blocks). */
+void vl_cuda_teardown(void);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,8 @@ typedef struct vl_pool_backend {
   void (*event_destroy)(void *ud, void *event);
   /* Device free/total bytes for OOM messages and fractional limits; may be NULL. */
   vl_status (*mem_info)(void *ud, size_t *free_bytes, size_t *total_bytes);
+  /* Names the memory in messages ("cuda:0", "pinned host"); may be NULL. */
+  const char *name;
 } vl_pool_backend;
 
 typedef struct vl_pool_stats {
