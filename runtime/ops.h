@@ -77,6 +77,8 @@ vl_status vl_masked_fill_(vl_tensor *a, vl_tensor *mask, double value);
  * dim unless both reduce everything (then the flat index). VAR param = correction, NORM param = p. */
 vl_status vl_reduce(vl_reduce_op op, vl_tensor *a, int ndims, const int *dims, bool keepdim,
                     double param, vl_tensor **out, vl_tensor **indices);
+/* Pass as the dim of argmax/argmin to reduce over every element (the flat index). */
+#define VL_DIM_ALL INT32_MIN
 vl_status vl_argmax(vl_tensor *a, int dim, bool keepdim, vl_tensor **out); /* dim ignored if all */
 vl_status vl_argmin(vl_tensor *a, int dim, bool keepdim, vl_tensor **out);
 vl_status vl_softmax(vl_tensor *a, int dim, bool log, vl_tensor **out);

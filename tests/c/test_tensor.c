@@ -1,0 +1,309 @@
+/* tests/c/test_tensor.c: storage, views, strides, contiguity, refcounts and error paths. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/context.h"
+#include "runtime/ops.h"
+#include "runtime/tensor.h"
+
+static int passed, failed;
+
+#define CHECK(cond)                                                    \
+  do {                                                                 \
+    if (cond) passed++;                                                \
+    else {                                                             \
+      failed++;                                                        \
+      printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);           \
+    }                                                                  \
+  } while (0)
+
+#define CHECK_OK(expr)                                                                       \
+  do {                                                                                       \
+    vl_status s_ = (expr);                                                                   \
+    if (s_ == VL_OK) passed++;                                                               \
+    else {                                                                                   \
+      failed++;                                                                              \
+      printf("FAIL %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr, vl_status_name(s_), vl_errmsg()); \
+    }                                                                                        \
+  } while (0)
+
+/* The call fails with `code` and a message containing `sub`. */
+#define CHECK_ERR(expr, code, sub)                                                                   \
+  do {                                                                                               \
+    vl_status s_ = (expr);                                                                           \
+    if (s_ == (code) && strstr(vl_errmsg(), (sub))) passed++;                                        \
+    else {                                                                                           \
+      failed++;                                                                                      \
+      printf("FAIL %s:%d: %s -> %s: '%s' (wanted %s with '%s')\n", __FILE__, __LINE__, #expr,        \
+             vl_status_name(s_), vl_errmsg(), vl_status_name(code), (sub));                          \
+    }                                                                                                \
+  } while (0)
+
+static vl_tensor *sentinel(void) { return (vl_tensor *)(uintptr_t)0x1234; }
+
+static vl_tensor *iota(int ndim, const int64_t *size) {
+  vl_tensor *t = NULL;
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= size[i];
+  vl_tensor *flat = NULL;
+  if (vl_arange(0, (double)n, 1, VL_F32, vl_cpu_device(), &flat) != VL_OK) return NULL;
+  if (vl_view(flat, ndim, size, &t) != VL_OK) t = NULL;
+  vl_tensor_release(flat);
+  return t;
+}
+
+static float at(const vl_tensor *t, int64_t i0, int64_t i1) {
+  const float *p = (const float *)t->storage->data + t->offset;
+  return p[i0 * t->stride[0] + (t->ndim > 1 ? i1 * t->stride[1] : 0)];
+}
+
+static void test_empty_and_props(void) {
+  int64_t size[3] = {2, 3, 4};
+  vl_tensor *t = NULL;
+  CHECK_OK(vl_tensor_empty(3, size, VL_F32, vl_cpu_device(), &t));
+  CHECK(t->stride[0] == 12 && t->stride[1] == 4 && t->stride[2] == 1);
+  CHECK(vl_tensor_numel(t) == 24);
+  CHECK(vl_tensor_is_contiguous(t));
+  CHECK(vl_tensor_storage_nbytes(t) == 96);
+  CHECK(((uintptr_t)vl_tensor_data(t) & 63) == 0);
+  char buf[128];
+  CHECK(strcmp(vl_shape_str(t, buf, sizeof buf), "2x3x4") == 0);
+  CHECK(strcmp(vl_tensor_desc(t, buf, sizeof buf), "2x3x4 f32 cpu") == 0);
+  vl_tensor_release(t);
+
+  vl_tensor *s = NULL;
+  CHECK_OK(vl_tensor_empty(0, NULL, VL_I64, vl_cpu_device(), &s));
+  CHECK(vl_tensor_numel(s) == 1 && s->ndim == 0);
+  CHECK(strcmp(vl_shape_str(s, buf, sizeof buf), "scalar") == 0);
+  vl_tensor_release(s);
+
+  int64_t zero[2] = {0, 5};
+  vl_tensor *z = NULL;
+  CHECK_OK(vl_tensor_empty(2, zero, VL_F32, vl_cpu_device(), &z));
+  CHECK(vl_tensor_numel(z) == 0 && vl_tensor_data(z) == NULL && vl_tensor_is_contiguous(z));
+  vl_tensor_release(z);
+
+  int64_t bad[2] = {2, -1};
+  vl_tensor *o = sentinel();
+  CHECK_ERR(vl_tensor_empty(2, bad, VL_F32, vl_cpu_device(), &o), VL_EINVAL, "negative size -1 in dim 2");
+  CHECK(o == sentinel());
+  CHECK_ERR(vl_tensor_empty(9, size, VL_F32, vl_cpu_device(), &o), VL_EINVAL, "at most 8");
+#ifndef VL_HAVE_CUDA
+  CHECK_ERR(vl_tensor_empty(1, size, VL_F32, vl_cuda_device(0), &o), VL_EUNSUPPORTED, "built without CUDA");
+#endif
+  CHECK(o == sentinel());
+}
+
+static void test_refcounts(void) {
+  int64_t size[2] = {3, 4};
+  vl_tensor *t = iota(2, size), *v = NULL, *v2 = NULL;
+  CHECK(t != NULL);
+  vl_storage *st = t->storage;
+  CHECK(st->refcount == 1 && t->refcount == 1);
+  CHECK_OK(vl_transpose(t, 0, 1, &v));
+  CHECK(v->storage == st && st->refcount == 2);
+  CHECK(vl_tensor_retain(v) == v && v->refcount == 2);
+  vl_tensor_release(v);
+  CHECK(v->refcount == 1);
+  vl_tensor_release(t); /* the view keeps the storage alive */
+  CHECK(st->refcount == 1);
+  CHECK(at(v, 3, 2) == 11.0f && at(v, 1, 2) == 9.0f);
+  CHECK_OK(vl_contiguous(v, &v2));
+  CHECK(v2 != v && v2->storage != st && vl_tensor_is_contiguous(v2));
+  CHECK(at(v2, 3, 2) == 11.0f && at(v2, 0, 1) == 4.0f);
+  vl_tensor *same = NULL;
+  CHECK_OK(vl_contiguous(v2, &same));
+  CHECK(same == v2 && v2->refcount == 2);
+  vl_tensor_release(same);
+  vl_tensor *cl = NULL;
+  CHECK_OK(vl_clone(v2, &cl));
+  CHECK(cl != v2 && cl->storage != v2->storage && at(cl, 2, 1) == at(v2, 2, 1));
+  vl_tensor_release(cl);
+  vl_tensor_release(v2);
+  vl_tensor_release(v);
+  vl_tensor_release(NULL);
+}
+
+static void test_view_reshape(void) {
+  int64_t size[3] = {2, 3, 4};
+  vl_tensor *t = iota(3, size), *v = NULL, *o = sentinel();
+  int64_t s1[2] = {6, 4};
+  CHECK_OK(vl_view(t, 2, s1, &v));
+  CHECK(v->size[0] == 6 && v->stride[0] == 4 && v->stride[1] == 1 && v->storage == t->storage);
+  vl_tensor_release(v);
+  int64_t s2[3] = {4, -1, 2};
+  CHECK_OK(vl_view(t, 3, s2, &v));
+  CHECK(v->size[1] == 3 && v->stride[0] == 6 && v->stride[1] == 2);
+  vl_tensor_release(v);
+  int64_t s3[2] = {5, -1};
+  CHECK_ERR(vl_view(t, 2, s3, &o), VL_ESHAPE, "view: shape 5x-1 is invalid for a tensor of 24 elements");
+  int64_t s4[2] = {-1, -1};
+  CHECK_ERR(vl_view(t, 2, s4, &o), VL_EINVAL, "only one dim can be -1");
+  int64_t s5[1] = {25};
+  CHECK_ERR(vl_view(t, 1, s5, &o), VL_ESHAPE, "invalid for a tensor of 24 elements");
+  CHECK(o == sentinel());
+
+  /* A transposed 4x6 seen as 6x4: splitting the last dim works, flattening needs a copy. */
+  int64_t m[2] = {4, 6};
+  vl_tensor *a = iota(2, m), *at_ = NULL;
+  CHECK_OK(vl_transpose(a, 0, 1, &at_));
+  CHECK(!vl_tensor_is_contiguous(at_));
+  int64_t split[3] = {6, 2, 2};
+  CHECK_OK(vl_view(at_, 3, split, &v));
+  CHECK(v->stride[0] == 1 && v->stride[1] == 12 && v->stride[2] == 6);
+  vl_tensor_release(v);
+  int64_t flat[1] = {24};
+  CHECK_ERR(vl_view(at_, 1, flat, &o), VL_ESHAPE, "use reshape");
+  CHECK(o == sentinel());
+  CHECK_OK(vl_reshape(at_, 1, flat, &v));
+  CHECK(v->storage != a->storage && v->ndim == 1);
+  /* element i of the flattened transpose is a[i % 4][i / 4] = (i % 4) * 6 + i / 4 */
+  const float *p = vl_tensor_data(v);
+  int bad = 0;
+  for (int i = 0; i < 24; i++) bad += p[i] != (float)((i % 4) * 6 + i / 4);
+  CHECK(bad == 0);
+  vl_tensor_release(v);
+  CHECK_OK(vl_reshape(a, 1, flat, &v));
+  CHECK(v->storage == a->storage); /* contiguous: a view */
+  vl_tensor_release(v);
+  /* 0-dim <-> 1-element views */
+  int64_t one = 1;
+  vl_tensor *s = NULL, *sv = NULL;
+  CHECK_OK(vl_full(0, NULL, 7, VL_F32, vl_cpu_device(), &s));
+  CHECK_OK(vl_view(s, 1, &one, &sv));
+  CHECK(sv->ndim == 1 && sv->size[0] == 1);
+  vl_tensor_release(sv);
+  vl_tensor_release(s);
+  vl_tensor_release(at_);
+  vl_tensor_release(a);
+  vl_tensor_release(t);
+}
+
+static void test_narrow_select(void) {
+  int64_t size[2] = {4, 5};
+  vl_tensor *t = iota(2, size), *v = NULL, *o = sentinel();
+  CHECK_OK(vl_narrow(t, 1, 1, 3, &v));
+  CHECK(v->size[1] == 3 && v->offset == 1 && at(v, 2, 0) == 11.0f && !vl_tensor_is_contiguous(v));
+  vl_tensor_release(v);
+  CHECK_OK(vl_narrow(t, 0, 4, 0, &v));
+  CHECK(vl_tensor_numel(v) == 0);
+  vl_tensor_release(v);
+  CHECK_ERR(vl_narrow(t, 1, 3, 3, &o), VL_EINVAL,
+            "narrow: start 4 and length 3 out of range for dim 2 of size 5 (4x5 f32 cpu)");
+  CHECK_ERR(vl_narrow(t, 2, 0, 1, &o), VL_EINVAL, "narrow: dim 3 out of range for a tensor of 2 dims");
+  CHECK_ERR(vl_narrow(t, -3, 0, 1, &o), VL_EINVAL, "dim -3 out of range");
+  CHECK_OK(vl_select(t, -1, -2, &v));
+  CHECK(v->ndim == 1 && v->size[0] == 4 && v->stride[0] == 5 && at(v, 1, 0) == 8.0f);
+  vl_tensor_release(v);
+  CHECK_OK(vl_select(t, 0, 2, &v));
+  CHECK(v->offset == 10 && at(v, 4, 0) == 14.0f);
+  vl_tensor_release(v);
+  CHECK_ERR(vl_select(t, 0, 4, &o), VL_EINVAL, "select: index 5 out of range for dim 1 of size 4");
+  CHECK(o == sentinel());
+  vl_tensor_release(t);
+}
+
+static void test_permute_expand_squeeze(void) {
+  int64_t size[3] = {2, 3, 4};
+  vl_tensor *t = iota(3, size), *v = NULL, *o = sentinel();
+  int perm[3] = {2, 0, 1};
+  CHECK_OK(vl_permute(t, 3, perm, &v));
+  CHECK(v->size[0] == 4 && v->size[1] == 2 && v->size[2] == 3);
+  CHECK(v->stride[0] == 1 && v->stride[1] == 12 && v->stride[2] == 4);
+  vl_tensor_release(v);
+  int dup[3] = {0, 0, 1};
+  CHECK_ERR(vl_permute(t, 3, dup, &o), VL_EINVAL, "permute: dim 1 appears more than once");
+  CHECK_ERR(vl_permute(t, 2, perm, &o), VL_EINVAL, "permute: 2 dims given for a tensor of 3 dims");
+
+  int64_t rs[2] = {3, 1};
+  vl_tensor *col = NULL, *e = NULL;
+  CHECK_OK(vl_full(2, rs, 2.0, VL_F32, vl_cpu_device(), &col));
+  int64_t es[3] = {5, -1, 4};
+  CHECK_OK(vl_expand(col, 3, es, &e));
+  CHECK(e->size[0] == 5 && e->size[1] == 3 && e->size[2] == 4);
+  CHECK(e->stride[0] == 0 && e->stride[1] == 1 && e->stride[2] == 0 && e->storage == col->storage);
+  CHECK(!vl_tensor_is_contiguous(e));
+  int64_t bad[2] = {4, 4};
+  CHECK_ERR(vl_expand(col, 2, bad, &o), VL_ESHAPE, "expand: size 3 of dim 1 cannot be expanded to 4");
+  CHECK_ERR(vl_expand(t, 2, bad, &o), VL_EINVAL, "expand: 2 dims given for a tensor of 3 dims");
+  CHECK_ERR(vl_fill_(e, 1.0), VL_EINVAL, "cannot write into an expanded tensor");
+  CHECK(o == sentinel());
+
+  vl_tensor *sq = NULL, *un = NULL;
+  CHECK_OK(vl_squeeze(col, 1, &sq));
+  CHECK(sq->ndim == 1 && sq->size[0] == 3);
+  vl_tensor_release(sq);
+  CHECK_OK(vl_squeeze(col, 0, &sq)); /* size 3: no-op */
+  CHECK(sq->ndim == 2);
+  vl_tensor_release(sq);
+  int64_t s11[4] = {1, 3, 1, 1};
+  vl_tensor *ones = NULL;
+  CHECK_OK(vl_ones(4, s11, VL_F32, vl_cpu_device(), &ones));
+  CHECK_OK(vl_squeeze_all(ones, &sq));
+  CHECK(sq->ndim == 1 && sq->size[0] == 3);
+  vl_tensor_release(sq);
+  vl_tensor_release(ones);
+  CHECK_OK(vl_unsqueeze(t, 1, &un));
+  CHECK(un->ndim == 4 && un->size[1] == 1 && un->stride[1] == 12 && un->stride[2] == 4);
+  vl_tensor_release(un);
+  CHECK_OK(vl_unsqueeze(t, -1, &un));
+  CHECK(un->ndim == 4 && un->size[3] == 1 && un->stride[3] == 1);
+  vl_tensor_release(un);
+  CHECK_ERR(vl_unsqueeze(t, 4, &o), VL_EINVAL, "unsqueeze: dim 5 out of range for a tensor of 4 dims");
+  CHECK(o == sentinel());
+
+  int64_t as[2] = {3, 2}, ast[2] = {2, 1};
+  CHECK_OK(vl_as_strided(t, 2, as, ast, 18, &v));
+  CHECK(at(v, 2, 1) == 23.0f);
+  vl_tensor_release(v);
+  CHECK_ERR(vl_as_strided(t, 2, as, ast, 19, &o), VL_EINVAL, "beyond the storage of 24 elements");
+  CHECK(o == sentinel());
+  vl_tensor_release(e);
+  vl_tensor_release(col);
+  vl_tensor_release(t);
+}
+
+static void test_wrap_dim_and_devices(void) {
+  int d = -7;
+  CHECK_OK(vl_wrap_dim("sum", -1, 3, &d));
+  CHECK(d == 2);
+  CHECK_ERR(vl_wrap_dim("sum", 4, 2, &d), VL_EINVAL, "sum: dim 5 out of range for a tensor of 2 dims");
+  CHECK(d == 2);
+  vl_device dev = vl_cuda_device(3);
+  CHECK_OK(vl_device_parse("cpu", &dev));
+  CHECK(dev.type == VL_CPU);
+  char buf[32];
+  CHECK(strcmp(vl_device_str(vl_cuda_device(2), buf, sizeof buf), "cuda:2") == 0);
+  CHECK_ERR(vl_device_parse("gpu", &dev), VL_EDEVICE, "device 'gpu'");
+  CHECK_ERR(vl_device_parse("cuda:x", &dev), VL_EDEVICE, "device 'cuda:x'");
+#ifndef VL_HAVE_CUDA
+  CHECK_ERR(vl_device_parse("cuda", &dev), VL_EDEVICE, "v100lua was built without CUDA");
+#else
+  vl_status s = vl_device_parse("cuda:15", &dev);
+  CHECK(s == VL_OK || strstr(vl_errmsg(), "no CUDA device 15") != NULL);
+#endif
+  CHECK(dev.type == VL_CPU);
+}
+
+static void test_context(void) {
+  CHECK_OK(vl_init());
+  CHECK_OK(vl_init());
+  CHECK(vl_ctx()->initialized && !vl_ctx()->allow_tf32);
+  uint64_t seed, off;
+  vl_rng_get_state(&seed, &off);
+  CHECK(seed == 67280421310721ULL && off == 0);
+}
+
+int main(void) {
+  test_context();
+  test_empty_and_props();
+  test_refcounts();
+  test_view_reshape();
+  test_narrow_select();
+  test_permute_expand_squeeze();
+  test_wrap_dim_and_devices();
+  vl_shutdown();
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed != 0;
+}
