@@ -1,0 +1,447 @@
+/* bindings/l_ops.c: elementwise math, operators, reductions, linear algebra and indexing.
+ * Every op is a thin translation to runtime/ops.h: 1-based dims to 0-based, numbers to the
+ * scalar variants, and outputs into closed userdata pushed before the runtime call. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bindings/l_priv.h"
+#include "runtime/ops.h"
+
+static int self_or_error(lua_State *L, vl_status s) {
+  if (s != VL_OK) return vl_lua_error(L, s);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* ---- binary ---- */
+
+static const struct {
+  const char *name;
+  vl_binary_op op;
+} binops[] = {
+    {"add", VL_BIN_ADD},     {"sub", VL_BIN_SUB},         {"mul", VL_BIN_MUL},
+    {"div", VL_BIN_DIV},     {"pow", VL_BIN_POW},         {"maximum", VL_BIN_MAXIMUM},
+    {"minimum", VL_BIN_MINIMUM}, {"eq", VL_BIN_EQ},       {"ne", VL_BIN_NE},
+    {"lt", VL_BIN_LT},       {"le", VL_BIN_LE},           {"gt", VL_BIN_GT},
+    {"ge", VL_BIN_GE},       {"logical_and", VL_BIN_LOGICAL_AND},
+    {"logical_or", VL_BIN_LOGICAL_OR},
+};
+
+static bool has_alpha(vl_binary_op op) { return op == VL_BIN_ADD || op == VL_BIN_SUB; }
+
+static int b_binary(lua_State *L) {
+  vl_binary_op op = (vl_binary_op)lua_tointeger(L, lua_upvalueindex(1));
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  double alpha = has_alpha(op) ? luaL_optnumber(L, 3, 1.0) : 1.0;
+  if (l_isscalar(L, 2)) {
+    double s = l_toscalar(L, 2) * alpha;
+    vl_tensor **slot = l_slot(L);
+    return l_done(L, vl_binary_scalar(op, a, s, false, slot));
+  }
+  vl_tensor *b = vl_lua_checktensor(L, 2);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_binary(op, a, b, alpha, slot));
+}
+
+static int b_binary_(lua_State *L) {
+  vl_binary_op op = (vl_binary_op)lua_tointeger(L, lua_upvalueindex(1));
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  double alpha = has_alpha(op) ? luaL_optnumber(L, 3, 1.0) : 1.0;
+  if (l_isscalar(L, 2)) return self_or_error(L, vl_binary_scalar_(op, a, l_toscalar(L, 2) * alpha));
+  return self_or_error(L, vl_binary_(op, a, vl_lua_checktensor(L, 2), alpha));
+}
+
+/* Operators: a number may stand on either side. */
+static int b_operator(lua_State *L) {
+  vl_binary_op op = (vl_binary_op)lua_tointeger(L, lua_upvalueindex(1));
+  if (l_isscalar(L, 1)) {
+    vl_tensor *b = vl_lua_checktensor(L, 2);
+    double s = l_toscalar(L, 1);
+    vl_tensor **slot = l_slot(L);
+    return l_done(L, vl_binary_scalar(op, b, s, true, slot));
+  }
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  if (l_isscalar(L, 2)) {
+    double s = l_toscalar(L, 2);
+    vl_tensor **slot = l_slot(L);
+    return l_done(L, vl_binary_scalar(op, a, s, false, slot));
+  }
+  vl_tensor *b = vl_lua_checktensor(L, 2);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_binary(op, a, b, 1.0, slot));
+}
+
+/* ---- unary ---- */
+
+static const struct {
+  const char *name;
+  vl_unary_op op;
+} unops[] = {
+    {"neg", VL_UN_NEG},         {"abs", VL_UN_ABS},       {"square", VL_UN_SQUARE},
+    {"sign", VL_UN_SIGN},       {"relu", VL_UN_RELU},     {"exp", VL_UN_EXP},
+    {"log", VL_UN_LOG},         {"sqrt", VL_UN_SQRT},     {"rsqrt", VL_UN_RSQRT},
+    {"tanh", VL_UN_TANH},       {"sigmoid", VL_UN_SIGMOID}, {"reciprocal", VL_UN_RECIPROCAL},
+    {"sin", VL_UN_SIN},         {"cos", VL_UN_COS},       {"floor", VL_UN_FLOOR},
+    {"ceil", VL_UN_CEIL},       {"round", VL_UN_ROUND},   {"logical_not", VL_UN_LOGICAL_NOT},
+};
+
+static int u_unary(lua_State *L) {
+  vl_unary_op op = (vl_unary_op)lua_tointeger(L, lua_upvalueindex(1));
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_unary(op, a, slot));
+}
+
+static int u_unary_(lua_State *L) {
+  vl_unary_op op = (vl_unary_op)lua_tointeger(L, lua_upvalueindex(1));
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  return self_or_error(L, vl_unary_(op, a));
+}
+
+static int u_unm(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_unary(VL_UN_NEG, a, slot));
+}
+
+static vl_unary_op gelu_op(lua_State *L, int idx) {
+  if (lua_isnoneornil(L, idx)) return VL_UN_GELU;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_getfield(L, idx, "approximate");
+  const char *a = luaL_optstring(L, -1, "none");
+  lua_pop(L, 1);
+  if (strcmp(a, "tanh") == 0) return VL_UN_GELU_TANH;
+  if (strcmp(a, "none") == 0) return VL_UN_GELU;
+  return (vl_unary_op)luaL_error(L, "gelu: approximate must be 'none' or 'tanh', got '%s'", a);
+}
+
+static int t_gelu(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  vl_unary_op op = gelu_op(L, 2);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_unary(op, a, slot));
+}
+static int t_gelu_(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  return self_or_error(L, vl_unary_(gelu_op(L, 2), a));
+}
+
+static double opt_bound(lua_State *L, int idx, double none) {
+  return lua_isnoneornil(L, idx) ? none : (double)luaL_checknumber(L, idx);
+}
+static int t_clamp(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  double lo = opt_bound(L, 2, -INFINITY), hi = opt_bound(L, 3, INFINITY);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_clamp(a, lo, hi, slot));
+}
+static int t_clamp_(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  return self_or_error(L, vl_clamp_(a, opt_bound(L, 2, -INFINITY), opt_bound(L, 3, INFINITY)));
+}
+
+static int t_masked_fill(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1), *mask = vl_lua_checktensor(L, 2);
+  double v = l_toscalar(L, 3);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_masked_fill(a, mask, v, slot));
+}
+static int t_masked_fill_(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1), *mask = vl_lua_checktensor(L, 2);
+  return self_or_error(L, vl_masked_fill_(a, mask, l_toscalar(L, 3)));
+}
+
+/* ---- reductions ---- */
+
+static int opt_dims(lua_State *L, int arg, int dims[VL_MAX_DIMS]) {
+  return lua_isnoneornil(L, arg) ? 0 : l_checkdimlist(L, arg, dims, false);
+}
+
+static int reduce_simple(lua_State *L, vl_reduce_op op) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  int dims[VL_MAX_DIMS];
+  int n = opt_dims(L, 2, dims);
+  bool keep = lua_toboolean(L, 3);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_reduce(op, a, n, dims, keep, 0.0, slot, NULL));
+}
+static int t_sum(lua_State *L) { return reduce_simple(L, VL_RED_SUM); }
+static int t_prod(lua_State *L) { return reduce_simple(L, VL_RED_PROD); }
+static int t_mean(lua_State *L) { return reduce_simple(L, VL_RED_MEAN); }
+
+/* var/std([dims[, keepdim]], {correction=}): the options table is the last argument when it is
+ * not a list of dims. */
+static int var_std(lua_State *L, bool std) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  int top = lua_gettop(L);
+  double correction = 1.0;
+  if (top >= 2 && lua_istable(L, top) && lua_rawlen(L, top) == 0) {
+    lua_getfield(L, top, "correction");
+    correction = luaL_optnumber(L, -1, 1.0);
+    lua_pop(L, 1);
+    lua_settop(L, --top);
+  }
+  int dims[VL_MAX_DIMS];
+  int n = opt_dims(L, 2, dims);
+  bool keep = lua_toboolean(L, 3);
+  lua_settop(L, 1);
+  vl_tensor **slot = l_slot(L);
+  vl_status s = vl_reduce(VL_RED_VAR, a, n, dims, keep, correction, slot, NULL);
+  if (s == VL_OK && std) s = vl_unary_(VL_UN_SQRT, *slot);
+  return l_done(L, s);
+}
+static int t_var(lua_State *L) { return var_std(L, false); }
+static int t_std(lua_State *L) { return var_std(L, true); }
+
+static int t_norm(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  double p = luaL_optnumber(L, 2, 2.0);
+  int dims[VL_MAX_DIMS];
+  int n = opt_dims(L, 3, dims);
+  bool keep = lua_toboolean(L, 4);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_reduce(VL_RED_NORM, a, n, dims, keep, p, slot, NULL));
+}
+
+/* max/min without dim: a 0-dim tensor; with dim: values and 0-based i64 indices. */
+static int max_min(lua_State *L, vl_reduce_op op) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  if (lua_isnoneornil(L, 2)) {
+    vl_tensor **slot = l_slot(L);
+    return l_done(L, vl_reduce(op, a, 0, NULL, false, 0.0, slot, NULL));
+  }
+  int d = l_checkdim(L, 2);
+  bool keep = lua_toboolean(L, 3);
+  vl_tensor **vals = l_slot(L);
+  vl_tensor **idx = l_slot(L);
+  return l_done2(L, vl_reduce(op, a, 1, &d, keep, 0.0, vals, idx));
+}
+static int t_max(lua_State *L) { return max_min(L, VL_RED_MAX); }
+static int t_min(lua_State *L) { return max_min(L, VL_RED_MIN); }
+
+static int arg_max_min(lua_State *L, bool max) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  int d = lua_isnoneornil(L, 2) ? VL_DIM_ALL : l_checkdim(L, 2);
+  bool keep = lua_toboolean(L, 3);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, max ? vl_argmax(a, d, keep, slot) : vl_argmin(a, d, keep, slot));
+}
+static int t_argmax(lua_State *L) { return arg_max_min(L, true); }
+static int t_argmin(lua_State *L) { return arg_max_min(L, false); }
+
+static int softmax(lua_State *L, bool log) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  int d = l_checkdim(L, 2);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_softmax(a, d, log, slot));
+}
+static int t_softmax(lua_State *L) { return softmax(L, false); }
+static int t_log_softmax(lua_State *L) { return softmax(L, true); }
+
+/* ---- linear algebra ---- */
+
+static int t_matmul(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1), *b = vl_lua_checktensor(L, 2);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_matmul(a, b, slot));
+}
+
+static int t_mm(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1), *b = vl_lua_checktensor(L, 2);
+  if (a->ndim != 2 || b->ndim != 2) {
+    char da[96], db[96];
+    return luaL_error(L, "mm: expected 2-D tensors (a %s, b %s)", vl_tensor_desc(a, da, sizeof da),
+                      vl_tensor_desc(b, db, sizeof db));
+  }
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_matmul(a, b, slot));
+}
+
+static int t_bmm(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1), *b = vl_lua_checktensor(L, 2);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_bmm(a, b, slot));
+}
+
+static int m_addmm(lua_State *L) {
+  vl_tensor *bias = vl_lua_checktensor(L, 1);
+  vl_tensor *a = vl_lua_checktensor(L, 2), *b = vl_lua_checktensor(L, 3);
+  double beta = 1.0, alpha = 1.0;
+  if (!lua_isnoneornil(L, 4)) {
+    luaL_checktype(L, 4, LUA_TTABLE);
+    lua_getfield(L, 4, "beta");
+    beta = luaL_optnumber(L, -1, 1.0);
+    lua_getfield(L, 4, "alpha");
+    alpha = luaL_optnumber(L, -1, 1.0);
+    lua_pop(L, 2);
+  }
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_addmm(bias, a, b, beta, alpha, slot));
+}
+
+static int m_set_allow_tf32(lua_State *L) {
+  luaL_checkany(L, 1);
+  vl_set_allow_tf32(lua_toboolean(L, 1));
+  return 0;
+}
+static int m_get_allow_tf32(lua_State *L) {
+  lua_pushboolean(L, vl_get_allow_tf32());
+  return 1;
+}
+
+/* ---- indexing and joining ---- */
+
+static int t_gather(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  int d = l_checkdim(L, 2);
+  vl_tensor *index = vl_lua_checktensor(L, 3);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_gather(a, d, index, slot));
+}
+
+static int t_scatter_add(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  int d = l_checkdim(L, 2);
+  vl_tensor *index = vl_lua_checktensor(L, 3), *src = vl_lua_checktensor(L, 4);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_scatter_add(a, d, index, src, slot));
+}
+
+static int t_scatter_add_(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  int d = l_checkdim(L, 2);
+  vl_tensor *index = vl_lua_checktensor(L, 3), *src = vl_lua_checktensor(L, 4);
+  return self_or_error(L, vl_scatter_add_(a, d, index, src));
+}
+
+static int t_index_select(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  int d = l_checkdim(L, 2);
+  vl_tensor *index = vl_lua_checktensor(L, 3);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_index_select(a, d, index, slot));
+}
+
+/* cat/stack(list, dim): the pointer array is a userdata so a type error midway leaks nothing. */
+static int join(lua_State *L, bool stack) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int d = l_optdim(L, 2, 0);
+  int n = (int)lua_rawlen(L, 1);
+  vl_tensor **ts = (vl_tensor **)lua_newuserdatauv(L, sizeof(vl_tensor *) * (size_t)(n ? n : 1), 0);
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, 1, i + 1);
+    ts[i] = vl_lua_testtensor(L, -1);
+    if (!ts[i]) {
+      if (luaL_testudata(L, -1, VL_LUA_TENSOR_MT)) return luaL_error(L, "tensor used after free");
+      return luaL_error(L, "%s: element %d of the list is a %s, not a tensor", stack ? "stack" : "cat",
+                        i + 1, luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+  }
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, stack ? vl_stack(n, ts, d, slot) : vl_cat(n, ts, d, slot));
+}
+static int m_cat(lua_State *L) { return join(L, false); }
+static int m_stack(lua_State *L) { return join(L, true); }
+
+/* where(cond, a, b): a number becomes a 0-dim tensor of the other operand's dtype (f32, or i64
+ * when both are Lua integers) on cond's device. */
+static vl_tensor *where_operand(lua_State *L, int idx, int other, vl_tensor *cond) {
+  if (!l_isscalar(L, idx)) return vl_lua_checktensor(L, idx);
+  vl_tensor *o = vl_lua_testtensor(L, other);
+  vl_dtype dt = o ? o->dtype
+                  : (lua_isinteger(L, idx) && lua_isinteger(L, other)) ? VL_I64 : VL_F32;
+  if (lua_type(L, idx) == LUA_TBOOLEAN && !o) dt = VL_BOOL;
+  vl_tensor **slot = l_slot(L);
+  l_done(L, vl_full(0, NULL, l_toscalar(L, idx), dt, cond->storage->device, slot));
+  return *slot;
+}
+
+static int m_where(lua_State *L) {
+  vl_tensor *cond = vl_lua_checktensor(L, 1);
+  lua_settop(L, 3);
+  vl_tensor *a = where_operand(L, 2, 3, cond);
+  vl_tensor *b = where_operand(L, 3, 2, cond);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_where(cond, a, b, slot));
+}
+
+static const luaL_Reg op_methods[] = {
+    {"gelu", t_gelu},
+    {"gelu_", t_gelu_},
+    {"clamp", t_clamp},
+    {"clamp_", t_clamp_},
+    {"masked_fill", t_masked_fill},
+    {"masked_fill_", t_masked_fill_},
+    {"sum", t_sum},
+    {"prod", t_prod},
+    {"mean", t_mean},
+    {"var", t_var},
+    {"std", t_std},
+    {"norm", t_norm},
+    {"max", t_max},
+    {"min", t_min},
+    {"argmax", t_argmax},
+    {"argmin", t_argmin},
+    {"softmax", t_softmax},
+    {"log_softmax", t_log_softmax},
+    {"matmul", t_matmul},
+    {"mm", t_mm},
+    {"bmm", t_bmm},
+    {"gather", t_gather},
+    {"scatter_add", t_scatter_add},
+    {"scatter_add_", t_scatter_add_},
+    {"index_select", t_index_select},
+    {NULL, NULL},
+};
+
+void l_register_ops(lua_State *L) {
+  luaL_setfuncs(L, op_methods, 0);
+  char name[40];
+  for (size_t i = 0; i < sizeof binops / sizeof binops[0]; i++) {
+    lua_pushinteger(L, binops[i].op);
+    lua_pushcclosure(L, b_binary, 1);
+    lua_setfield(L, -2, binops[i].name);
+    snprintf(name, sizeof name, "%s_", binops[i].name);
+    lua_pushinteger(L, binops[i].op);
+    lua_pushcclosure(L, b_binary_, 1);
+    lua_setfield(L, -2, name);
+  }
+  for (size_t i = 0; i < sizeof unops / sizeof unops[0]; i++) {
+    lua_pushinteger(L, unops[i].op);
+    lua_pushcclosure(L, u_unary, 1);
+    lua_setfield(L, -2, unops[i].name);
+    snprintf(name, sizeof name, "%s_", unops[i].name);
+    lua_pushinteger(L, unops[i].op);
+    lua_pushcclosure(L, u_unary_, 1);
+    lua_setfield(L, -2, name);
+  }
+}
+
+static const luaL_Reg op_module[] = {
+    {"where", m_where},
+    {"addmm", m_addmm},
+    {"set_allow_tf32", m_set_allow_tf32},
+    {"get_allow_tf32", m_get_allow_tf32},
+    {"cat", m_cat},
+    {"stack", m_stack},
+    {NULL, NULL},
+};
+
+void l_register_ops_module(lua_State *L) { luaL_setfuncs(L, op_module, 0); }
+
+void l_register_operators(lua_State *L) {
+  static const struct {
+    const char *mm;
+    vl_binary_op op;
+  } ops[] = {{"__add", VL_BIN_ADD}, {"__sub", VL_BIN_SUB}, {"__mul", VL_BIN_MUL},
+             {"__div", VL_BIN_DIV}, {"__pow", VL_BIN_POW}};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    lua_pushinteger(L, ops[i].op);
+    lua_pushcclosure(L, b_operator, 1);
+    lua_setfield(L, -2, ops[i].mm);
+  }
+  lua_pushcfunction(L, u_unm);
+  lua_setfield(L, -2, "__unm");
+}

@@ -1,0 +1,72 @@
+/* bindings/l_priv.h: helpers shared by the bindings files (not by l_io.c). */
+#ifndef VL_L_PRIV_H
+#define VL_L_PRIV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bindings/vl_lua.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+
+typedef struct vl_lua_tensor {
+  vl_tensor *t; /* NULL while closed: before the runtime filled it, and after free */
+} vl_lua_tensor;
+
+/* Pushes a closed tensor userdata and returns its slot; pass the slot as the runtime's `out`
+ * (the runtime leaves it untouched on failure), then call l_done. */
+vl_tensor **l_slot(lua_State *L);
+/* Raises when s failed (the closed userdata is collected later); otherwise accounts the tensor
+ * in the slot at the top of the stack (live count, collector debt). Returns 1 (one result). */
+int l_done(lua_State *L, vl_status s);
+/* Like l_done for two new slots at -2 and -1. Returns 2. */
+int l_done2(lua_State *L, vl_status s);
+/* The freed-or-not userdata at idx (type error otherwise). */
+vl_lua_tensor *l_checkud(lua_State *L, int idx);
+
+/* Dims and positions: Lua's 1-based (negative from the end) to the runtime's 0-based. */
+int l_checkdim(lua_State *L, int arg);
+int l_optdim(lua_State *L, int arg, int def0);
+/* A 1-based position along a dim of size n (negative from the end) to 0-based. */
+int64_t l_checkpos(lua_State *L, int arg, int64_t n);
+/* A size given as a table at arg, or as integers from arg to the top. Returns ndim. */
+int l_checksize(lua_State *L, int arg, int64_t size[VL_MAX_DIMS]);
+/* Same for a table only (e.g. {1, 2}). */
+int l_checksizetable(lua_State *L, int arg, int64_t size[VL_MAX_DIMS]);
+/* A list of 1-based dims: a table at arg, or (when varargs) integers from arg to the top, or a
+ * single integer. Converted like l_checkdim. Returns the count. */
+int l_checkdimlist(lua_State *L, int arg, int dims[VL_MAX_DIMS], bool varargs);
+
+vl_dtype l_checkdtype(lua_State *L, int arg);
+vl_device l_parsedevice(lua_State *L, const char *s);
+/* opts {dtype=, device=} at idx (nil or absent: defaults kept). */
+void l_opts(lua_State *L, int idx, vl_dtype *dt, vl_device *dev);
+/* A CUDA device from an optional argument: nil (current), an ordinal, "cuda" or "cuda:N".
+ * Raises "<fname>: no CUDA device" when there is none. */
+int l_optcudadev(lua_State *L, int arg, const char *fname);
+
+/* A number argument, booleans accepted as 1/0. */
+bool l_isscalar(lua_State *L, int idx);
+double l_toscalar(lua_State *L, int idx);
+
+void l_register_tensor_methods(lua_State *L); /* l_tensor.c: into the table at the top */
+/* l_tensor.c: creates the "v100.Tensor" metatable whose __index looks in the methods table at
+ * the top first; leaves the stack as it was. */
+void l_tensor_metatable(lua_State *L);
+void l_register_operators(lua_State *L);      /* l_ops.c: __add etc. into the metatable at the top */
+void l_register_ops(lua_State *L);            /* l_ops.c: into the table at the top */
+void l_register_ops_module(lua_State *L);     /* l_ops.c: module-level ops (where, cat, ...) */
+int l_tensor_tostring(lua_State *L);          /* l_print.c */
+int l_record_stream(lua_State *L);            /* l_cuda.c: t:record_stream(s) */
+
+int luaopen_v100_core(lua_State *L);
+int luaopen_v100_cuda(lua_State *L);
+int luaopen_v100_memory(lua_State *L);
+
+/* Collector accounting of tensor bytes (l_tensor.c). */
+long long l_live_tensors(void);
+size_t l_gc_debt(void);
+size_t l_gc_threshold(void);
+void l_set_gc_threshold(size_t bytes);
+
+#endif

@@ -1,0 +1,28 @@
+/* bindings/vl_lua.h: what every bindings file (and bindings/l_io.c) shares about the tensor
+ * userdata. A tensor userdata is born closed (NULL) and the tensor is stored into it only after
+ * the runtime call that made it succeeded, so a Lua error can never leak a reference. */
+#ifndef VL_LUA_H
+#define VL_LUA_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+
+#define VL_LUA_TENSOR_MT "v100.Tensor"
+
+/* The tensor at idx; raises "tensor used after free" for a freed one and a type error naming
+ * the argument for anything else. */
+vl_tensor *vl_lua_checktensor(lua_State *L, int idx);
+/* The tensor at idx, or NULL when the value is not a tensor (or a freed one). */
+vl_tensor *vl_lua_testtensor(lua_State *L, int idx);
+/* Pushes a new userdata owning one reference of t (taken from the caller). */
+void vl_lua_pushtensor(lua_State *L, vl_tensor *t);
+/* Raises the runtime's last error message as a Lua error; never returns. */
+int vl_lua_error(lua_State *L, vl_status s);
+
+/* bindings/l_io.c: the `v100.io` module table. */
+int luaopen_v100_io(lua_State *L);
+
+#endif

@@ -1,0 +1,33 @@
+-- scripts/v100/init.lua: `require 'v100'`: the C core (v100.core) plus a few Lua-level helpers.
+-- Everything that touches tensor data lives in C; this file only arranges names.
+local core = require 'v100.core'
+
+local v100 = {}
+for k, v in pairs(core) do v100[k] = v end
+
+local Tensor = core.Tensor -- the methods table every tensor's __index looks in first
+
+-- True when the tensor lives on a GPU.
+function Tensor:is_cuda()
+  return self.device:sub(1, 4) == 'cuda'
+end
+
+-- PyTorch's spelling.
+Tensor.tolist = Tensor.totable
+
+-- One line per library for logs: "v100lua 0.1.0, Lua 5.4.4, CUDA 12.4, cuDNN 9.1.0, NCCL 2.21.5".
+function v100.version_string()
+  local v = core.versions()
+  local function dotted(x, base)
+    return string.format('%d.%d.%d', x // base, (x % base) // 100, x % 100)
+  end
+  local parts = { 'v100lua ' .. v.v100lua, v.lua }
+  if v.cuda_runtime > 0 then
+    parts[#parts + 1] = string.format('CUDA %d.%d', v.cuda_runtime // 1000, (v.cuda_runtime % 1000) // 10)
+  end
+  if v.cudnn > 0 then parts[#parts + 1] = 'cuDNN ' .. dotted(v.cudnn, v.cudnn >= 90000 and 10000 or 1000) end
+  if v.nccl > 0 then parts[#parts + 1] = 'NCCL ' .. dotted(v.nccl, v.nccl >= 20900 and 10000 or 1000) end
+  return table.concat(parts, ', ')
+end
+
+return v100
