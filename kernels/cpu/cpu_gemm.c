@@ -1,0 +1,160 @@
+/* kernels/cpu/cpu_gemm.c: batched row-major GEMM through OpenBLAS.
+ *
+ * f32 and f64 call cblas_sgemm / cblas_dgemm on the operands in place. f16 and bf16 are packed
+ * into dense f32 matrices, multiplied with sgemm (f32 accumulation, as the contract says) and
+ * rounded back once. An operand whose row stride BLAS would reject (ld below the row length,
+ * which only a front end bug or a single-row matrix can produce) is packed densely as well, so
+ * OpenBLAS never reaches its error handler, which would print. */
+#include <cblas.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+/* Copies a rows x cols matrix (row stride ld, any float dtype) into a dense f32 or f64 one. */
+static void pack(const char *src, vl_dtype dt, int64_t rows, int64_t cols, int64_t ld, void *dst,
+                 vl_dtype dst_dt) {
+  int64_t es = (int64_t)vl_dtype_size(dt), eo = (int64_t)vl_dtype_size(dst_dt);
+  double buf[VL_CPU_BLOCK];
+  for (int64_t r = 0; r < rows; r++) {
+    for (int64_t c0 = 0; c0 < cols; c0 += VL_CPU_BLOCK) {
+      int64_t m = cols - c0 < VL_CPU_BLOCK ? cols - c0 : VL_CPU_BLOCK;
+      vl_cpu_load_f64(buf, src + (r * ld + c0) * es, es, dt, m);
+      vl_cpu_store_f64((char *)dst + (r * cols + c0) * eo, eo, dst_dt, buf, m);
+    }
+  }
+}
+
+/* The inverse of pack: dense f32/f64 back into a matrix of dtype dt with row stride ld. */
+static void unpack(const void *src, vl_dtype src_dt, int64_t rows, int64_t cols, char *dst,
+                   vl_dtype dt, int64_t ld) {
+  int64_t es = (int64_t)vl_dtype_size(dt), ei = (int64_t)vl_dtype_size(src_dt);
+  double buf[VL_CPU_BLOCK];
+  for (int64_t r = 0; r < rows; r++) {
+    for (int64_t c0 = 0; c0 < cols; c0 += VL_CPU_BLOCK) {
+      int64_t m = cols - c0 < VL_CPU_BLOCK ? cols - c0 : VL_CPU_BLOCK;
+      vl_cpu_load_f64(buf, (const char *)src + (r * cols + c0) * ei, ei, src_dt, m);
+      vl_cpu_store_f64(dst + (r * ld + c0) * es, es, dt, buf, m);
+    }
+  }
+}
+
+/* C = beta * C without reading C when beta == 0 (k == 0: there is no product to add). */
+static void scale_c(const vl_gemm_args *g) {
+  int64_t es = (int64_t)vl_dtype_size(g->dtype);
+  double buf[VL_CPU_BLOCK];
+  for (int64_t b = 0; b < g->batch; b++) {
+    char *c = (char *)g->c + b * g->stride_c * es;
+    for (int64_t r = 0; r < g->m; r++) {
+      for (int64_t c0 = 0; c0 < g->n; c0 += VL_CPU_BLOCK) {
+        int64_t m = g->n - c0 < VL_CPU_BLOCK ? g->n - c0 : VL_CPU_BLOCK;
+        char *p = c + (r * g->ldc + c0) * es;
+        if (g->beta == 0.0) {
+          for (int64_t i = 0; i < m; i++) buf[i] = 0.0;
+        } else {
+          vl_cpu_load_f64(buf, p, es, g->dtype, m);
+          for (int64_t i = 0; i < m; i++) buf[i] *= g->beta;
+        }
+        vl_cpu_store_f64(p, es, g->dtype, buf, m);
+      }
+    }
+  }
+}
+
+/* One operand as BLAS will see it: in place, or packed into `pk` (dense, ld = cols). */
+typedef struct {
+  int64_t rows, cols, ld, stride;
+  const char *base;
+  bool packed;
+  void *pk;
+  const char *packed_from; /* the source currently in pk (skips repacking stride-0 operands) */
+} operand;
+
+static bool need_pack(const operand *op, bool compute_dtype_matches) {
+  if (!compute_dtype_matches) return true;
+  int64_t need = op->cols > 1 ? op->cols : 1;
+  /* A single-row matrix never uses its row stride, so any ld is fine for it. */
+  return op->rows > 1 && op->ld < need;
+}
+
+static const void *operand_at(operand *op, int64_t b, vl_dtype dt, vl_dtype ct, int64_t es,
+                              int64_t *ld) {
+  const char *src = op->base + b * op->stride * es;
+  if (!op->packed) {
+    *ld = op->rows > 1 ? op->ld : (op->ld > op->cols ? op->ld : (op->cols > 1 ? op->cols : 1));
+    return src;
+  }
+  if (op->packed_from != src) {
+    pack(src, dt, op->rows, op->cols, op->ld, op->pk, ct);
+    op->packed_from = src;
+  }
+  *ld = op->cols > 1 ? op->cols : 1;
+  return op->pk;
+}
+
+vl_status vl_cpu_gemm(const vl_gemm_args *g) {
+  if (g->m <= 0 || g->n <= 0 || g->batch <= 0) return VL_OK;
+  if (g->dtype != VL_F32 && g->dtype != VL_F64 && g->dtype != VL_F16 && g->dtype != VL_BF16)
+    return vl_fail(VL_EDTYPE, "gemm (cpu): dtype %s is not supported (f32, f16, bf16, f64)",
+                   vl_dtype_name(g->dtype));
+  if (g->k <= 0) {
+    scale_c(g);
+    return VL_OK;
+  }
+  if (g->m > INT_MAX || g->n > INT_MAX || g->k > INT_MAX || g->lda > INT_MAX || g->ldb > INT_MAX ||
+      g->ldc > INT_MAX)
+    return vl_fail(VL_EINVAL, "gemm (cpu): sizes m=%lld n=%lld k=%lld (lda %lld, ldb %lld, ldc %lld) "
+                   "exceed the BLAS integer range", (long long)g->m, (long long)g->n,
+                   (long long)g->k, (long long)g->lda, (long long)g->ldb, (long long)g->ldc);
+
+  /* The compute dtype: f64 for f64, f32 otherwise. */
+  vl_dtype ct = g->dtype == VL_F64 ? VL_F64 : VL_F32;
+  bool native = g->dtype == ct;
+  int64_t es = (int64_t)vl_dtype_size(g->dtype), ec = (int64_t)vl_dtype_size(ct);
+  operand A = {g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda, g->stride_a, g->a, false, NULL, NULL};
+  operand Bm = {g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb, g->stride_b, g->b, false, NULL, NULL};
+  operand C = {g->m, g->n, g->ldc, g->stride_c, g->c, false, NULL, NULL};
+  A.packed = need_pack(&A, native);
+  Bm.packed = need_pack(&Bm, native);
+  C.packed = need_pack(&C, native);
+  if (A.packed) A.pk = malloc((size_t)(A.rows * A.cols * ec));
+  if (Bm.packed) Bm.pk = malloc((size_t)(Bm.rows * Bm.cols * ec));
+  if (C.packed) C.pk = malloc((size_t)(C.rows * C.cols * ec));
+  if ((A.packed && !A.pk) || (Bm.packed && !Bm.pk) || (C.packed && !C.pk)) {
+    free(A.pk);
+    free(Bm.pk);
+    free(C.pk);
+    return vl_fail(VL_EOOM, "gemm (cpu): cannot allocate packing buffers for %s m=%lld n=%lld k=%lld",
+                   vl_dtype_name(g->dtype), (long long)g->m, (long long)g->n, (long long)g->k);
+  }
+
+  enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
+  enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
+  for (int64_t b = 0; b < g->batch; b++) {
+    int64_t lda, ldb, ldc;
+    const void *pa = operand_at(&A, b, g->dtype, ct, es, &lda);
+    const void *pb = operand_at(&Bm, b, g->dtype, ct, es, &ldb);
+    char *c_src = (char *)g->c + b * g->stride_c * es;
+    void *pc;
+    if (C.packed) {
+      /* beta == 0: C is not read (it may hold NaN); BLAS overwrites the buffer. */
+      if (g->beta != 0.0) pack(c_src, g->dtype, C.rows, C.cols, C.ld, C.pk, ct);
+      pc = C.pk;
+      ldc = C.cols > 1 ? C.cols : 1;
+    } else {
+      pc = c_src;
+      ldc = C.rows > 1 ? C.ld : (C.ld > C.cols ? C.ld : C.cols);
+    }
+    if (ct == VL_F64)
+      cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, pa, (int)lda,
+                  pb, (int)ldb, g->beta, pc, (int)ldc);
+    else
+      cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha, pa,
+                  (int)lda, pb, (int)ldb, (float)g->beta, pc, (int)ldc);
+    if (C.packed) unpack(C.pk, ct, C.rows, C.cols, c_src, g->dtype, C.ld);
+  }
+  free(A.pk);
+  free(Bm.pk);
+  free(C.pk);
+  return VL_OK;
+}

@@ -1,0 +1,260 @@
+/* kernels/cpu/cpu_reduce.c: reductions and softmax over contiguous [outer, len, inner].
+ *
+ * Two shapes of loop cover every case without strided element-by-element reads:
+ *  - inner == 1 ("row"): each output reduces a contiguous row; the row is read in blocks and
+ *    each block is summed on its own before joining the row total (a two-level sum, so error
+ *    grows with len/BLOCK + BLOCK rather than len).
+ *  - inner > 1 ("lanes"): up to BLOCK adjacent outputs are reduced together, reading one
+ *    contiguous stretch of `inner` per step along len into per-lane accumulators.
+ * Floats accumulate in double, integers in int64 (wrapping). VAR is two-pass (mean, then the sum
+ * of squared deviations). MAX/MIN keep the first extremum and the first NaN, with its index. */
+#include <stdlib.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+#define B VL_CPU_BLOCK
+
+/* What each element contributes to a sum: x itself, |x|, x^2, |x|^p, x != 0, (x - mean)^2. */
+enum { TF_ID, TF_ABS, TF_SQ, TF_POW, TF_NZ, TF_DEV2 };
+/* How contributions combine. */
+enum { CB_SUM, CB_PROD, CB_MAX, CB_MIN };
+
+typedef struct {
+  int tf, cb;
+  double p;            /* TF_POW exponent */
+} red_plan;
+
+static void transform(int tf, double *x, int64_t m, const double *mean, int64_t mean_stride,
+                      double p) {
+  switch (tf) {
+    case TF_ABS: for (int64_t i = 0; i < m; i++) x[i] = fabs(x[i]); break;
+    case TF_SQ: for (int64_t i = 0; i < m; i++) x[i] = x[i] * x[i]; break;
+    case TF_POW: for (int64_t i = 0; i < m; i++) x[i] = pow(fabs(x[i]), p); break;
+    case TF_NZ: for (int64_t i = 0; i < m; i++) x[i] = x[i] != 0; break;
+    case TF_DEV2:
+      for (int64_t i = 0; i < m; i++) {
+        double d = x[i] - mean[i * mean_stride];
+        x[i] = d * d;
+      }
+      break;
+    default: break;
+  }
+}
+
+/* One extremum step: NaN sticks (first NaN wins), otherwise strictly better replaces, so the
+ * first of equal extrema keeps its index. */
+#define VL_EXT_STEP(ACC, IDX, X, L, BETTER)                    \
+  do {                                                         \
+    if ((ACC) == (ACC)) {                                      \
+      if ((X) != (X) || (X) BETTER (ACC)) { (ACC) = (X); (IDX) = (L); } \
+    }                                                          \
+  } while (0)
+
+static double init_f64(int cb) {
+  return cb == CB_PROD ? 1.0 : cb == CB_MAX ? -INFINITY : cb == CB_MIN ? INFINITY : 0.0;
+}
+
+/* Reduces [outer, len, inner] of float input into acc[outer*inner] (and idx for MAX/MIN).
+ * mean (per output) is read for TF_DEV2. */
+static void reduce_f64(const red_plan *pl, const char *in, vl_dtype dt, int64_t outer, int64_t len,
+                       int64_t inner, const double *mean, double *acc, int64_t *idx) {
+  int64_t es = (int64_t)vl_dtype_size(dt);
+  double buf[B];
+  int64_t scratch_idx[B]; /* lane indices when the caller wants none */
+  for (int64_t o = 0; o < outer; o++) {
+    const char *base = in + o * len * inner * es;
+    if (inner == 1) {
+      double a = init_f64(pl->cb);
+      int64_t ai = 0;
+      for (int64_t l0 = 0; l0 < len; l0 += B) {
+        int64_t m = len - l0 < B ? len - l0 : B;
+        vl_cpu_load_f64(buf, base + l0 * es, es, dt, m);
+        transform(pl->tf, buf, m, mean ? mean + o : NULL, 0, pl->p);
+        if (pl->cb == CB_SUM) {
+          double s = 0;
+          for (int64_t i = 0; i < m; i++) s += buf[i];
+          a += s;
+        } else if (pl->cb == CB_PROD) {
+          for (int64_t i = 0; i < m; i++) a *= buf[i];
+        } else if (pl->cb == CB_MAX) {
+          for (int64_t i = 0; i < m; i++) VL_EXT_STEP(a, ai, buf[i], l0 + i, >);
+        } else {
+          for (int64_t i = 0; i < m; i++) VL_EXT_STEP(a, ai, buf[i], l0 + i, <);
+        }
+      }
+      acc[o] = a;
+      if (idx) idx[o] = ai;
+      continue;
+    }
+    for (int64_t j0 = 0; j0 < inner; j0 += B) {
+      int64_t w = inner - j0 < B ? inner - j0 : B;
+      double *a = acc + o * inner + j0;
+      int64_t *ai = idx ? idx + o * inner + j0 : scratch_idx;
+      for (int64_t j = 0; j < w; j++) {
+        a[j] = init_f64(pl->cb);
+        ai[j] = 0;
+      }
+      for (int64_t l = 0; l < len; l++) {
+        vl_cpu_load_f64(buf, base + (l * inner + j0) * es, es, dt, w);
+        transform(pl->tf, buf, w, mean ? mean + o * inner + j0 : NULL, 1, pl->p);
+        switch (pl->cb) {
+          case CB_SUM: for (int64_t j = 0; j < w; j++) a[j] += buf[j]; break;
+          case CB_PROD: for (int64_t j = 0; j < w; j++) a[j] *= buf[j]; break;
+          case CB_MAX: for (int64_t j = 0; j < w; j++) VL_EXT_STEP(a[j], ai[j], buf[j], l, >); break;
+          default: for (int64_t j = 0; j < w; j++) VL_EXT_STEP(a[j], ai[j], buf[j], l, <); break;
+        }
+      }
+    }
+  }
+}
+
+/* Integer SUM/PROD (wrapping) and MAX/MIN, same loop shapes. */
+static void reduce_i64(int cb, const char *in, vl_dtype dt, int64_t outer, int64_t len,
+                       int64_t inner, int64_t *acc, int64_t *idx) {
+  int64_t es = (int64_t)vl_dtype_size(dt);
+  int64_t buf[B];
+  int64_t init = cb == CB_PROD ? 1 : cb == CB_MAX ? INT64_MIN : cb == CB_MIN ? INT64_MAX : 0;
+  for (int64_t o = 0; o < outer; o++) {
+    const char *base = in + o * len * inner * es;
+    for (int64_t j0 = 0; j0 < inner; j0 += (inner == 1 ? 1 : B)) {
+      int64_t w = inner == 1 ? 1 : (inner - j0 < B ? inner - j0 : B);
+      int64_t *a = acc + o * inner + j0;
+      int64_t *ai = idx ? idx + o * inner + j0 : NULL;
+      for (int64_t j = 0; j < w; j++) {
+        a[j] = init;
+        if (ai) ai[j] = 0;
+      }
+      /* With inner == 1 a step reads a block of the row into lane 0; otherwise one element per
+       * lane. `k` walks the elements of the step, `j` the lane, `l` the position along len. */
+      int64_t step = inner == 1 ? B : 1;
+      for (int64_t l0 = 0; l0 < len; l0 += step) {
+        int64_t m = inner == 1 ? (len - l0 < B ? len - l0 : B) : w;
+        vl_cpu_load_i64(buf, base + (l0 * inner + j0) * es, es, dt, m);
+        for (int64_t k = 0; k < m; k++) {
+          int64_t j = inner == 1 ? 0 : k, l = inner == 1 ? l0 + k : l0, x = buf[k];
+          switch (cb) {
+            case CB_SUM: a[j] = (int64_t)((uint64_t)a[j] + (uint64_t)x); break;
+            case CB_PROD: a[j] = (int64_t)((uint64_t)a[j] * (uint64_t)x); break;
+            case CB_MAX: if (x > a[j]) { a[j] = x; if (ai) ai[j] = l; } break;
+            default: if (x < a[j]) { a[j] = x; if (ai) ai[j] = l; } break;
+          }
+        }
+      }
+    }
+  }
+}
+
+static const char *red_name(vl_reduce_op op) {
+  static const char *const names[VL_NREDUCE] = {"sum", "prod", "mean", "max", "min", "var", "norm"};
+  return (unsigned)op < VL_NREDUCE ? names[op] : "reduce";
+}
+
+vl_status vl_cpu_reduce(const vl_reduce_args *a) {
+  if ((unsigned)a->op >= VL_NREDUCE) return vl_fail(VL_EINVAL, "reduce (cpu): unknown op %d", (int)a->op);
+  int64_t nout = a->outer * a->inner;
+  if (nout <= 0) return VL_OK;
+  int64_t eo = (int64_t)vl_dtype_size(a->out_dtype);
+  bool want_idx = a->indices && (a->op == VL_RED_MAX || a->op == VL_RED_MIN);
+  int cb = a->op == VL_RED_PROD ? CB_PROD : a->op == VL_RED_MAX ? CB_MAX : a->op == VL_RED_MIN ? CB_MIN : CB_SUM;
+
+  if (vl_dtype_is_int(a->in_dtype) && (a->op == VL_RED_SUM || a->op == VL_RED_PROD ||
+                                       a->op == VL_RED_MAX || a->op == VL_RED_MIN)) {
+    int64_t *acc = malloc((size_t)nout * sizeof *acc);
+    if (!acc) return vl_fail(VL_EOOM, "%s (cpu): cannot allocate %lld accumulators", red_name(a->op), (long long)nout);
+    reduce_i64(cb, a->in, a->in_dtype, a->outer, a->len, a->inner, acc,
+               want_idx ? a->indices : NULL);
+    vl_cpu_store_i64(a->out, eo, a->out_dtype, acc, nout);
+    free(acc);
+    return VL_OK;
+  }
+
+  double *acc = malloc((size_t)nout * sizeof *acc);
+  double *mean = a->op == VL_RED_VAR ? malloc((size_t)nout * sizeof *mean) : NULL;
+  if (!acc || (a->op == VL_RED_VAR && !mean)) {
+    free(acc);
+    free(mean);
+    return vl_fail(VL_EOOM, "%s (cpu): cannot allocate %lld accumulators", red_name(a->op), (long long)nout);
+  }
+  red_plan pl = {TF_ID, cb, 0.0};
+  double len = (double)a->len;
+  if (a->op == VL_RED_NORM) {
+    double p = a->param;
+    if (p == INFINITY) pl = (red_plan){TF_ABS, CB_MAX, 0.0};
+    else if (p == 1.0) pl.tf = TF_ABS;
+    else if (p == 2.0) pl.tf = TF_SQ;
+    else if (p == 0.0) pl.tf = TF_NZ; /* the count of nonzeros, as torch.norm(p=0) */
+    else pl = (red_plan){TF_POW, CB_SUM, p};
+  }
+  if (a->op == VL_RED_VAR) {
+    reduce_f64(&pl, a->in, a->in_dtype, a->outer, a->len, a->inner, NULL, mean, NULL);
+    for (int64_t i = 0; i < nout; i++) mean[i] /= len;
+    pl.tf = TF_DEV2;
+  }
+  reduce_f64(&pl, a->in, a->in_dtype, a->outer, a->len, a->inner, mean, acc,
+             want_idx ? a->indices : NULL);
+  if (a->op == VL_RED_MEAN) {
+    for (int64_t i = 0; i < nout; i++) acc[i] /= len;
+  } else if (a->op == VL_RED_VAR) {
+    /* len <= correction divides by zero: NaN (or inf), as torch.var. */
+    double dof = len - a->param;
+    if (dof < 0) dof = 0;
+    for (int64_t i = 0; i < nout; i++) acc[i] /= dof;
+  } else if (a->op == VL_RED_NORM && pl.tf == TF_SQ) {
+    for (int64_t i = 0; i < nout; i++) acc[i] = sqrt(acc[i]);
+  } else if (a->op == VL_RED_NORM && pl.tf == TF_POW) {
+    for (int64_t i = 0; i < nout; i++) acc[i] = pow(acc[i], 1.0 / pl.p);
+  } else if (a->op == VL_RED_NORM && a->len == 0) {
+    for (int64_t i = 0; i < nout; i++) acc[i] = 0.0; /* max-norm of nothing (init was -inf) */
+  }
+  vl_cpu_store_f64(a->out, eo, a->out_dtype, acc, nout);
+  free(acc);
+  free(mean);
+  return VL_OK;
+}
+
+/* ---- softmax ---- */
+
+/* Softmax of `w` lanes of length len with lane stride 1 and step stride `inner` (elements):
+ * three passes (max, sum of exp, write), all in double. The max is NaN if any input is. */
+static void softmax_block(const char *in, char *out, vl_dtype dt, int64_t len, int64_t inner,
+                          int64_t w, bool log_out, double *mx, double *sum) {
+  int64_t es = (int64_t)vl_dtype_size(dt);
+  double buf[B];
+  for (int64_t j = 0; j < w; j++) { mx[j] = -INFINITY; sum[j] = 0; }
+  /* With inner == 1 (w == 1) each step takes a block of the row; otherwise one element per lane. */
+  bool row = inner == 1;
+  int64_t step = row ? B : 1;
+  for (int pass = 0; pass < 3; pass++) {
+    for (int64_t l0 = 0; l0 < len; l0 += step) {
+      int64_t m = row ? (len - l0 < B ? len - l0 : B) : w;
+      const char *src = in + l0 * inner * es;
+      vl_cpu_load_f64(buf, src, es, dt, m);
+      for (int64_t k = 0; k < m; k++) {
+        int64_t j = row ? 0 : k;
+        double x = buf[k];
+        if (pass == 0) {
+          if (x > mx[j] || x != x) mx[j] = mx[j] != mx[j] ? mx[j] : x;
+        } else if (pass == 1) {
+          sum[j] += exp(x - mx[j]);
+        } else {
+          buf[k] = log_out ? (x - mx[j]) - log(sum[j]) : exp(x - mx[j]) / sum[j];
+        }
+      }
+      if (pass == 2) vl_cpu_store_f64(out + l0 * inner * es, es, dt, buf, m);
+    }
+  }
+}
+
+vl_status vl_cpu_softmax(const vl_softmax_args *a) {
+  int64_t es = (int64_t)vl_dtype_size(a->dtype);
+  double mx[B], sum[B];
+  for (int64_t o = 0; o < a->outer; o++) {
+    for (int64_t j0 = 0; j0 < a->inner; j0 += B) {
+      int64_t w = a->inner - j0 < B ? a->inner - j0 : B;
+      int64_t off = (o * a->len * a->inner + j0) * es;
+      softmax_block((const char *)a->in + off, (char *)a->out + off, a->dtype, a->len, a->inner,
+                    w, a->log, mx, sum);
+    }
+  }
+  return VL_OK;
+}
