@@ -104,10 +104,20 @@ typedef enum vl_binary_op {
   VL_BIN_GE,
   VL_BIN_LOGICAL_AND,
   VL_BIN_LOGICAL_OR,
+  /* Activation backward ops [out, grad, v]: out = grad * f'(...) where v is the forward input x
+   * (RELU: grad * (x > 0); GELU/GELU_TANH: the derivative of the matching forward form) or the
+   * forward output y (TANH: grad * (1 - y^2); SIGMOID: grad * y * (1 - y)). Float dtypes only. */
+  VL_BIN_RELU_BACKWARD,
+  VL_BIN_GELU_BACKWARD,
+  VL_BIN_GELU_TANH_BACKWARD,
+  VL_BIN_TANH_BACKWARD,
+  VL_BIN_SIGMOID_BACKWARD,
   VL_NBINARY
 } vl_binary_op;
 
-static inline bool vl_binary_is_predicate(vl_binary_op op) { return op >= VL_BIN_EQ; }
+static inline bool vl_binary_is_predicate(vl_binary_op op) {
+  return op >= VL_BIN_EQ && op <= VL_BIN_LOGICAL_OR;
+}
 
 /* ---- reductions ----
  * `in` is contiguous and viewed as [outer, len, inner]; the reduction runs over `len` and writes

@@ -20,6 +20,9 @@ typedef struct vl_context {
   int ndevices;                              /* CUDA devices visible (0 without CUDA) */
   uint64_t seed, rng_offset;                 /* the Philox generator (runtime/philox.h) */
   bool allow_tf32;                           /* f32 GEMMs may use TF32 (default off) */
+  bool grad_enabled;                         /* autograd records (default on; vl_init sets it) */
+  uint64_t node_seq;                         /* autograd node creation counter */
+  bool cudnn_benchmark;                      /* conv algorithms by timing on first use (default off) */
   vl_pool *pool[VL_MAX_DEVICES];             /* caching allocator per device, made on first use */
   vl_pool *host_pool;                        /* pinned host memory, made on first use */
   void *default_stream[VL_MAX_DEVICES];      /* cudaStream_t, created (non-blocking) on first use */

@@ -31,6 +31,7 @@ typedef struct vl_storage {
   void *data;              /* base address; NULL for a zero-byte storage */
   size_t nbytes;
   struct vl_block *block;  /* CUDA: the pool block that owns `data`; NULL on the CPU */
+  uint32_t version;        /* bumped by every in-place write (autograd checks saved tensors) */
 } vl_storage;
 
 typedef struct vl_tensor {
@@ -41,7 +42,7 @@ typedef struct vl_tensor {
   int64_t size[VL_MAX_DIMS];
   int64_t stride[VL_MAX_DIMS];   /* in elements; 0 for expanded (broadcast) dims */
   vl_dtype dtype;
-  void *autograd;                /* reserved for autograd metadata; NULL until then */
+  void *autograd;                /* vl_autograd_meta (runtime/autograd.h), NULL until needed */
 } vl_tensor;
 
 /* ---- storage and lifetime ---- */

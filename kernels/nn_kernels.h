@@ -1,0 +1,172 @@
+/* kernels/nn_kernels.h: kernel tables of the neural-network layers, one table per concern and
+ * device (the concern's CPU file defines vl_cpu_<x>_kernels, its CUDA file vl_cuda_<x>_kernels).
+ * The front ends (runtime/nn.h) check everything first, as for kernels/kernels.h.
+ *
+ * Images are logically N x C x H x W. Physically either NCHW-contiguous or NHWC-contiguous
+ * ("channels last": stride(C) = 1, stride(W) = C, stride(H) = W*C, stride(N) = H*W*C), told by
+ * `nhwc`. Conv weights K x C/g x R x S are KCRS-contiguous with NCHW
+ * and KRSC-contiguous ("channels last") with NHWC. "param" dtype: f32 for f32/f16/bf16 data, f64
+ * for f64 data (gradient checks). Accumulation in f32 (f64 for f64). */
+#ifndef VL_NN_KERNELS_H
+#define VL_NN_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- convolution ---- */
+typedef struct vl_conv_args {
+  vl_dtype dtype;                 /* x, w, y and their gradients */
+  bool nhwc;
+  int64_t n, c, h, w;             /* input */
+  int64_t k, r, s;                /* output channels, kernel height, kernel width */
+  int64_t p, q;                   /* output height, width */
+  int stride[2], pad[2], dilation[2], groups;
+  const void *x, *wt, *dy;        /* inputs as the entry needs them */
+  void *y, *dx, *dwt;             /* outputs: forward y; backward_data dx; backward_filter dwt */
+  bool allow_tf32;
+  bool benchmark;                 /* choose algorithms by timing (cached per shape) */
+  vl_exec ex;
+} vl_conv_args;
+
+typedef struct vl_conv_kernels {
+  vl_status (*forward)(const vl_conv_args *a);          /* y = conv(x, wt) (no bias) */
+  vl_status (*backward_data)(const vl_conv_args *a);    /* dx = conv_transpose(dy, wt) */
+  vl_status (*backward_filter)(const vl_conv_args *a);  /* dwt = corr(x, dy) */
+} vl_conv_kernels;
+
+/* ---- 2-D pooling ---- */
+typedef enum vl_pool_kind { VL_POOL_MAX = 0, VL_POOL_AVG, VL_POOL_ADAPTIVE_AVG } vl_pool_kind;
+typedef struct vl_pool2d_args {
+  vl_pool_kind kind;
+  vl_dtype dtype;
+  bool nhwc;
+  int64_t n, c, h, w, p, q;       /* input and output sizes */
+  int kernel[2], stride[2], pad[2], dilation[2]; /* unused for ADAPTIVE_AVG (windows from sizes) */
+  bool count_include_pad;         /* AVG */
+  const void *x, *dy;
+  void *y, *dx;
+  int64_t *indices;               /* MAX: forward writes, backward reads the argmax (h*W + w) per output */
+  vl_exec ex;
+} vl_pool2d_args;
+
+typedef struct vl_pool_kernels {
+  vl_status (*forward)(const vl_pool2d_args *a);
+  vl_status (*backward)(const vl_pool2d_args *a);       /* dx is zeroed by the kernel first */
+} vl_pool_kernels;
+
+/* ---- normalisation ---- */
+/* Batch norm over x viewed as [n, c, hw] (NCHW) or [n*hw, c] (NHWC); weight/bias/running stats
+ * /save_* are contiguous [c] of param dtype; weight/bias NULL = affine off (1 and 0). Training:
+ * batch statistics, save_mean/save_invstd written, running stats (when not NULL) updated with
+ * momentum using the unbiased variance. Eval: running stats used. Backward (training
+ * statistics): dx and, when not NULL, dweight/dbias (overwritten, not accumulated). */
+typedef struct vl_batchnorm_args {
+  vl_dtype dtype, param_dtype;
+  bool nhwc, training;
+  int64_t n, c, hw;
+  const void *x, *dy;
+  void *y, *dx;
+  const void *weight, *bias;
+  void *running_mean, *running_var;
+  void *save_mean, *save_invstd;
+  void *dweight, *dbias;
+  double momentum, eps;
+  vl_exec ex;
+} vl_batchnorm_args;
+
+/* Layer norm over the last `cols` elements of contiguous x [rows, cols]; weight/bias [cols] of
+ * param dtype or NULL; mean/rstd [rows] param dtype written by forward, read by backward;
+ * backward writes dx and (when not NULL) dweight/dbias (overwritten). */
+typedef struct vl_layernorm_args {
+  vl_dtype dtype, param_dtype;
+  int64_t rows, cols;
+  const void *x, *dy;
+  void *y, *dx;
+  const void *weight, *bias;
+  void *mean, *rstd;
+  void *dweight, *dbias;
+  double eps;
+  vl_exec ex;
+} vl_layernorm_args;
+
+/* Softmax backward over [outer, len, inner] contiguous: given y = softmax(x) (or log_softmax)
+ * and dy, dx = y * (dy - sum(dy * y)) (log: dx = dy - exp(y) * sum(dy)). */
+typedef struct vl_softmax_bw_args {
+  vl_dtype dtype;
+  const void *y, *dy;
+  void *dx;
+  int64_t outer, len, inner;
+  bool log;
+  vl_exec ex;
+} vl_softmax_bw_args;
+
+typedef struct vl_norm_kernels {
+  vl_status (*batchnorm_forward)(const vl_batchnorm_args *a);
+  vl_status (*batchnorm_backward)(const vl_batchnorm_args *a);
+  vl_status (*layernorm_forward)(const vl_layernorm_args *a);
+  vl_status (*layernorm_backward)(const vl_layernorm_args *a);
+  vl_status (*softmax_backward)(const vl_softmax_bw_args *a);
+} vl_norm_kernels;
+
+/* ---- fused multi-tensor optimizer steps ----
+ * One launch (or a few) for a whole dtype group of parameters, not one per parameter. Tensors
+ * are contiguous; params/grads/state share a dtype per group (state may be f32 with f16/bf16
+ * params). Hyper-parameters are per call. `found_inf` (device f32, may be NULL): when it holds a
+ * non-zero value the step is skipped on the device (AMP), with no host synchronisation;
+ * `inv_scale` (device f32, may be NULL) multiplies grads first. */
+typedef enum vl_optim_kind {
+  VL_OPTIM_SGD = 0,   /* momentum, dampening, nesterov, weight_decay (coupled, L2) */
+  VL_OPTIM_ADAMW,     /* beta1, beta2, eps, weight_decay (decoupled), step for bias correction */
+  VL_OPTIM_LAMB,      /* AdamW's update then a per-tensor trust ratio ||p|| / ||u|| */
+  VL_OPTIM_LARS       /* SGD-momentum with per-tensor lr scaled by eta*||p|| / (||g|| + wd*||p||) */
+} vl_optim_kind;
+
+typedef struct vl_optim_args {
+  vl_optim_kind kind;
+  vl_dtype param_dtype, grad_dtype, state_dtype;
+  int n;                          /* tensors in this group */
+  void **params;                  /* n device (or host) pointers each */
+  void **grads;
+  void **state1;                  /* momentum buffer / exp_avg (NULL entries: state not kept) */
+  void **state2;                  /* exp_avg_sq */
+  const int64_t *numel;           /* host array of n */
+  double lr, momentum, dampening, weight_decay, beta1, beta2, eps, trust_coef;
+  bool nesterov, first_step;      /* SGD: first step initialises the momentum buffer with grad */
+  int64_t step;                   /* 1-based step count for bias correction */
+  const float *found_inf, *inv_scale;
+  void *scratch;                  /* device scratch of scratch_bytes for per-tensor norms */
+  int64_t scratch_bytes;
+  vl_exec ex;
+} vl_optim_args;
+
+typedef struct vl_optim_kernels {
+  vl_status (*step)(const vl_optim_args *a);
+  /* Per-tensor L2 norms of n tensors into out[n] (f32, device), for clipping and LAMB/LARS. */
+  vl_status (*l2norms)(vl_dtype dt, int n, void *const *ptrs, const int64_t *numel, float *out, vl_exec ex);
+  /* For AMP: found_inf[0] = 1 if any element of the n tensors is inf/NaN, after scaling them in
+   * place by inv_scale[0]. */
+  vl_status (*unscale)(vl_dtype dt, int n, void *const *ptrs, const int64_t *numel, const float *inv_scale,
+                       float *found_inf, vl_exec ex);
+} vl_optim_kernels;
+
+extern const vl_conv_kernels vl_cpu_conv_kernels;
+extern const vl_pool_kernels vl_cpu_pool_kernels;
+extern const vl_norm_kernels vl_cpu_norm_kernels;
+extern const vl_optim_kernels vl_cpu_optim_kernels;
+#ifdef VL_HAVE_CUDA
+extern const vl_conv_kernels vl_cuda_conv_kernels;
+extern const vl_pool_kernels vl_cuda_pool_kernels;
+extern const vl_norm_kernels vl_cuda_norm_kernels;
+extern const vl_optim_kernels vl_cuda_optim_kernels;
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif
