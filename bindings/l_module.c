@@ -343,5 +343,6 @@ int luaopen_v100_core(lua_State *L) {
   set_submodule(L, luaopen_v100_cuda, "cuda");
   set_submodule(L, luaopen_v100_memory, "memory");
   set_submodule(L, luaopen_v100_io, "io");
+  set_submodule(L, luaopen_v100_nn_ops, "_nn");
   return 1;
 }

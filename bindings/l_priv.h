@@ -59,6 +59,9 @@ void l_register_ops_module(lua_State *L);     /* l_ops.c: module-level ops (wher
 int l_tensor_tostring(lua_State *L);          /* l_print.c */
 int l_record_stream(lua_State *L);            /* l_cuda.c: t:record_stream(s) */
 
+/* bindings/l_nn.c: the `_nn` table of layer ops; each concern adds its array to l_nn_parts. */
+int luaopen_v100_nn_ops(lua_State *L);
+
 int luaopen_v100_core(lua_State *L);
 int luaopen_v100_cuda(lua_State *L);
 int luaopen_v100_memory(lua_State *L);
