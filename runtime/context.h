@@ -28,6 +28,7 @@ typedef struct vl_context {
   void *default_stream[VL_MAX_DEVICES];      /* cudaStream_t, created (non-blocking) on first use */
   void *current_stream[VL_MAX_DEVICES];      /* what kernels are enqueued on */
   void *kernel_state[VL_MAX_DEVICES];        /* owned by kernels/cuda: handles, workspace, flags */
+  void *cudnn_state[VL_MAX_DEVICES];         /* owned by kernels/cuda/cuda_cudnn.cu: cuDNN handles, plans */
   int (*reclaim)(void *ud);                  /* host GC hook for the OOM path (bindings set it) */
   void *reclaim_ud;
 } vl_context;

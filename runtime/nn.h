@@ -76,6 +76,15 @@ vl_status vl_l2norms(int n, vl_tensor *const *ts, vl_tensor **out);
 /* AMP: multiply every tensor by inv_scale[0] in place and set found_inf[0] = 1 on inf/NaN. */
 vl_status vl_unscale_(int n, vl_tensor *const *ts, vl_tensor *inv_scale, vl_tensor *found_inf);
 
+/* ---- autograd-recording versions (runtime/autograd_nn_*.c): same arguments, record a node
+ * when grad mode is on and an input requires grad (runtime/autograd.h). ---- */
+vl_status vl_ag_conv2d(vl_tensor *x, vl_tensor *w, vl_tensor *bias, const vl_conv2d_params *p, vl_tensor **y);
+vl_status vl_ag_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y);
+/* Running stats are updated in training mode (never recorded). */
+vl_status vl_ag_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
+                           vl_tensor *running_var, bool training, double momentum, double eps, vl_tensor **y);
+vl_status vl_ag_layer_norm(vl_tensor *x, int nnorm, vl_tensor *weight, vl_tensor *bias, double eps, vl_tensor **y);
+
 #ifdef __cplusplus
 }
 #endif
