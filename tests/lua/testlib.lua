@@ -1,0 +1,1067 @@
+-- tests/lua/testlib.lua: a small test harness for the Lua tests of v100lua.
+--
+--   local T = require 'testlib'
+--   T.test('add', function() T.allclose(a + b, T.ref_binary(ta, tb, function(x, y) return x + y end), 1e-12, 0) end)
+--   T.run()   -- prints failures and "N passed, N failed", exits 0 or 1
+--
+-- Nested tables are row-major Lua arrays (as given by t:totable()); a plain number is a 0-dim
+-- value. The T.ref_* helpers compute references in plain Lua (f64). Dims given to the helpers
+-- are 1-based (negative from the end), index values 0-based, as in docs/LUA_API.md.
+local T = {}
+
+local passed, failed = 0, 0
+local failures = {}
+local current = nil
+
+-- Seed: V100_TEST_SEED or the clock, printed on failure so a run can be replayed.
+T.seed = tonumber(os.getenv('V100_TEST_SEED') or '') or (os.time() ~ math.floor((os.clock() * 1e6)))
+math.randomseed(T.seed)
+
+local function fmt(v)
+  if type(v) == 'number' then
+    if math.type(v) == 'integer' then return tostring(v) end
+    if v ~= v then return 'nan' end
+    return string.format('%.17g', v)
+  elseif type(v) == 'table' then
+    local parts = {}
+    for i = 1, math.min(#v, 8) do parts[#parts + 1] = fmt(v[i]) end
+    if #v > 8 then parts[#parts + 1] = '...' end
+    return '{' .. table.concat(parts, ', ') .. '}'
+  end
+  return tostring(v)
+end
+T.fmt = fmt
+
+local function shape_str(s)
+  if #s == 0 then return '[] (0-dim)' end
+  local p = {}
+  for i = 1, #s do p[i] = tostring(s[i]) end
+  return table.concat(p, 'x')
+end
+T.shape_str = shape_str
+
+local function fail(msg, level)
+  error(msg, (level or 1) + 1)
+end
+
+local function prefix(msg)
+  if msg and msg ~= '' then return tostring(msg) .. ': ' end
+  return ''
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- Test registration
+
+function T.test(name, fn)
+  current = name
+  local ok, err = xpcall(fn, debug.traceback)
+  current = nil
+  if ok then
+    passed = passed + 1
+    io.write('ok    ', name, '\n')
+  else
+    failed = failed + 1
+    failures[#failures + 1] = { name = name, err = tostring(err) }
+    io.write('FAIL  ', name, '\n')
+  end
+  io.flush()
+  -- Let the collector release what the test dropped, so tests stay independent.
+  collectgarbage()
+  collectgarbage()
+  return ok
+end
+
+function T.run()
+  if #failures > 0 then
+    io.write('\n---- failures (seed ', tostring(T.seed), ', set V100_TEST_SEED to replay) ----\n')
+    for _, f in ipairs(failures) do
+      io.write('[', f.name, '] ', f.err, '\n\n')
+    end
+  end
+  io.write(string.format('%d passed, %d failed\n', passed, failed))
+  io.flush()
+  os.exit(failed == 0 and 0 or 1)
+end
+
+function T.counts() return passed, failed end
+
+-- ---------------------------------------------------------------------------------------------
+-- Assertions
+
+local function deep_eq(a, b)
+  if type(a) ~= type(b) then return false end
+  if type(a) ~= 'table' then
+    if type(a) == 'number' and a ~= a and b ~= b then return true end
+    return a == b
+  end
+  if #a ~= #b then return false end
+  for k, v in pairs(a) do
+    if not deep_eq(v, b[k]) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+T.deep_eq = deep_eq
+
+function T.eq(a, b, msg)
+  if not deep_eq(a, b) then
+    fail(prefix(msg) .. 'expected ' .. fmt(b) .. ', got ' .. fmt(a), 2)
+  end
+end
+
+function T.ok(cond, msg)
+  if not cond then fail(prefix(msg) .. 'condition is false', 2) end
+end
+
+local function close(a, b, rtol, atol)
+  if a ~= a or b ~= b then return (a ~= a) and (b ~= b) end
+  if a == b then return true end -- also equal infinities
+  if a == math.huge or a == -math.huge or b == math.huge or b == -math.huge then return false end
+  return math.abs(a - b) <= atol + rtol * math.abs(b)
+end
+T.close = close
+
+-- |a - b| <= tol + tol * |b| (relative and absolute); NaN equals NaN.
+function T.near(a, b, tol, msg)
+  tol = tol or 1e-12
+  if type(a) == 'boolean' then a = a and 1 or 0 end
+  if type(b) == 'boolean' then b = b and 1 or 0 end
+  if type(a) ~= 'number' or type(b) ~= 'number' then
+    fail(prefix(msg) .. 'near: expected numbers, got ' .. type(a) .. ' and ' .. type(b), 2)
+  end
+  if not close(a, b, tol, tol) then
+    fail(string.format('%sexpected %s, got %s (diff %.3g, tol %.3g)', prefix(msg), fmt(b), fmt(a),
+      math.abs(a - b), tol), 2)
+  end
+end
+
+local function is_tensor(x)
+  local ty = type(x)
+  if ty == 'userdata' then return true end
+  if ty == 'table' and getmetatable(x) ~= nil and rawget(x, 1) == nil then
+    local ok, f = pcall(function() return x.totable end)
+    return ok and f ~= nil
+  end
+  return false
+end
+T.is_tensor = is_tensor
+
+-- Flattens a nested table (or number/boolean) in row-major order: returns flat, shape.
+local function flatten(tbl)
+  if type(tbl) ~= 'table' then
+    if type(tbl) == 'boolean' then return { tbl and 1 or 0 }, {} end
+    return { tbl }, {}
+  end
+  local shape = {}
+  local t = tbl
+  while type(t) == 'table' do
+    shape[#shape + 1] = #t
+    if #t == 0 then break end
+    t = t[1]
+  end
+  local flat = {}
+  local function rec(x, d)
+    if d > #shape then
+      if type(x) == 'table' then error('ragged nested table (too deep)', 0) end
+      if type(x) == 'boolean' then x = x and 1 or 0 end
+      flat[#flat + 1] = x
+      return
+    end
+    if type(x) ~= 'table' or #x ~= shape[d] then error('ragged nested table at depth ' .. d, 0) end
+    for i = 1, #x do rec(x[i], d + 1) end
+  end
+  rec(tbl, 1)
+  return flat, shape
+end
+T.flatten = flatten
+
+function T.shape(tbl)
+  local _, s = flatten(tbl)
+  return s
+end
+
+local function numel_of(shape)
+  local n = 1
+  for i = 1, #shape do n = n * shape[i] end
+  return n
+end
+T.numel = numel_of
+
+-- Builds a nested table of `shape` from a flat row-major array (0-dim: the number).
+local function unflatten(flat, shape)
+  if #shape == 0 then return flat[1] end
+  local pos = 0
+  local function rec(d)
+    local r = {}
+    for i = 1, shape[d] do
+      if d == #shape then
+        pos = pos + 1
+        r[i] = flat[pos]
+      else
+        r[i] = rec(d + 1)
+      end
+    end
+    return r
+  end
+  return rec(1)
+end
+T.unflatten = unflatten
+
+-- Returns flat values and shape of a tensor, a nested table or a number.
+local function values(x)
+  if type(x) == 'table' and getmetatable(x) == nil and x.shape and x.data then
+    return x.data, x.shape, true
+  end
+  if is_tensor(x) then
+    local shape = x.shape
+    local tt = x
+    if x.device ~= 'cpu' then tt = x:to('cpu') end
+    local tbl = tt:totable()
+    local flat = flatten(tbl)
+    if numel_of(shape) == 0 then flat = {} end
+    return flat, shape, true
+  end
+  local flat, shape = flatten(x)
+  return flat, shape, false
+end
+T.values = values
+
+local function multi_index(lin, shape)
+  -- lin 1-based -> 0-based multi-index string
+  local idx = {}
+  local r = lin - 1
+  for d = #shape, 1, -1 do
+    idx[d] = r % shape[d]
+    r = r // shape[d]
+  end
+  local p = {}
+  for d = 1, #shape do p[d] = tostring(idx[d]) end
+  return '[' .. table.concat(p, ',') .. '] (0-based)'
+end
+
+-- t, ref: tensors, nested tables or numbers. Compares shapes and every element:
+-- |t - ref| <= atol + rtol * |ref|; NaN equals NaN only when both are NaN.
+function T.allclose(t, ref, rtol, atol, msg)
+  rtol = rtol or 1e-5
+  atol = atol or rtol
+  local a, sa, ta = values(t)
+  local b, sb, tb = values(ref)
+  local shapes_ok
+  if ta and tb then
+    shapes_ok = deep_eq(sa, sb)
+  elseif numel_of(sa) == 0 or numel_of(sb) == 0 then
+    -- an empty nested table does not carry the trailing sizes: compare numel only,
+    -- and the leading dims that the table has
+    shapes_ok = numel_of(sa) == 0 and numel_of(sb) == 0
+  else
+    shapes_ok = deep_eq(sa, sb)
+  end
+  if not shapes_ok then
+    fail(prefix(msg) .. 'shape mismatch: got ' .. shape_str(sa) .. ', expected ' .. shape_str(sb), 2)
+  end
+  if #a ~= #b then
+    fail(prefix(msg) .. string.format('element count mismatch: got %d, expected %d', #a, #b), 2)
+  end
+  local nbad, worst, worst_excess = 0, nil, -1
+  local max_abs, max_rel = 0, 0
+  for i = 1, #a do
+    local x, y = a[i], b[i]
+    if type(x) == 'boolean' then x = x and 1 or 0 end
+    if type(y) == 'boolean' then y = y and 1 or 0 end
+    if not close(x, y, rtol, atol) then
+      nbad = nbad + 1
+      local excess
+      if x ~= x or y ~= y or math.abs(x) == math.huge or math.abs(y) == math.huge then
+        excess = math.huge
+      else
+        excess = math.abs(x - y) / (atol + rtol * math.abs(y))
+      end
+      if excess > worst_excess then worst_excess, worst = excess, i end
+    end
+    if x == x and y == y and x ~= y then
+      local d = math.abs(x - y)
+      if d == d then
+        if d > max_abs then max_abs = d end
+        local r = d / math.max(math.abs(y), 1e-300)
+        if r > max_rel then max_rel = r end
+      end
+    end
+  end
+  if nbad > 0 then
+    fail(string.format('%s%d of %d elements differ (rtol %.3g, atol %.3g); worst at %s: got %s, expected %s; ' ..
+      'max abs err %.3g, max rel err %.3g; shape %s', prefix(msg), nbad, #a, rtol, atol,
+      multi_index(worst, sa), fmt(a[worst]), fmt(b[worst]), max_abs, max_rel, shape_str(sa)), 2)
+  end
+  return max_abs, max_rel
+end
+
+-- Exact equality of values and shapes (integers, bools).
+function T.alleq(t, ref, msg)
+  local a, sa = values(t)
+  local b, sb = values(ref)
+  if #a ~= #b or (numel_of(sa) > 0 and not deep_eq(sa, sb)) then
+    fail(prefix(msg) .. 'shape mismatch: got ' .. shape_str(sa) .. ', expected ' .. shape_str(sb), 2)
+  end
+  for i = 1, #a do
+    local x, y = a[i], b[i]
+    if not (x == y or (x ~= x and y ~= y)) then
+      fail(string.format('%selement %s differs: got %s, expected %s (shape %s)', prefix(msg),
+        multi_index(i, sa), fmt(x), fmt(y), shape_str(sa)), 2)
+    end
+  end
+end
+
+-- fn must raise an error whose message contains `pattern` (a plain substring, or a table of
+-- substrings that must all appear). Returns the message.
+function T.raises(fn, pattern, msg)
+  local ok, err = pcall(fn)
+  if ok then
+    fail(prefix(msg) .. 'expected an error' .. (pattern and (' containing ' .. fmt(pattern)) or '') ..
+      ', but the call succeeded', 2)
+  end
+  local s = tostring(err)
+  if pattern then
+    local pats = type(pattern) == 'table' and pattern or { pattern }
+    for _, p in ipairs(pats) do
+      if not string.find(s, p, 1, true) then
+        fail(prefix(msg) .. 'error message lacks ' .. string.format('%q', p) .. ': ' .. s, 2)
+      end
+    end
+  end
+  return s
+end
+
+function T.has_cuda()
+  local ok, r = pcall(function() return require('v100').cuda.is_available() end)
+  return ok and r == true
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- Random inputs and nested-table helpers
+
+-- Nested table of uniform numbers in [lo, hi) (default -1, 1), never exactly zero.
+function T.rand_table(shape, lo, hi)
+  lo, hi = lo or -1, hi or 1
+  local n = numel_of(shape)
+  local flat = {}
+  for i = 1, n do
+    local v
+    repeat v = lo + (hi - lo) * math.random() until v ~= 0
+    flat[i] = v
+  end
+  if #shape == 0 then return flat[1] end
+  if n == 0 then return T.empty_table(shape) end
+  return unflatten(flat, shape)
+end
+
+-- Uniform integers in [lo, hi] (inclusive), nonzero unless the range is {0}.
+function T.rand_int_table(shape, lo, hi, allow_zero)
+  local n = numel_of(shape)
+  local flat = {}
+  for i = 1, n do
+    local v
+    repeat v = math.random(lo, hi) until v ~= 0 or allow_zero or (lo == 0 and hi == 0)
+    flat[i] = v
+  end
+  if #shape == 0 then return flat[1] end
+  if n == 0 then return T.empty_table(shape) end
+  return unflatten(flat, shape)
+end
+
+-- Random booleans.
+function T.rand_bool_table(shape, p)
+  p = p or 0.5
+  local n = numel_of(shape)
+  local flat = {}
+  for i = 1, n do flat[i] = math.random() < p end
+  if #shape == 0 then return flat[1] end
+  if n == 0 then return T.empty_table(shape) end
+  return unflatten(flat, shape)
+end
+
+-- Nested table for a shape with a zero size: as deep as the first zero.
+function T.empty_table(shape)
+  local function rec(d)
+    if shape[d] == 0 then return {} end
+    local r = {}
+    for i = 1, shape[d] do r[i] = rec(d + 1) end
+    return r
+  end
+  return rec(1)
+end
+
+function T.map(tbl, f)
+  if type(tbl) ~= 'table' then return f(tbl) end
+  local r = {}
+  for i = 1, #tbl do r[i] = T.map(tbl[i], f) end
+  return r
+end
+
+-- Same-shape elementwise map of two nested tables (a number on either side is broadcast).
+function T.map2(a, b, f)
+  if type(a) ~= 'table' and type(b) ~= 'table' then return f(a, b) end
+  local r = {}
+  if type(a) ~= 'table' then
+    for i = 1, #b do r[i] = T.map2(a, b[i], f) end
+  elseif type(b) ~= 'table' then
+    for i = 1, #a do r[i] = T.map2(a[i], b, f) end
+  else
+    assert(#a == #b, 'map2: sizes differ')
+    for i = 1, #a do r[i] = T.map2(a[i], b[i], f) end
+  end
+  return r
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- N-d arrays in plain Lua: {shape = {...}, data = flat row-major}
+
+local function nd(x)
+  if type(x) == 'table' and x.shape and x.data then return x end
+  local flat, shape = values(x)
+  return { shape = shape, data = flat }
+end
+T.nd = nd
+
+local function nd_table(a)
+  -- empty: keep the nd array so that its shape is compared
+  if numel_of(a.shape) == 0 and #a.shape > 0 then return { shape = a.shape, data = {} } end
+  return unflatten(a.data, a.shape)
+end
+T.nd_table = nd_table
+
+local function strides_of(shape)
+  local st, s = {}, 1
+  for d = #shape, 1, -1 do
+    st[d] = s
+    s = s * shape[d]
+  end
+  return st
+end
+
+local function norm_dim(d, ndim)
+  if d < 0 then d = d + ndim + 1 end
+  assert(d >= 1 and d <= math.max(ndim, 1), 'dim out of range in reference')
+  return d
+end
+T.norm_dim = norm_dim
+
+-- Calls f(idx, lin) for every multi-index (1-based entries) in row-major order.
+local function each_index(shape, f)
+  local n = numel_of(shape)
+  if n == 0 then return end
+  local idx = {}
+  for d = 1, #shape do idx[d] = 1 end
+  for lin = 1, n do
+    f(idx, lin)
+    for d = #shape, 1, -1 do
+      idx[d] = idx[d] + 1
+      if idx[d] <= shape[d] then break end
+      idx[d] = 1
+    end
+  end
+end
+T.each_index = each_index
+
+function T.broadcast_shape(s1, s2)
+  local n = math.max(#s1, #s2)
+  local r = {}
+  for i = 1, n do
+    local a = s1[#s1 - n + i] or 1
+    local b = s2[#s2 - n + i] or 1
+    if a == b or b == 1 then r[i] = a
+    elseif a == 1 then r[i] = b
+    else error('reference: shapes cannot be broadcast', 2) end
+  end
+  return r
+end
+
+-- Value of nd array a at multi-index idx of a (broadcast) output shape.
+local function bget(a, st, idx, outnd)
+  local off = 0
+  local k = outnd - #a.shape
+  for d = 1, #a.shape do
+    local i = idx[d + k]
+    if a.shape[d] == 1 then i = 1 end
+    off = off + (i - 1) * st[d]
+  end
+  return a.data[off + 1]
+end
+
+-- Broadcast elementwise op of any number of operands (tensors, tables or numbers).
+function T.ref_nary(f, ...)
+  local args = table.pack(...)
+  local nds, sts = {}, {}
+  local shape = {}
+  for i = 1, args.n do
+    nds[i] = nd(args[i])
+    sts[i] = strides_of(nds[i].shape)
+    shape = T.broadcast_shape(shape, nds[i].shape)
+  end
+  local out = {}
+  local vals = {}
+  each_index(shape, function(idx, lin)
+    for i = 1, args.n do vals[i] = bget(nds[i], sts[i], idx, #shape) end
+    out[lin] = f(table.unpack(vals, 1, args.n))
+  end)
+  return nd_table({ shape = shape, data = out })
+end
+
+function T.ref_binary(a, b, f) return T.ref_nary(f, a, b) end
+function T.ref_unary(a, f) return T.ref_nary(f, a) end
+
+-- Reduction: dims nil (all), a number or a table of 1-based (negative ok) dims; f(list) -> value.
+function T.ref_reduce(x, dims, keepdim, f)
+  local a = nd(x)
+  local ndim = #a.shape
+  local red = {}
+  if dims == nil then
+    for d = 1, ndim do red[d] = true end
+  else
+    if type(dims) == 'number' then dims = { dims } end
+    for _, d in ipairs(dims) do red[norm_dim(d, ndim)] = true end
+  end
+  local oshape, kshape = {}, {}
+  for d = 1, ndim do
+    if red[d] then
+      kshape[d] = 1
+      if keepdim then oshape[#oshape + 1] = 1 end
+    else
+      kshape[d] = a.shape[d]
+      oshape[#oshape + 1] = a.shape[d]
+    end
+  end
+  local groups = {}
+  local kst = strides_of(kshape)
+  each_index(a.shape, function(idx, lin)
+    local off = 0
+    for d = 1, ndim do
+      if not red[d] then off = off + (idx[d] - 1) * kst[d] end
+    end
+    local g = groups[off + 1]
+    if not g then g = {}; groups[off + 1] = g end
+    g[#g + 1] = a.data[lin]
+  end)
+  local out = {}
+  for i = 1, numel_of(kshape) do out[i] = f(groups[i] or {}) end
+  return nd_table({ shape = oshape, data = out })
+end
+
+function T.ref_sum(list) local s = 0 for i = 1, #list do s = s + list[i] end return s end
+function T.ref_prod(list) local s = 1 for i = 1, #list do s = s * list[i] end return s end
+function T.ref_mean(list) return T.ref_sum(list) / #list end
+function T.ref_var(list, correction)
+  correction = correction or 1
+  local m = T.ref_mean(list)
+  local s = 0
+  for i = 1, #list do s = s + (list[i] - m) ^ 2 end
+  return s / (#list - correction)
+end
+function T.ref_norm(list, p)
+  p = p or 2
+  if p == math.huge then
+    local m = 0
+    for i = 1, #list do m = math.max(m, math.abs(list[i])) end
+    return m
+  end
+  local s = 0
+  for i = 1, #list do s = s + math.abs(list[i]) ^ p end
+  return s ^ (1 / p)
+end
+-- max/min returning value and 0-based index of the first extreme (NaN propagates)
+function T.ref_argext(list, greater)
+  local bi, bv = 1, list[1]
+  for i = 2, #list do
+    local v = list[i]
+    if bv == bv then
+      if v ~= v or (greater and v > bv) or (not greater and v < bv) then bi, bv = i, v end
+    end
+  end
+  return bv, bi - 1
+end
+
+function T.ref_permute(x, perm)
+  local a = nd(x)
+  local n = #a.shape
+  local p = {}
+  for i = 1, n do p[i] = norm_dim(perm[i], n) end
+  local oshape = {}
+  for i = 1, n do oshape[i] = a.shape[p[i]] end
+  local st = strides_of(a.shape)
+  local out = {}
+  each_index(oshape, function(idx, lin)
+    local off = 0
+    for i = 1, n do off = off + (idx[i] - 1) * st[p[i]] end
+    out[lin] = a.data[off + 1]
+  end)
+  return nd_table({ shape = oshape, data = out })
+end
+
+function T.ref_transpose(x, d1, d2)
+  local a = nd(x)
+  local n = #a.shape
+  local p = {}
+  for i = 1, n do p[i] = i end
+  d1, d2 = norm_dim(d1, n), norm_dim(d2, n)
+  p[d1], p[d2] = p[d2], p[d1]
+  return T.ref_permute(a, p)
+end
+
+-- narrow: start 1-based
+function T.ref_narrow(x, dim, start, length)
+  local a = nd(x)
+  local n = #a.shape
+  dim = norm_dim(dim, n)
+  local oshape = {}
+  for i = 1, n do oshape[i] = a.shape[i] end
+  oshape[dim] = length
+  local st = strides_of(a.shape)
+  local out = {}
+  each_index(oshape, function(idx, lin)
+    local off = 0
+    for i = 1, n do
+      local j = idx[i]
+      if i == dim then j = j + start - 1 end
+      off = off + (j - 1) * st[i]
+    end
+    out[lin] = a.data[off + 1]
+  end)
+  return nd_table({ shape = oshape, data = out })
+end
+
+function T.ref_expand(x, shape)
+  return T.ref_nary(function(v) return v end, x, T.ref_full(shape, 0)) -- broadcast via a dummy
+end
+
+function T.ref_full(shape, v)
+  local n = numel_of(shape)
+  local flat = {}
+  for i = 1, n do flat[i] = v end
+  return nd_table({ shape = shape, data = flat })
+end
+
+-- torch.matmul semantics in f64.
+function T.ref_matmul(x, y)
+  local a, b = nd(x), nd(y)
+  local as, bs = a.shape, b.shape
+  if #as == 1 and #bs == 1 then
+    assert(as[1] == bs[1])
+    local s = 0
+    for i = 1, as[1] do s = s + a.data[i] * b.data[i] end
+    return s
+  end
+  local squeeze_a, squeeze_b = false, false
+  if #as == 1 then a = { shape = { 1, as[1] }, data = a.data }; squeeze_a = true end
+  if #bs == 1 then b = { shape = { bs[1], 1 }, data = b.data }; squeeze_b = true end
+  as, bs = a.shape, b.shape
+  local m, k, n = as[#as - 1], as[#as], bs[#bs]
+  assert(bs[#bs - 1] == k, 'reference matmul: inner sizes differ')
+  local abatch, bbatch = {}, {}
+  for i = 1, #as - 2 do abatch[i] = as[i] end
+  for i = 1, #bs - 2 do bbatch[i] = bs[i] end
+  local batch = T.broadcast_shape(abatch, bbatch)
+  local oshape = {}
+  for i = 1, #batch do oshape[i] = batch[i] end
+  oshape[#oshape + 1] = m
+  oshape[#oshape + 1] = n
+  local abst, bbst = strides_of(abatch), strides_of(bbatch)
+  local out = {}
+  local pos = 0
+  local function boff(bshape, bst, idx)
+    local off = 0
+    local kk = #batch - #bshape
+    for d = 1, #bshape do
+      local i = idx[d + kk]
+      if bshape[d] == 1 then i = 1 end
+      off = off + (i - 1) * bst[d]
+    end
+    return off
+  end
+  local function one(idx)
+    local ao = boff(abatch, abst, idx) * m * k
+    local bo = boff(bbatch, bbst, idx) * k * n
+    for i = 1, m do
+      for j = 1, n do
+        local s = 0
+        for l = 1, k do
+          s = s + a.data[ao + (i - 1) * k + l] * b.data[bo + (l - 1) * n + j]
+        end
+        pos = pos + 1
+        out[pos] = s
+      end
+    end
+  end
+  if #batch == 0 then one({}) else each_index(batch, one) end
+  if squeeze_a then table.remove(oshape, #oshape - 1) end
+  if squeeze_b then table.remove(oshape, #oshape) end
+  return nd_table({ shape = oshape, data = out })
+end
+
+function T.ref_softmax(x, dim, log)
+  local a = nd(x)
+  local n = #a.shape
+  if n == 0 then return log and 0 or 1 end
+  dim = norm_dim(dim, n)
+  local perm = {}
+  for i = 1, n do perm[i] = i end
+  perm[dim], perm[n] = perm[n], perm[dim]
+  local p = nd(T.ref_permute(a, perm))
+  local L = p.shape[n]
+  local out = {}
+  for base = 0, numel_of(p.shape) - L, L do
+    local m = -math.huge
+    for i = 1, L do m = math.max(m, p.data[base + i]) end
+    local s = 0
+    for i = 1, L do s = s + math.exp(p.data[base + i] - m) end
+    for i = 1, L do
+      if log then out[base + i] = p.data[base + i] - m - math.log(s)
+      else out[base + i] = math.exp(p.data[base + i] - m) / s end
+    end
+  end
+  if L == 0 then return { shape = a.shape, data = {} } end
+  return T.ref_permute({ shape = p.shape, data = out }, perm)
+end
+
+-- gather: out[i][j][k] = src[index[i][j][k] along dim]; index values 0-based
+function T.ref_gather(src, dim, index)
+  local a, ix = nd(src), nd(index)
+  local n = #a.shape
+  dim = norm_dim(dim, n)
+  local st = strides_of(a.shape)
+  local out = {}
+  each_index(ix.shape, function(idx, lin)
+    local off = 0
+    for d = 1, n do
+      local j = idx[d] - 1
+      if d == dim then j = ix.data[lin] end
+      off = off + j * st[d]
+    end
+    out[lin] = a.data[off + 1]
+  end)
+  return nd_table({ shape = ix.shape, data = out })
+end
+
+function T.ref_scatter_add(self, dim, index, src)
+  local a, ix, s = nd(self), nd(index), nd(src)
+  local n = #a.shape
+  dim = norm_dim(dim, n)
+  local st = strides_of(a.shape)
+  local sst = strides_of(s.shape)
+  local out = {}
+  for i = 1, #a.data do out[i] = a.data[i] end
+  each_index(ix.shape, function(idx, lin)
+    local off, soff = 0, 0
+    for d = 1, n do
+      local j = idx[d] - 1
+      soff = soff + j * sst[d]
+      if d == dim then j = ix.data[lin] end
+      off = off + j * st[d]
+    end
+    out[off + 1] = out[off + 1] + s.data[soff + 1]
+  end)
+  return nd_table({ shape = a.shape, data = out })
+end
+
+function T.ref_index_select(src, dim, index)
+  local a, ix = nd(src), nd(index)
+  local n = #a.shape
+  dim = norm_dim(dim, n)
+  local oshape = {}
+  for d = 1, n do oshape[d] = a.shape[d] end
+  oshape[dim] = #ix.data
+  local st = strides_of(a.shape)
+  local out = {}
+  each_index(oshape, function(idx, lin)
+    local off = 0
+    for d = 1, n do
+      local j = idx[d] - 1
+      if d == dim then j = ix.data[idx[d]] end
+      off = off + j * st[d]
+    end
+    out[lin] = a.data[off + 1]
+  end)
+  return nd_table({ shape = oshape, data = out })
+end
+
+function T.ref_cat(list, dim)
+  local nds = {}
+  for i, x in ipairs(list) do nds[i] = nd(x) end
+  local n = #nds[1].shape
+  dim = norm_dim(dim, n)
+  local oshape = {}
+  for d = 1, n do oshape[d] = nds[1].shape[d] end
+  oshape[dim] = 0
+  for _, a in ipairs(nds) do oshape[dim] = oshape[dim] + a.shape[dim] end
+  local out = {}
+  each_index(oshape, function(idx, lin)
+    local j = idx[dim]
+    for _, a in ipairs(nds) do
+      if j <= a.shape[dim] then
+        local st = strides_of(a.shape)
+        local off = 0
+        for d = 1, n do off = off + ((d == dim and j or idx[d]) - 1) * st[d] end
+        out[lin] = a.data[off + 1]
+        return
+      end
+      j = j - a.shape[dim]
+    end
+  end)
+  return nd_table({ shape = oshape, data = out })
+end
+
+function T.ref_stack(list, dim)
+  local n = #nd(list[1]).shape
+  if dim < 0 then dim = dim + n + 2 end
+  local us = {}
+  for i, x in ipairs(list) do
+    local a = nd(x)
+    local s = {}
+    for d = 1, n do s[d] = a.shape[d] end
+    table.insert(s, dim, 1)
+    us[i] = { shape = s, data = a.data }
+  end
+  return T.ref_cat(us, dim)
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- Scalar reference functions (f64)
+
+-- erf to ~1e-15: Taylor series for |x| < 2.5, continued fraction for erfc beyond.
+function T.ref_erf(x)
+  if x ~= x then return x end
+  local ax = math.abs(x)
+  if ax < 2.5 then
+    local sum, term, n = x, x, 0
+    local x2 = x * x
+    repeat
+      n = n + 1
+      term = -term * x2 / n
+      local add = term / (2 * n + 1)
+      sum = sum + add
+    until math.abs(add) <= 1e-17 * math.abs(sum)
+    return 2 / math.sqrt(math.pi) * sum
+  end
+  if ax > 6 then return x > 0 and 1 or -1 end
+  -- erfc(x) = exp(-x^2)/sqrt(pi) * 1/(x + 1/2/(x + 1/(x + 3/2/(x + ...)))) evaluated bottom-up
+  local f = ax
+  for k = 60, 1, -1 do f = ax + (k / 2) / f end
+  local erfc = math.exp(-ax * ax) / math.sqrt(math.pi) / f
+  return x > 0 and 1 - erfc or erfc - 1
+end
+
+function T.ref_gelu(x) return 0.5 * x * (1 + T.ref_erf(x / math.sqrt(2))) end
+function T.ref_tanh(x)
+  if x > 20 then return 1 elseif x < -20 then return -1 end
+  local e = math.exp(2 * x)
+  if math.abs(x) < 1e-4 then return x - x ^ 3 / 3 + 2 * x ^ 5 / 15 end
+  return (e - 1) / (e + 1)
+end
+function T.ref_gelu_tanh(x)
+  return 0.5 * x * (1 + T.ref_tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ^ 3)))
+end
+function T.ref_sigmoid(x) return 1 / (1 + math.exp(-x)) end
+function T.ref_sign(x)
+  if x ~= x then return x end
+  if x > 0 then return 1 elseif x < 0 then return -1 end
+  return 0
+end
+-- round half to even (as torch.round)
+function T.ref_round(x)
+  if x ~= x or x == math.huge or x == -math.huge then return x end
+  local f = math.floor(x)
+  local d = x - f
+  if d > 0.5 then return f + 1 end
+  if d < 0.5 then return f end
+  if f % 2 == 0 then return f end
+  return f + 1
+end
+function T.ref_relu(x) return x > 0 and x or 0 end
+function T.ref_clamp(x, lo, hi)
+  if x ~= x then return x end
+  if lo and x < lo then x = lo end
+  if hi and x > hi then x = hi end
+  return x
+end
+
+-- Rounding of a f64 value to f32 / f16 / bf16 (round to nearest even), for building exact
+-- references of low-precision results.
+local function round_to_bits(x, mant_bits, min_exp, max_exp)
+  if x ~= x or x == 0 or x == math.huge or x == -math.huge then return x end
+  -- Lua 5.4 has no math.frexp (without compat): compute the exponent by hand
+  local ax = math.abs(x)
+  local e = math.floor(math.log(ax, 2)) + 1
+  -- correct for log rounding
+  while 2.0 ^ (e - 1) > ax do e = e - 1 end
+  while 2.0 ^ e <= ax do e = e + 1 end
+  -- ax in [2^(e-1), 2^e)
+  local exp_unbiased = e - 1
+  if exp_unbiased < min_exp then exp_unbiased = min_exp end -- subnormal spacing
+  local ulp = 2.0 ^ (exp_unbiased - mant_bits)
+  local q = ax / ulp
+  local fq = math.floor(q)
+  local r = q - fq
+  if r > 0.5 or (r == 0.5 and fq % 2 == 1) then fq = fq + 1 end
+  local v = fq * ulp
+  if v >= 2.0 ^ (max_exp + 1) then v = math.huge end
+  return x < 0 and -v or v
+end
+function T.to_f32(x) return round_to_bits(x, 23, -126, 127) end
+function T.to_f16(x) return round_to_bits(x, 10, -14, 15) end
+function T.to_bf16(x) return round_to_bits(x, 7, -126, 127) end
+function T.round_dtype(x, dtype)
+  if dtype == 'f32' then return T.to_f32(x)
+  elseif dtype == 'f16' then return T.to_f16(x)
+  elseif dtype == 'bf16' then return T.to_bf16(x) end
+  return x
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- Tensors with their reference values (needs the v100 module)
+
+-- |t - ref| <= tol * bound + tiny elementwise, where bound is an error scale (e.g. sum |a||b|
+-- of a matmul, sum |x| of a reduction): for results that cancel.
+function T.within(t, ref, bound, tol, msg)
+  local a, sa = values(t)
+  local b, sb = values(ref)
+  local c = values(bound)
+  if #a ~= #b or (numel_of(sa) > 0 and not deep_eq(sa, sb)) then
+    fail(prefix(msg) .. 'shape mismatch: got ' .. shape_str(sa) .. ', expected ' .. shape_str(sb), 2)
+  end
+  for i = 1, #a do
+    local lim = tol * math.abs(c[i]) + 1e-300
+    if not (math.abs(a[i] - b[i]) <= lim) then
+      fail(string.format('%selement %s: got %s, expected %s (|err| %.3g > %.3g = tol %.3g x bound %.3g); shape %s',
+        prefix(msg), multi_index(i, sa), fmt(a[i]), fmt(b[i]), math.abs(a[i] - b[i]), lim, tol, c[i],
+        shape_str(sa)), 2)
+    end
+  end
+end
+
+local function gen_for(dtype, lo, hi)
+  if dtype == 'bool' then
+    return function(shape) return T.rand_bool_table(shape) end
+  elseif dtype == 'i32' or dtype == 'i64' or dtype == 'u8' then
+    local l = lo or (dtype == 'u8' and 1 or -50)
+    local h = hi or 50
+    return function(shape) return T.rand_int_table(shape, math.floor(l), math.floor(h)) end
+  end
+  return function(shape) return T.rand_table(shape, lo, hi) end
+end
+T.gen_for = gen_for
+
+-- A fresh random tensor of shape/dtype (values in [lo, hi), never zero) and its values as
+-- stored (nested table, read back with totable so low-precision rounding is included).
+function T.make(shape, dtype, lo, hi, device)
+  local v100 = require 'v100'
+  dtype = dtype or 'f32'
+  if numel_of(shape) == 0 and #shape > 0 then
+    local t = v100.zeros(shape, { dtype = dtype, device = device })
+    -- an empty nested table cannot carry its shape: return an nd array {shape=, data=}
+    return t, { shape = shape, data = {} }
+  end
+  local tbl = gen_for(dtype, lo, hi)(shape)
+  local t = v100.tensor(tbl, { dtype = dtype, device = device })
+  local stored = t:totable()
+  return t, stored
+end
+
+-- A tensor from a nested table with its stored values.
+function T.make_from(tbl, dtype, device)
+  local v100 = require 'v100'
+  local t = v100.tensor(tbl, { dtype = dtype or 'f32', device = device })
+  return t, t:totable()
+end
+
+-- Inputs of `shape` in several layouts: a list of {name=, t=, ref=}, where t is a contiguous
+-- tensor, a transposed view, a narrowed view (offset and gaps), and an expanded view.
+function T.variants(shape, dtype, lo, hi)
+  local out = {}
+  local n = #shape
+  local t, r = T.make(shape, dtype, lo, hi)
+  out[#out + 1] = { name = 'contiguous', t = t, ref = r }
+  if numel_of(shape) == 0 then return out end
+  if n >= 2 then
+    local bs = {}
+    for i = 1, n do bs[i] = shape[i] end
+    bs[n - 1], bs[n] = shape[n], shape[n - 1]
+    local b, br = T.make(bs, dtype, lo, hi)
+    out[#out + 1] = { name = 'transposed', t = b:transpose(n - 1, n), ref = T.ref_transpose(br, n - 1, n) }
+  end
+  if n >= 1 then
+    local bs = {}
+    for i = 1, n do bs[i] = shape[i] end
+    bs[n] = shape[n] + 3
+    local b, br = T.make(bs, dtype, lo, hi)
+    out[#out + 1] = { name = 'narrowed', t = b:narrow(n, 2, shape[n]), ref = T.ref_narrow(br, n, 2, shape[n]) }
+    if shape[1] > 1 or n > 1 then
+      local es = {}
+      for i = 1, n do es[i] = shape[i] end
+      local d = 1
+      for i = 1, n do if shape[i] > 1 then d = i break end end
+      es[d] = 1
+      local e, er = T.make(es, dtype, lo, hi)
+      out[#out + 1] = { name = 'expanded', t = e:expand(shape), ref = T.ref_expand(er, shape) }
+    end
+  end
+  return out
+end
+
+-- Large-tensor comparison with tensor ops on the CPU (no per-element Lua work): t (any device)
+-- against ref (a tensor); |t - ref| <= atol + rtol * |ref|, or, when `bound` (a tensor) is
+-- given, |t - ref| <= rtol * bound + atol. NaN equals NaN only if both are NaN. Shapes must match.
+function T.tensor_close(t, ref, rtol, atol, msg, bound)
+  local v100 = require 'v100'
+  atol = atol or rtol
+  if not deep_eq(t.shape, ref.shape) then
+    fail(prefix(msg) .. 'shape mismatch: got ' .. shape_str(t.shape) .. ', expected ' .. shape_str(ref.shape), 2)
+  end
+  if t:numel() == 0 then return end
+  local a = t:to({ dtype = 'f64', device = 'cpu' }):contiguous():view(-1)
+  local b = ref:to({ dtype = 'f64', device = 'cpu' }):contiguous():view(-1)
+  local err = (a - b):abs()
+  local lim
+  if bound then
+    lim = bound:to({ dtype = 'f64', device = 'cpu' }):contiguous():view(-1):abs() * rtol + atol
+  else
+    lim = b:abs() * rtol + atol
+  end
+  local nan_a, nan_b = a:ne(a), b:ne(b)
+  local bad = err:gt(lim):logical_or(nan_a:ne(nan_b))
+  local nbad = bad:sum():item()
+  if nbad > 0 then
+    local excess = v100.where(bad, err / lim, 0)
+    excess = v100.where(nan_a:ne(nan_b), math.huge, excess)
+    local i = excess:argmax():item()
+    local x = a:narrow(1, i + 1, 1):item()
+    local y = b:narrow(1, i + 1, 1):item()
+    local finite = v100.where(err:ne(err), 0, err)
+    fail(string.format('%s%d of %d elements differ (rtol %.3g, atol %.3g); worst at %s: got %s, expected %s; ' ..
+      'max abs err %.3g; shape %s', prefix(msg), nbad, a:numel(), rtol, atol, multi_index(i + 1, t.shape),
+      fmt(x), fmt(y), finite:max():item(), shape_str(t.shape)), 2)
+  end
+end
+
+-- Exact equality of two tensors of any devices/dtypes (compared as f64).
+function T.tensor_eq(t, ref, msg)
+  if not deep_eq(t.shape, ref.shape) then
+    fail(prefix(msg) .. 'shape mismatch: got ' .. shape_str(t.shape) .. ', expected ' .. shape_str(ref.shape), 2)
+  end
+  if t:numel() == 0 then return end
+  local a = t:to({ dtype = 'f64', device = 'cpu' }):contiguous():view(-1)
+  local b = ref:to({ dtype = 'f64', device = 'cpu' }):contiguous():view(-1)
+  local diff = a:ne(b):logical_and(a:eq(a):logical_or(b:eq(b)))
+  local n = diff:sum():item()
+  if n > 0 then
+    local i = diff:float():argmax():item()
+    fail(string.format('%s%d of %d elements differ; first at %s: got %s, expected %s; shape %s', prefix(msg), n,
+      a:numel(), multi_index(i + 1, t.shape), fmt(a:narrow(1, i + 1, 1):item()), fmt(b:narrow(1, i + 1, 1):item()),
+      shape_str(t.shape)), 2)
+  end
+end
+
+-- Default tolerances for comparing a dtype's result with an f64 reference.
+T.TOL = { f64 = 1e-12, f32 = 1e-6, f16 = 1e-3, bf16 = 1e-2 }
+function T.tol(dtype) return T.TOL[dtype] or 0 end
+
+return T
