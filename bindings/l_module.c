@@ -12,13 +12,19 @@
 #define VL_VERSION_STRING "0.0.0"
 #endif
 
-/* A size: a table {2, 3} or a single integer (1-D). */
-static int check_size(lua_State *L, int arg, int64_t size[VL_MAX_DIMS]) {
+/* A size: a table {2, 3} or a single integer (1-D). Negative sizes are reported here, under the
+ * name of the function the user called (the runtime would name its own `empty`). */
+static int check_size(lua_State *L, int arg, int64_t size[VL_MAX_DIMS], const char *fname) {
+  int n;
   if (lua_type(L, arg) == LUA_TNUMBER) {
     size[0] = (int64_t)luaL_checkinteger(L, arg);
-    return 1;
+    n = 1;
+  } else {
+    n = l_checksizetable(L, arg, size);
   }
-  return l_checksizetable(L, arg, size);
+  for (int i = 0; i < n; i++)
+    if (size[i] < 0) return luaL_error(L, "%s: negative size %d in dim %d", fname, (int)size[i], i + 1);
+  return n;
 }
 
 /* ---- v100.tensor(tbl, opts) ---- */
@@ -108,33 +114,39 @@ static int m_tensor(lua_State *L) {
     store_value(L, 1, buf, dt);
   }
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_from_host(buf, s.ndim, s.size, dt, dev, slot));
+  l_done(L, vl_from_host(buf, s.ndim, s.size, dt, dev, slot));
+  l_opt_requires_grad(L, 2, lua_gettop(L));
+  return 1;
 }
 
 /* ---- sized creation ---- */
 
 static int m_empty(lua_State *L) {
   int64_t size[VL_MAX_DIMS];
-  int n = check_size(L, 1, size);
+  int n = check_size(L, 1, size, "empty");
   vl_dtype dt = VL_F32;
   vl_device dev = vl_cpu_device();
   l_opts(L, 2, &dt, &dev);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_tensor_empty(n, size, dt, dev, slot));
+  l_done(L, vl_tensor_empty(n, size, dt, dev, slot));
+  l_opt_requires_grad(L, 2, lua_gettop(L));
+  return 1;
 }
 
-static int full_at(lua_State *L, double value, int opts) {
+static int full_at(lua_State *L, const char *fname, double value, int opts) {
   int64_t size[VL_MAX_DIMS];
-  int n = check_size(L, 1, size);
+  int n = check_size(L, 1, size, fname);
   vl_dtype dt = VL_F32;
   vl_device dev = vl_cpu_device();
   l_opts(L, opts, &dt, &dev);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_full(n, size, value, dt, dev, slot));
+  l_done(L, vl_full(n, size, value, dt, dev, slot));
+  l_opt_requires_grad(L, opts, lua_gettop(L));
+  return 1;
 }
-static int m_zeros(lua_State *L) { return full_at(L, 0.0, 2); }
-static int m_ones(lua_State *L) { return full_at(L, 1.0, 2); }
-static int m_full(lua_State *L) { return full_at(L, l_toscalar(L, 2), 3); }
+static int m_zeros(lua_State *L) { return full_at(L, "zeros", 0.0, 2); }
+static int m_ones(lua_State *L) { return full_at(L, "ones", 1.0, 2); }
+static int m_full(lua_State *L) { return full_at(L, "full", l_toscalar(L, 2), 3); }
 
 static int m_arange(lua_State *L) {
   int nnum = 0;
@@ -153,12 +165,15 @@ static int m_arange(lua_State *L) {
   vl_device dev = vl_cpu_device();
   l_opts(L, nnum + 1, &dt, &dev);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_arange(start, stop, step, dt, dev, slot));
+  l_done(L, vl_arange(start, stop, step, dt, dev, slot));
+  l_opt_requires_grad(L, nnum + 1, lua_gettop(L));
+  return 1;
 }
 
 static int random_sized(lua_State *L, int kind) {
+  static const char *const names[] = {"rand", "randn", "bernoulli"};
   int64_t size[VL_MAX_DIMS];
-  int n = check_size(L, 1, size);
+  int n = check_size(L, 1, size, names[kind]);
   double p = 0.5;
   int opts = 2;
   if (kind == 2) {
@@ -172,7 +187,9 @@ static int random_sized(lua_State *L, int kind) {
   vl_status s = kind == 0 ? vl_rand(n, size, 0.0, 1.0, dt, dev, slot)
               : kind == 1 ? vl_randn(n, size, 0.0, 1.0, dt, dev, slot)
                           : vl_bernoulli(n, size, p, dt, dev, slot);
-  return l_done(L, s);
+  l_done(L, s);
+  l_opt_requires_grad(L, opts, lua_gettop(L));
+  return 1;
 }
 static int m_rand(lua_State *L) { return random_sized(L, 0); }
 static int m_randn(lua_State *L) { return random_sized(L, 1); }
@@ -193,7 +210,9 @@ static int like(lua_State *L, int kind) {
     case 5: s = vl_randn(t->ndim, t->size, 0.0, 1.0, dt, dev, slot); break;
     default: s = vl_full(t->ndim, t->size, v, dt, dev, slot); break;
   }
-  return l_done(L, s);
+  l_done(L, s);
+  l_opt_requires_grad(L, kind == 3 ? 3 : 2, lua_gettop(L));
+  return 1;
 }
 static int m_empty_like(lua_State *L) { return like(L, 0); }
 static int m_zeros_like(lua_State *L) { return like(L, 1); }
@@ -330,9 +349,11 @@ int luaopen_v100_core(lua_State *L) {
   lua_newtable(L); /* the methods table, shared by __index and exposed as Tensor */
   l_register_tensor_methods(L);
   l_register_ops(L);
+  l_register_autograd_methods(L);
   l_tensor_metatable(L);
   luaL_newlib(L, module_funcs);
   l_register_ops_module(L);
+  l_register_autograd_module(L);
   lua_pushvalue(L, -2);
   lua_setfield(L, -2, "Tensor");
   lua_remove(L, -2);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bindings/l_priv.h"
+#include "runtime/autograd_ops.h"
 #include "runtime/ops.h"
 
 static int self_or_error(lua_State *L, vl_status s) {
@@ -37,19 +38,19 @@ static int b_binary(lua_State *L) {
   if (l_isscalar(L, 2)) {
     double s = l_toscalar(L, 2) * alpha;
     vl_tensor **slot = l_slot(L);
-    return l_done(L, vl_binary_scalar(op, a, s, false, slot));
+    return l_done(L, vl_ag_binary_scalar(op, a, s, false, slot));
   }
   vl_tensor *b = vl_lua_checktensor(L, 2);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_binary(op, a, b, alpha, slot));
+  return l_done(L, vl_ag_binary(op, a, b, alpha, slot));
 }
 
 static int b_binary_(lua_State *L) {
   vl_binary_op op = (vl_binary_op)lua_tointeger(L, lua_upvalueindex(1));
   vl_tensor *a = vl_lua_checktensor(L, 1);
   double alpha = has_alpha(op) ? luaL_optnumber(L, 3, 1.0) : 1.0;
-  if (l_isscalar(L, 2)) return self_or_error(L, vl_binary_scalar_(op, a, l_toscalar(L, 2) * alpha));
-  return self_or_error(L, vl_binary_(op, a, vl_lua_checktensor(L, 2), alpha));
+  if (l_isscalar(L, 2)) return self_or_error(L, vl_ag_binary_scalar_(op, a, l_toscalar(L, 2) * alpha));
+  return self_or_error(L, vl_ag_binary_(op, a, vl_lua_checktensor(L, 2), alpha));
 }
 
 /* Operators: a number may stand on either side. */
@@ -59,17 +60,17 @@ static int b_operator(lua_State *L) {
     vl_tensor *b = vl_lua_checktensor(L, 2);
     double s = l_toscalar(L, 1);
     vl_tensor **slot = l_slot(L);
-    return l_done(L, vl_binary_scalar(op, b, s, true, slot));
+    return l_done(L, vl_ag_binary_scalar(op, b, s, true, slot));
   }
   vl_tensor *a = vl_lua_checktensor(L, 1);
   if (l_isscalar(L, 2)) {
     double s = l_toscalar(L, 2);
     vl_tensor **slot = l_slot(L);
-    return l_done(L, vl_binary_scalar(op, a, s, false, slot));
+    return l_done(L, vl_ag_binary_scalar(op, a, s, false, slot));
   }
   vl_tensor *b = vl_lua_checktensor(L, 2);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_binary(op, a, b, 1.0, slot));
+  return l_done(L, vl_ag_binary(op, a, b, 1.0, slot));
 }
 
 /* ---- unary ---- */
@@ -90,19 +91,19 @@ static int u_unary(lua_State *L) {
   vl_unary_op op = (vl_unary_op)lua_tointeger(L, lua_upvalueindex(1));
   vl_tensor *a = vl_lua_checktensor(L, 1);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_unary(op, a, slot));
+  return l_done(L, vl_ag_unary(op, a, slot));
 }
 
 static int u_unary_(lua_State *L) {
   vl_unary_op op = (vl_unary_op)lua_tointeger(L, lua_upvalueindex(1));
   vl_tensor *a = vl_lua_checktensor(L, 1);
-  return self_or_error(L, vl_unary_(op, a));
+  return self_or_error(L, vl_ag_unary_(op, a));
 }
 
 static int u_unm(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_unary(VL_UN_NEG, a, slot));
+  return l_done(L, vl_ag_unary(VL_UN_NEG, a, slot));
 }
 
 static vl_unary_op gelu_op(lua_State *L, int idx) {
@@ -120,11 +121,11 @@ static int t_gelu(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
   vl_unary_op op = gelu_op(L, 2);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_unary(op, a, slot));
+  return l_done(L, vl_ag_unary(op, a, slot));
 }
 static int t_gelu_(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
-  return self_or_error(L, vl_unary_(gelu_op(L, 2), a));
+  return self_or_error(L, vl_ag_unary_(gelu_op(L, 2), a));
 }
 
 static double opt_bound(lua_State *L, int idx, double none) {
@@ -134,22 +135,22 @@ static int t_clamp(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
   double lo = opt_bound(L, 2, -INFINITY), hi = opt_bound(L, 3, INFINITY);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_clamp(a, lo, hi, slot));
+  return l_done(L, vl_ag_clamp(a, lo, hi, slot));
 }
 static int t_clamp_(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
-  return self_or_error(L, vl_clamp_(a, opt_bound(L, 2, -INFINITY), opt_bound(L, 3, INFINITY)));
+  return self_or_error(L, vl_ag_clamp_(a, opt_bound(L, 2, -INFINITY), opt_bound(L, 3, INFINITY)));
 }
 
 static int t_masked_fill(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1), *mask = vl_lua_checktensor(L, 2);
   double v = l_toscalar(L, 3);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_masked_fill(a, mask, v, slot));
+  return l_done(L, vl_ag_masked_fill(a, mask, v, slot));
 }
 static int t_masked_fill_(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1), *mask = vl_lua_checktensor(L, 2);
-  return self_or_error(L, vl_masked_fill_(a, mask, l_toscalar(L, 3)));
+  return self_or_error(L, vl_ag_masked_fill_(a, mask, l_toscalar(L, 3)));
 }
 
 /* ---- reductions ---- */
@@ -164,7 +165,7 @@ static int reduce_simple(lua_State *L, vl_reduce_op op) {
   int n = opt_dims(L, 2, dims);
   bool keep = lua_toboolean(L, 3);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_reduce(op, a, n, dims, keep, 0.0, slot, NULL));
+  return l_done(L, vl_ag_reduce(op, a, n, dims, keep, 0.0, slot, NULL));
 }
 static int t_sum(lua_State *L) { return reduce_simple(L, VL_RED_SUM); }
 static int t_prod(lua_State *L) { return reduce_simple(L, VL_RED_PROD); }
@@ -187,8 +188,8 @@ static int var_std(lua_State *L, bool std) {
   bool keep = lua_toboolean(L, 3);
   lua_settop(L, 1);
   vl_tensor **slot = l_slot(L);
-  vl_status s = vl_reduce(VL_RED_VAR, a, n, dims, keep, correction, slot, NULL);
-  if (s == VL_OK && std) s = vl_unary_(VL_UN_SQRT, *slot);
+  vl_status s = vl_ag_reduce(VL_RED_VAR, a, n, dims, keep, correction, slot, NULL);
+  if (s == VL_OK && std) s = vl_ag_unary_(VL_UN_SQRT, *slot);
   return l_done(L, s);
 }
 static int t_var(lua_State *L) { return var_std(L, false); }
@@ -201,7 +202,7 @@ static int t_norm(lua_State *L) {
   int n = opt_dims(L, 3, dims);
   bool keep = lua_toboolean(L, 4);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_reduce(VL_RED_NORM, a, n, dims, keep, p, slot, NULL));
+  return l_done(L, vl_ag_reduce(VL_RED_NORM, a, n, dims, keep, p, slot, NULL));
 }
 
 /* max/min without dim: a 0-dim tensor; with dim: values and 0-based i64 indices. */
@@ -209,13 +210,13 @@ static int max_min(lua_State *L, vl_reduce_op op) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
   if (lua_isnoneornil(L, 2)) {
     vl_tensor **slot = l_slot(L);
-    return l_done(L, vl_reduce(op, a, 0, NULL, false, 0.0, slot, NULL));
+    return l_done(L, vl_ag_reduce(op, a, 0, NULL, false, 0.0, slot, NULL));
   }
   int d = l_checkdim(L, 2);
   bool keep = lua_toboolean(L, 3);
   vl_tensor **vals = l_slot(L);
   vl_tensor **idx = l_slot(L);
-  return l_done2(L, vl_reduce(op, a, 1, &d, keep, 0.0, vals, idx));
+  return l_done2(L, vl_ag_reduce(op, a, 1, &d, keep, 0.0, vals, idx));
 }
 static int t_max(lua_State *L) { return max_min(L, VL_RED_MAX); }
 static int t_min(lua_State *L) { return max_min(L, VL_RED_MIN); }
@@ -234,7 +235,7 @@ static int softmax(lua_State *L, bool log) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
   int d = l_checkdim(L, 2);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_softmax(a, d, log, slot));
+  return l_done(L, vl_ag_softmax(a, d, log, slot));
 }
 static int t_softmax(lua_State *L) { return softmax(L, false); }
 static int t_log_softmax(lua_State *L) { return softmax(L, true); }
@@ -244,24 +245,19 @@ static int t_log_softmax(lua_State *L) { return softmax(L, true); }
 static int t_matmul(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1), *b = vl_lua_checktensor(L, 2);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_matmul(a, b, slot));
+  return l_done(L, vl_ag_matmul(a, b, slot));
 }
 
 static int t_mm(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1), *b = vl_lua_checktensor(L, 2);
-  if (a->ndim != 2 || b->ndim != 2) {
-    char da[96], db[96];
-    return luaL_error(L, "mm: expected 2-D tensors (a %s, b %s)", vl_tensor_desc(a, da, sizeof da),
-                      vl_tensor_desc(b, db, sizeof db));
-  }
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_matmul(a, b, slot));
+  return l_done(L, vl_ag_mm(a, b, slot));
 }
 
 static int t_bmm(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1), *b = vl_lua_checktensor(L, 2);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_bmm(a, b, slot));
+  return l_done(L, vl_ag_bmm(a, b, slot));
 }
 
 static int m_addmm(lua_State *L) {
@@ -277,7 +273,7 @@ static int m_addmm(lua_State *L) {
     lua_pop(L, 2);
   }
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_addmm(bias, a, b, beta, alpha, slot));
+  return l_done(L, vl_ag_addmm(bias, a, b, beta, alpha, slot));
 }
 
 static int m_set_allow_tf32(lua_State *L) {
@@ -297,7 +293,7 @@ static int t_gather(lua_State *L) {
   int d = l_checkdim(L, 2);
   vl_tensor *index = vl_lua_checktensor(L, 3);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_gather(a, d, index, slot));
+  return l_done(L, vl_ag_gather(a, d, index, slot));
 }
 
 static int t_scatter_add(lua_State *L) {
@@ -305,14 +301,14 @@ static int t_scatter_add(lua_State *L) {
   int d = l_checkdim(L, 2);
   vl_tensor *index = vl_lua_checktensor(L, 3), *src = vl_lua_checktensor(L, 4);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_scatter_add(a, d, index, src, slot));
+  return l_done(L, vl_ag_scatter_add(a, d, index, src, slot));
 }
 
 static int t_scatter_add_(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
   int d = l_checkdim(L, 2);
   vl_tensor *index = vl_lua_checktensor(L, 3), *src = vl_lua_checktensor(L, 4);
-  return self_or_error(L, vl_scatter_add_(a, d, index, src));
+  return self_or_error(L, vl_ag_scatter_add_(a, d, index, src));
 }
 
 static int t_index_select(lua_State *L) {
@@ -320,7 +316,7 @@ static int t_index_select(lua_State *L) {
   int d = l_checkdim(L, 2);
   vl_tensor *index = vl_lua_checktensor(L, 3);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_index_select(a, d, index, slot));
+  return l_done(L, vl_ag_index_select(a, d, index, slot));
 }
 
 /* cat/stack(list, dim): the pointer array is a userdata so a type error midway leaks nothing. */
@@ -340,7 +336,7 @@ static int join(lua_State *L, bool stack) {
     lua_pop(L, 1);
   }
   vl_tensor **slot = l_slot(L);
-  return l_done(L, stack ? vl_stack(n, ts, d, slot) : vl_cat(n, ts, d, slot));
+  return l_done(L, stack ? vl_ag_stack(n, ts, d, slot) : vl_ag_cat(n, ts, d, slot));
 }
 static int m_cat(lua_State *L) { return join(L, false); }
 static int m_stack(lua_State *L) { return join(L, true); }
@@ -364,7 +360,7 @@ static int m_where(lua_State *L) {
   vl_tensor *a = where_operand(L, 2, 3, cond);
   vl_tensor *b = where_operand(L, 3, 2, cond);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_where(cond, a, b, slot));
+  return l_done(L, vl_ag_where(cond, a, b, slot));
 }
 
 static const luaL_Reg op_methods[] = {

@@ -8,6 +8,7 @@
 
 #include "bindings/l_priv.h"
 #include "runtime/cuda.h"
+#include "runtime/autograd_ops.h"
 #include "runtime/ops.h"
 
 /* Lua's collector only sees the small userdata, not the storage bytes behind it, so a loop that
@@ -248,7 +249,7 @@ static int t_index(lua_State *L) {
   else if (strcmp(k, "dtype") == 0) lua_pushstring(L, vl_dtype_name(t->dtype));
   else if (strcmp(k, "device") == 0) lua_pushstring(L, vl_device_str(tdev(t), buf, sizeof buf));
   else if (strcmp(k, "ndim") == 0) lua_pushinteger(L, t->ndim);
-  else lua_pushnil(L);
+  else if (!l_autograd_field(L, t, k)) lua_pushnil(L);
   return 1;
 }
 
@@ -305,7 +306,7 @@ static int t_view(lua_State *L) {
   int64_t size[VL_MAX_DIMS];
   int n = l_checksize(L, 2, size);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_view(t, n, size, slot));
+  return l_done(L, vl_ag_view(t, n, size, slot));
 }
 
 static int t_reshape(lua_State *L) {
@@ -313,7 +314,7 @@ static int t_reshape(lua_State *L) {
   int64_t size[VL_MAX_DIMS];
   int n = l_checksize(L, 2, size);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_reshape(t, n, size, slot));
+  return l_done(L, vl_ag_reshape(t, n, size, slot));
 }
 
 static int t_narrow(lua_State *L) {
@@ -322,7 +323,7 @@ static int t_narrow(lua_State *L) {
   int64_t start = l_checkpos(L, 3, t->size[d]);
   int64_t len = (int64_t)luaL_checkinteger(L, 4);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_narrow(t, d, start, len, slot));
+  return l_done(L, vl_ag_narrow(t, d, start, len, slot));
 }
 
 static int t_select(lua_State *L) {
@@ -330,14 +331,14 @@ static int t_select(lua_State *L) {
   int d = wrapdim(L, "select", l_checkdim(L, 2), t->ndim);
   int64_t idx = l_checkpos(L, 3, t->size[d]);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_select(t, d, idx, slot));
+  return l_done(L, vl_ag_select(t, d, idx, slot));
 }
 
 static int t_transpose(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   int d0 = l_checkdim(L, 2), d1 = l_checkdim(L, 3);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_transpose(t, d0, d1, slot));
+  return l_done(L, vl_ag_transpose(t, d0, d1, slot));
 }
 
 static int t_t(lua_State *L) {
@@ -351,7 +352,7 @@ static int t_t(lua_State *L) {
     *slot = vl_tensor_retain(t);
     return l_done(L, VL_OK);
   }
-  return l_done(L, vl_transpose(t, 0, 1, slot));
+  return l_done(L, vl_ag_transpose(t, 0, 1, slot));
 }
 
 static int t_permute(lua_State *L) {
@@ -359,7 +360,7 @@ static int t_permute(lua_State *L) {
   int perm[VL_MAX_DIMS];
   int n = l_checkdimlist(L, 2, perm, true);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_permute(t, n, perm, slot));
+  return l_done(L, vl_ag_permute(t, n, perm, slot));
 }
 
 static int t_expand(lua_State *L) {
@@ -367,14 +368,14 @@ static int t_expand(lua_State *L) {
   int64_t size[VL_MAX_DIMS];
   int n = l_checksize(L, 2, size);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_expand(t, n, size, slot));
+  return l_done(L, vl_ag_expand(t, n, size, slot));
 }
 
 static int t_expand_as(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   vl_tensor *u = vl_lua_checktensor(L, 2);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_expand(t, u->ndim, u->size, slot));
+  return l_done(L, vl_ag_expand(t, u->ndim, u->size, slot));
 }
 
 static int t_squeeze(lua_State *L) {
@@ -382,26 +383,26 @@ static int t_squeeze(lua_State *L) {
   bool all = lua_isnoneornil(L, 2);
   int d = all ? 0 : l_checkdim(L, 2);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, all ? vl_squeeze_all(t, slot) : vl_squeeze(t, d, slot));
+  return l_done(L, all ? vl_ag_squeeze_all(t, slot) : vl_ag_squeeze(t, d, slot));
 }
 
 static int t_unsqueeze(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   int d = l_checkdim(L, 2);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_unsqueeze(t, d, slot));
+  return l_done(L, vl_ag_unsqueeze(t, d, slot));
 }
 
 static int t_contiguous(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_contiguous(t, slot));
+  return l_done(L, vl_ag_contiguous(t, slot));
 }
 
 static int t_clone(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_clone(t, slot));
+  return l_done(L, vl_ag_clone(t, slot));
 }
 
 /* The malloc'd array from vl_split/vl_chunk lives in a userdata while its tensors are moved into
@@ -429,8 +430,8 @@ static int split_or_chunk(lua_State *L, bool chunk) {
   p->v = NULL;
   p->n = p->i = 0;
   luaL_setmetatable(L, PENDING_MT);
-  vl_status s = chunk ? vl_chunk(t, (int)(k > INT_MAX ? INT_MAX : k), d, &p->v, &p->n)
-                      : vl_split(t, (int64_t)k, d, &p->v, &p->n);
+  vl_status s = chunk ? vl_ag_chunk(t, (int)(k > INT_MAX ? INT_MAX : k), d, &p->v, &p->n)
+                      : vl_ag_split(t, (int64_t)k, d, &p->v, &p->n);
   if (s != VL_OK) return vl_lua_error(L, s);
   lua_createtable(L, p->n, 0);
   while (p->i < p->n) {
@@ -462,13 +463,13 @@ static int t_to(lua_State *L) {
     l_opts(L, 2, &dt, &dev);
   }
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_to(t, dt, dev, slot));
+  return l_done(L, vl_ag_to(t, dt, dev, slot));
 }
 
 static int to_dtype(lua_State *L, vl_dtype dt) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_to(t, dt, tdev(t), slot));
+  return l_done(L, vl_ag_to(t, dt, tdev(t), slot));
 }
 static int t_float(lua_State *L) { return to_dtype(L, VL_F32); }
 static int t_half(lua_State *L) { return to_dtype(L, VL_F16); }
@@ -483,13 +484,13 @@ static int t_cuda(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   vl_device dev = vl_cuda_device(l_optcudadev(L, 2, "cuda"));
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_to(t, t->dtype, dev, slot));
+  return l_done(L, vl_ag_to(t, t->dtype, dev, slot));
 }
 
 static int t_cpu(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_to(t, t->dtype, vl_cpu_device(), slot));
+  return l_done(L, vl_ag_to(t, t->dtype, vl_cpu_device(), slot));
 }
 
 static int self_or_error(lua_State *L, vl_status s) {
@@ -500,24 +501,24 @@ static int self_or_error(lua_State *L, vl_status s) {
 
 static int t_copy_(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
-  return self_or_error(L, vl_copy_(t, vl_lua_checktensor(L, 2)));
+  return self_or_error(L, vl_ag_copy_(t, vl_lua_checktensor(L, 2)));
 }
 static int t_fill_(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
-  return self_or_error(L, vl_fill_(t, l_toscalar(L, 2)));
+  return self_or_error(L, vl_ag_fill_(t, l_toscalar(L, 2)));
 }
-static int t_zero_(lua_State *L) { return self_or_error(L, vl_fill_(vl_lua_checktensor(L, 1), 0.0)); }
+static int t_zero_(lua_State *L) { return self_or_error(L, vl_ag_fill_(vl_lua_checktensor(L, 1), 0.0)); }
 static int t_uniform_(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
-  return self_or_error(L, vl_uniform_(t, luaL_optnumber(L, 2, 0.0), luaL_optnumber(L, 3, 1.0)));
+  return self_or_error(L, vl_ag_uniform_(t, luaL_optnumber(L, 2, 0.0), luaL_optnumber(L, 3, 1.0)));
 }
 static int t_normal_(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
-  return self_or_error(L, vl_normal_(t, luaL_optnumber(L, 2, 0.0), luaL_optnumber(L, 3, 1.0)));
+  return self_or_error(L, vl_ag_normal_(t, luaL_optnumber(L, 2, 0.0), luaL_optnumber(L, 3, 1.0)));
 }
 static int t_bernoulli_(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
-  return self_or_error(L, vl_bernoulli_(t, luaL_optnumber(L, 2, 0.5)));
+  return self_or_error(L, vl_ag_bernoulli_(t, luaL_optnumber(L, 2, 0.5)));
 }
 
 /* One host element as Lua sees it: integers exactly (i64 beyond 2^53 too), bool as boolean. */
@@ -647,6 +648,8 @@ void l_tensor_metatable(lua_State *L) {
   lua_setfield(L, -2, "__close");
   lua_pushcfunction(L, t_len);
   lua_setfield(L, -2, "__len");
+  lua_pushcfunction(L, l_autograd_newindex);
+  lua_setfield(L, -2, "__newindex");
   lua_pushcfunction(L, l_tensor_tostring);
   lua_setfield(L, -2, "__tostring");
   l_register_operators(L);

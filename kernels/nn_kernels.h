@@ -164,6 +164,8 @@ extern const vl_conv_kernels vl_cuda_conv_kernels;
 extern const vl_pool_kernels vl_cuda_pool_kernels;
 extern const vl_norm_kernels vl_cuda_norm_kernels;
 extern const vl_optim_kernels vl_cuda_optim_kernels;
+/* kernels/cuda/cuda_cudnn.cu: destroys the cuDNN handles and plan caches (vl_shutdown). */
+void vl_cudnn_teardown(void);
 #endif
 
 #ifdef __cplusplus

@@ -95,6 +95,8 @@ typedef struct vl_autograd_meta {
   vl_node *accumulator;       /* non-owning cache of a leaf's AccumulateGrad node */
   vl_hook *hooks;             /* leaf hooks (fn) and post-accumulate hooks (post) */
   char *name;                 /* optional, for messages (parameter names) */
+  bool is_view;               /* a recorded view of a tensor that requires grad (in-place ops on
+                                 it are refused rather than computing wrong gradients) */
 } vl_autograd_meta;
 
 /* ---- grad mode ---- */
@@ -114,6 +116,8 @@ vl_status vl_retain_grad(vl_tensor *t);
 vl_node *vl_grad_fn(const vl_tensor *t);             /* borrowed */
 /* A new tensor sharing storage with t that requires no grad and has no grad_fn. */
 vl_status vl_detach(vl_tensor *t, vl_tensor **out);
+/* Detaches t in place: it becomes a leaf that does not require grad (its history is dropped). */
+vl_status vl_detach_(vl_tensor *t);
 /* Frees the autograd meta of a tensor object (called by vl_tensor_release when the object dies). */
 void vl_autograd_meta_free(vl_tensor *t);
 
@@ -137,6 +141,9 @@ vl_status vl_node_save(vl_node *n, vl_tensor *t);
 vl_status vl_node_saved(vl_node *n, int i, vl_tensor **out);
 vl_node *vl_node_retain(vl_node *n);
 void vl_node_release(vl_node *n);
+
+/* Autograd nodes alive in this process (tests check that graphs are freed). */
+int64_t vl_autograd_live_nodes(void);
 
 /* ---- running ---- */
 /* Backpropagates from roots. grads[i] may be NULL only for a one-element root (then ones). */

@@ -4,12 +4,13 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/nn_kernels.h"
 #include "runtime/cuda.h"
 
 #define VL_DEFAULT_SEED 67280421310721ULL
 
 /* Statically initialised so that the RNG and flags have their defaults before vl_init. */
-static vl_context g_ctx = {.seed = VL_DEFAULT_SEED};
+static vl_context g_ctx = {.seed = VL_DEFAULT_SEED, .grad_enabled = true};
 
 vl_context *vl_ctx(void) { return &g_ctx; }
 
@@ -19,6 +20,7 @@ vl_status vl_init(void) {
   if (n < 0) n = 0;
   if (n > VL_MAX_DEVICES) n = VL_MAX_DEVICES;
   g_ctx.ndevices = n;
+  g_ctx.grad_enabled = true; /* autograd records by default (also before vl_init: see g_ctx) */
   g_ctx.initialized = true;
   return VL_OK;
 }
@@ -26,6 +28,7 @@ vl_status vl_init(void) {
 void vl_shutdown(void) {
 #ifdef VL_HAVE_CUDA
   if (vl_cuda_kernels.shutdown) vl_cuda_kernels.shutdown();
+  vl_cudnn_teardown();
   vl_cuda_teardown();
 #endif
   /* The RNG state, flags and the reclaim hook survive a shutdown/init cycle; device state not. */

@@ -22,6 +22,7 @@ typedef struct vl_context {
   bool allow_tf32;                           /* f32 GEMMs may use TF32 (default off) */
   bool grad_enabled;                         /* autograd records (default on; vl_init sets it) */
   uint64_t node_seq;                         /* autograd node creation counter */
+  int64_t live_nodes;                        /* autograd nodes not yet freed (a debug count) */
   bool cudnn_benchmark;                      /* conv algorithms by timing on first use (default off) */
   vl_pool *pool[VL_MAX_DEVICES];             /* caching allocator per device, made on first use */
   vl_pool *host_pool;                        /* pinned host memory, made on first use */

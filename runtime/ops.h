@@ -87,6 +87,7 @@ vl_status vl_softmax(vl_tensor *a, int dim, bool log, vl_tensor **out);
 /* torch.matmul semantics: 1-D x 1-D dot, 2-D x 2-D, 1-D promoted and removed, batch dims
  * broadcast. */
 vl_status vl_matmul(vl_tensor *a, vl_tensor *b, vl_tensor **out);
+vl_status vl_mm(vl_tensor *a, vl_tensor *b, vl_tensor **out);                 /* 2-D only */
 vl_status vl_bmm(vl_tensor *a, vl_tensor *b, vl_tensor **out);                /* 3-D only */
 /* beta * bias + alpha * (a @ b); a, b 2-D; bias broadcastable to the result. */
 vl_status vl_addmm(vl_tensor *bias, vl_tensor *a, vl_tensor *b, double beta, double alpha, vl_tensor **out);

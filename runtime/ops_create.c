@@ -8,6 +8,12 @@
 #include "runtime/ops_internal.h"
 #include "runtime/philox.h"
 
+/* In-place front ends bump the storage's version once they wrote (autograd's saved-tensor check). */
+static vl_status bumped(vl_tensor *t, vl_status s) {
+  if (s == VL_OK) t->storage->version++;
+  return s;
+}
+
 /* ---- creation ---- */
 
 static vl_status fill_tensor(const char *op, vl_tensor *t, double value) {
@@ -153,12 +159,14 @@ vl_status vl_bernoulli(int ndim, const int64_t *size, double p, vl_dtype dt, vl_
   return rand_new("bernoulli", VL_RAND_BERNOULLI, ndim, size, p, 0, dt, dev, out);
 }
 vl_status vl_uniform_(vl_tensor *t, double lo, double hi) {
-  return rand_inplace("uniform_", VL_RAND_UNIFORM, t, lo, hi);
+  return bumped(t, rand_inplace("uniform_", VL_RAND_UNIFORM, t, lo, hi));
 }
 vl_status vl_normal_(vl_tensor *t, double mean, double std) {
-  return rand_inplace("normal_", VL_RAND_NORMAL, t, mean, std);
+  return bumped(t, rand_inplace("normal_", VL_RAND_NORMAL, t, mean, std));
 }
-vl_status vl_bernoulli_(vl_tensor *t, double p) { return rand_inplace("bernoulli_", VL_RAND_BERNOULLI, t, p, 0); }
+vl_status vl_bernoulli_(vl_tensor *t, double p) {
+  return bumped(t, rand_inplace("bernoulli_", VL_RAND_BERNOULLI, t, p, 0));
+}
 
 void vl_manual_seed(uint64_t seed) {
   vl_ctx()->seed = seed;
@@ -257,17 +265,17 @@ vl_status vl_copy_(vl_tensor *dst, vl_tensor *src) {
                    vl_tensor_desc(src, d, sizeof d));
   }
   if (vl_tensor_numel(dst) == 0) return VL_OK;
-  if (!vl_device_eq(dst->storage->device, src->storage->device)) return copy_cross_device(dst, src);
+  if (!vl_device_eq(dst->storage->device, src->storage->device)) return bumped(dst, copy_cross_device(dst, src));
   vl_tensor *in;
   VL_TRY(vl_unalias(dst, src, &in));
   vl_status s = vl_copy_same_device(dst, in);
   vl_tensor_release(in);
-  return s;
+  return bumped(dst, s);
 }
 
 vl_status vl_fill_(vl_tensor *t, double value) {
   VL_TRY(vl_check_writable("fill_", t));
-  return fill_tensor("fill_", t, value);
+  return bumped(t, fill_tensor("fill_", t, value));
 }
 
 vl_status vl_to_host(vl_tensor *t, void *buf) {

@@ -5,12 +5,36 @@
 
 #include "runtime/ops_internal.h"
 
+/* In-place front ends bump the storage's version once they wrote (autograd's saved-tensor check). */
+static vl_status bumped(vl_tensor *t, vl_status s) {
+  if (s == VL_OK) t->storage->version++;
+  return s;
+}
+
 static const char *const unary_names[VL_NUNARY] = {
     "neg",  "abs",  "square", "sign",    "relu",      "clamp",      "floor",   "ceil", "round", "exp",  "log",
     "sqrt", "rsqrt", "tanh",  "sigmoid", "gelu",      "gelu_tanh",  "reciprocal", "sin", "cos", "logical_not"};
 static const char *const binary_names[VL_NBINARY] = {
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq",
-    "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or"};
+    "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or", "relu_backward", "gelu_backward",
+    "gelu_tanh_backward", "tanh_backward", "sigmoid_backward"};
+
+static bool binary_is_act_backward(vl_binary_op op) {
+  return op >= VL_BIN_RELU_BACKWARD && op <= VL_BIN_SIGMOID_BACKWARD;
+}
+
+/* The activation-backward ops [out, grad, v] take two float tensors (b NULL: a number was given);
+ * v is the forward input x (relu, gelu) or the forward output y (tanh, sigmoid). */
+static vl_status act_backward_check(const char *name, vl_binary_op op, const vl_tensor *a, const vl_tensor *b) {
+  if (!binary_is_act_backward(op)) return VL_OK;
+  const char *vn = op == VL_BIN_TANH_BACKWARD || op == VL_BIN_SIGMOID_BACKWARD ? "y" : "x";
+  char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+  if (!b) return vl_fail(VL_EINVAL, "%s: expected two tensors (grad, %s), got a number", name, vn);
+  if (!vl_dtype_is_float(a->dtype) || !vl_dtype_is_float(b->dtype))
+    return vl_fail(VL_EDTYPE, "%s: expected float tensors (grad %s, %s %s)", name, vl_tensor_desc(a, d1, sizeof d1), vn,
+                   vl_tensor_desc(b, d2, sizeof d2));
+  return VL_OK;
+}
 
 static bool unary_is_float_only(vl_unary_op op) {
   return (op >= VL_UN_EXP && op <= VL_UN_GELU_TANH) || op == VL_UN_RECIPROCAL || op == VL_UN_SIN || op == VL_UN_COS;
@@ -96,7 +120,7 @@ static vl_status unary_inplace(vl_unary_op op, vl_tensor *a, double p0, double p
 }
 
 vl_status vl_unary(vl_unary_op op, vl_tensor *a, vl_tensor **out) { return unary_out(op, a, 0, 0, out); }
-vl_status vl_unary_(vl_unary_op op, vl_tensor *a) { return unary_inplace(op, a, 0, 0); }
+vl_status vl_unary_(vl_unary_op op, vl_tensor *a) { return bumped(a, unary_inplace(op, a, 0, 0)); }
 
 static vl_status clamp_check(const char *op, double lo, double hi) {
   if (isnan(lo) || isnan(hi) || lo > hi)
@@ -111,7 +135,7 @@ vl_status vl_clamp(vl_tensor *a, double lo, double hi, vl_tensor **out) {
 
 vl_status vl_clamp_(vl_tensor *a, double lo, double hi) {
   VL_TRY(clamp_check("clamp_", lo, hi));
-  return unary_inplace(VL_UN_CLAMP, a, lo, hi);
+  return bumped(a, unary_inplace(VL_UN_CLAMP, a, lo, hi));
 }
 
 /* ---- binary ---- */
@@ -147,6 +171,7 @@ vl_status vl_binary(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha, v
   if ((unsigned)op >= VL_NBINARY) return vl_fail(VL_EINVAL, "binary: invalid op %d", (int)op);
   const char *name = binary_names[op];
   VL_TRY(vl_check_same_device(name, a, "a", b, "b"));
+  VL_TRY(act_backward_check(name, op, a, b));
   vl_tensor *ts[2] = {a, b};
   const char *names[2] = {"a", "b"};
   int nd;
@@ -188,11 +213,12 @@ static vl_status inplace_check(const char *name, vl_binary_op op, vl_tensor *a, 
   return vl_check_writable(name, a);
 }
 
-vl_status vl_binary_(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha) {
+static vl_status binary_inplace(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha) {
   if ((unsigned)op >= VL_NBINARY) return vl_fail(VL_EINVAL, "binary_: invalid op %d", (int)op);
   char name[64];
   op_name(name, sizeof name, binary_names[op], true);
   VL_TRY(vl_check_same_device(name, a, "a", b, "b"));
+  VL_TRY(act_backward_check(name, op, a, b));
   vl_dtype pt = vl_dtype_promote(a->dtype, b->dtype);
   VL_TRY(inplace_check(name, op, a, b, binary_compute_dtype(op, pt)));
   bool pred = vl_binary_is_predicate(op);
@@ -215,6 +241,10 @@ vl_status vl_binary_(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha) 
   vl_tensor_release(cb);
   vl_tensor_release(ub);
   return s;
+}
+
+vl_status vl_binary_(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha) {
+  return bumped(a, binary_inplace(op, a, b, alpha));
 }
 
 /* ---- tensor with scalar ---- */
@@ -249,6 +279,7 @@ static vl_status scalar_run(vl_binary_op op, vl_tensor *out, vl_tensor *a, doubl
 vl_status vl_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reverse, vl_tensor **out) {
   if ((unsigned)op >= VL_NBINARY) return vl_fail(VL_EINVAL, "binary: invalid op %d", (int)op);
   const char *name = binary_names[op];
+  VL_TRY(act_backward_check(name, op, a, NULL));
   vl_dtype ct = scalar_compute_dtype(op, a->dtype, s);
   /* Predicates compare in the promoted dtype without bool -> i64. */
   if (vl_binary_is_predicate(op))
@@ -268,10 +299,11 @@ vl_status vl_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reverse
   return VL_OK;
 }
 
-vl_status vl_binary_scalar_(vl_binary_op op, vl_tensor *a, double s) {
+static vl_status scalar_inplace(vl_binary_op op, vl_tensor *a, double s) {
   if ((unsigned)op >= VL_NBINARY) return vl_fail(VL_EINVAL, "binary_: invalid op %d", (int)op);
   char name[64];
   op_name(name, sizeof name, binary_names[op], true);
+  VL_TRY(act_backward_check(name, op, a, NULL));
   VL_TRY(inplace_check(name, op, a, NULL, scalar_compute_dtype(op, a->dtype, s)));
   if (op == VL_BIN_POW) VL_TRY(scalar_pow_check(name, a, s, false, a->dtype));
   if (!vl_binary_is_predicate(op)) return scalar_run(op, a, a, s, false);
@@ -281,6 +313,8 @@ vl_status vl_binary_scalar_(vl_binary_op op, vl_tensor *a, double s) {
   vl_tensor_release(tmp);
   return st;
 }
+
+vl_status vl_binary_scalar_(vl_binary_op op, vl_tensor *a, double s) { return bumped(a, scalar_inplace(op, a, s)); }
 
 /* ---- where / masked_fill ---- */
 
@@ -366,5 +400,5 @@ vl_status vl_masked_fill_(vl_tensor *a, vl_tensor *mask, double value) {
   VL_TRY(vl_unalias(a, mask, &m));
   vl_status s = masked_run(a, a, m, value);
   vl_tensor_release(m);
-  return s;
+  return bumped(a, s);
 }

@@ -5,6 +5,12 @@
 
 #include "runtime/ops_internal.h"
 
+/* In-place front ends bump the storage's version once they wrote (autograd's saved-tensor check). */
+static vl_status bumped(vl_tensor *t, vl_status s) {
+  if (s == VL_OK) t->storage->version++;
+  return s;
+}
+
 static void strided_of(const vl_tensor *t, vl_strided *s) {
   s->data = vl_tensor_data(t);
   s->dtype = t->dtype;
@@ -111,7 +117,7 @@ vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor 
   if (s == VL_OK && ui) s = run_index("scatter_add_", vl_kernels_of(self->storage->device)->scatter_add, self, us, ui, d);
   vl_tensor_release(us);
   vl_tensor_release(ui);
-  return s;
+  return bumped(self, s);
 }
 
 vl_status vl_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {

@@ -167,6 +167,18 @@ vl_status vl_matmul(vl_tensor *a, vl_tensor *b, vl_tensor **out) {
   return VL_OK;
 }
 
+vl_status vl_mm(vl_tensor *a, vl_tensor *b, vl_tensor **out) {
+  /* matmul restricted to matrices; checked here so that errors name "mm", the op the user called. */
+  if (a->ndim != 2 || b->ndim != 2) {
+    char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+    return vl_fail(VL_ESHAPE, "mm: expected 2-D tensors (a %s, b %s)", vl_tensor_desc(a, d1, sizeof d1),
+                   vl_tensor_desc(b, d2, sizeof d2));
+  }
+  VL_TRY(check_mm_operands("mm", a, b));
+  if (a->size[1] != b->size[0]) return inner_mismatch("mm", a, b, a->size[1], b->size[0]);
+  return vl_matmul(a, b, out);
+}
+
 vl_status vl_bmm(vl_tensor *a, vl_tensor *b, vl_tensor **out) {
   char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
   VL_TRY(check_mm_operands("bmm", a, b));

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/autograd.h"
 #include "runtime/context.h"
 #include "runtime/cuda.h"
 #include "runtime/ops_internal.h"
@@ -115,6 +116,7 @@ vl_tensor *vl_tensor_retain(vl_tensor *t) {
 
 void vl_tensor_release(vl_tensor *t) {
   if (!t || --t->refcount > 0) return;
+  if (t->autograd) vl_autograd_meta_free(t);
   storage_release(t->storage);
   free(t);
 }

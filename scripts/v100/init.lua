@@ -15,6 +15,12 @@ end
 -- PyTorch's spelling.
 Tensor.tolist = Tensor.totable
 
+-- Autograd (scripts/v100/autograd.lua): v100.autograd.{grad, Function, gradcheck}, grad mode.
+local autograd = require 'v100.autograd'
+v100.autograd = autograd
+v100.no_grad = autograd.no_grad
+v100.enable_grad = autograd.enable_grad
+
 -- One line per library for logs: "v100lua 0.1.0, Lua 5.4.4, CUDA 12.4, cuDNN 9.1.0, NCCL 2.21.5".
 function v100.version_string()
   local v = core.versions()
