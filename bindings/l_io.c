@@ -1,0 +1,40 @@
+/* bindings/l_io.c: v100.io, the host side of scripts: files that become tensors, and a clock.
+ *   v100.io.read_idx(path) -> tensor (CPU; u8, i32, f32 or f64 as runtime/idx.h maps the type)
+ *   v100.io.time() -> seconds (float) of a monotonic wall clock, for timing loops: Lua's own
+ *                     os.time() counts whole seconds and os.clock() counts CPU time of all
+ *                     threads (BLAS threads included), neither of which is elapsed time.
+ * The core module stores this table as v100.io (luaopen_v100_io). */
+#define _POSIX_C_SOURCE 200809L
+#include <lauxlib.h>
+#include <lua.h>
+#include <time.h>
+
+#include "bindings/vl_lua.h"
+#include "runtime/idx.h"
+
+static int l_read_idx(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  vl_tensor *t = NULL;
+  vl_status s = vl_idx_read(path, &t);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  vl_lua_pushtensor(L, t); /* takes our reference */
+  return 1;
+}
+
+static int l_time(lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  lua_pushnumber(L, (lua_Number)ts.tv_sec + 1e-9 * (lua_Number)ts.tv_nsec);
+  return 1;
+}
+
+static const luaL_Reg io_funcs[] = {
+    {"read_idx", l_read_idx},
+    {"time", l_time},
+    {NULL, NULL},
+};
+
+int luaopen_v100_io(lua_State *L) {
+  luaL_newlib(L, io_funcs);
+  return 1;
+}

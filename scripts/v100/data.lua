@@ -1,0 +1,128 @@
+-- scripts/v100/data.lua: data sets and batching.
+--
+--   local data = require 'v100.data'
+--   local x, y = data.fashion_mnist('train')      -- u8 60000x28x28, u8 60000 (CPU)
+--   for xb, yb in data.batches(x, y, 128, {shuffle = true, seed = 1}) do ... end
+--
+-- Labels stay u8 with values 0..9 (0-based, as stored in the files and as PyTorch has them).
+local v100 = require 'v100'
+
+local data = {}
+
+data.FASHION_MNIST_ROOT = '/usr/share/datasets/fashion-mnist'
+data.FASHION_MNIST_CLASSES = {'T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal',
+                              'Shirt', 'Sneaker', 'Bag', 'Ankle boot'}
+
+local function exists(path)
+  local f = io.open(path, 'rb')
+  if f then f:close() return true end
+  return false
+end
+
+-- Finds <root>/<stem> or <root>/<stem>.gz.
+local function find_file(root, stem)
+  for _, p in ipairs{root .. '/' .. stem .. '.gz', root .. '/' .. stem} do
+    if exists(p) then return p end
+  end
+  return nil
+end
+
+-- data.fashion_mnist(split, opts) -> images (u8 N x 28 x 28), labels (u8 N), on the CPU.
+--   split: 'train' (60000) or 'test' (10000; 't10k' is accepted too)
+--   opts.root: folder holding {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
+--              (default data.FASHION_MNIST_ROOT, the dataset-fashion-mnist package's folder)
+function data.fashion_mnist(split, opts)
+  opts = opts or {}
+  split = split or 'train'
+  local prefix = ({train = 'train', test = 't10k', t10k = 't10k'})[split]
+  if not prefix then
+    error("fashion_mnist: split must be 'train' or 'test', got " .. tostring(split), 2)
+  end
+  local root = opts.root or data.FASHION_MNIST_ROOT
+  local img_path = find_file(root, prefix .. '-images-idx3-ubyte')
+  local lbl_path = find_file(root, prefix .. '-labels-idx1-ubyte')
+  if not img_path or not lbl_path then
+    local missing = root .. '/' .. prefix .. '-' .. (img_path and 'labels-idx1' or 'images-idx3') .. '-ubyte.gz'
+    local hint = opts.root and ' (opts.root = ' .. opts.root .. ')'
+      or '; install it with `apt-get install dataset-fashion-mnist` (as root) or pass opts.root'
+    error('fashion_mnist: Fashion-MNIST not found: ' .. missing .. ' is missing' .. hint, 2)
+  end
+  local images = v100.io.read_idx(img_path)
+  local labels = v100.io.read_idx(lbl_path)
+  local s = images.shape
+  if images.dtype ~= 'u8' or #s ~= 3 or s[2] ~= 28 or s[3] ~= 28 then
+    error(string.format('fashion_mnist: %s holds a %s tensor of shape %s, expected u8 Nx28x28',
+      img_path, images.dtype, table.concat(s, 'x')), 2)
+  end
+  if labels.dtype ~= 'u8' or labels.ndim ~= 1 or labels.shape[1] ~= s[1] then
+    error(string.format('fashion_mnist: %s holds %s labels of shape %s for %d images', lbl_path,
+      labels.dtype, table.concat(labels.shape, 'x'), s[1]), 2)
+  end
+  return images, labels
+end
+
+-- A small deterministic generator (xorshift64*) so that shuffles depend only on opts.seed and
+-- not on Lua's global math.random state, which scripts may reseed.
+local function make_rng(seed)
+  local state = (math.tointeger(seed) or 0) ~ 0x2545F4914F6CDD1D
+  if state == 0 then state = 1 end
+  return function(n) -- uniform integer in [1, n]
+    state = state ~ (state >> 12)
+    state = state ~ (state << 25)
+    state = state ~ (state >> 27)
+    local r = (state * 0x2545F4914F6CDD1D) >> 11 -- 53 bits, non-negative
+    return r % n + 1
+  end
+end
+
+-- A 0-based random permutation of n as an i64 tensor on `device`.
+function data.permutation(n, seed, device)
+  local rand = make_rng(seed)
+  local p = {}
+  for i = 1, n do p[i] = i - 1 end
+  for i = n, 2, -1 do
+    local j = rand(i)
+    p[i], p[j] = p[j], p[i]
+  end
+  return v100.tensor(p, {dtype = 'i64', device = device or 'cpu'})
+end
+
+-- data.batches(x, y, batch_size, opts) -> iterator of (xb, yb, k): consecutive batches along
+-- dim 1 of x and y (same length; y may be nil). k counts batches from 1.
+--   opts.shuffle (default false): a new permutation for each call (seed opts.seed, default 0;
+--     pass a different seed per epoch). Shuffled batches are gathered with index_select on the
+--     tensors' device; unshuffled ones are views (narrow).
+--   opts.drop_last (default false): skip a last batch shorter than batch_size.
+function data.batches(x, y, batch_size, opts)
+  opts = opts or {}
+  local n = x.shape[1]
+  if y and y.shape[1] ~= n then
+    error(string.format('batches: x has %d rows but y has %d', n, y.shape[1]), 2)
+  end
+  if not (math.tointeger(batch_size) and batch_size > 0) then
+    error('batches: batch_size must be a positive integer, got ' .. tostring(batch_size), 2)
+  end
+  local perm = opts.shuffle and data.permutation(n, opts.seed or 0, x.device) or nil
+  local start, k = 1, 0
+  return function()
+    local len = math.min(batch_size, n - start + 1)
+    if len <= 0 or (opts.drop_last and len < batch_size) then
+      if perm then perm:free() perm = nil end
+      return nil
+    end
+    local xb, yb
+    if perm then
+      local idx <close> = perm:narrow(1, start, len)
+      xb = x:index_select(1, idx)
+      yb = y and y:index_select(1, y.device == x.device and idx or idx:to(y.device))
+    else
+      xb = x:narrow(1, start, len)
+      yb = y and y:narrow(1, start, len)
+    end
+    start = start + len
+    k = k + 1
+    return xb, yb, k
+  end
+end
+
+return data

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# tools/test.sh [BUILD_DIR]: build, then run every test with ctest. Tests labelled `gpu` run only
+# when a GPU is present (nvidia-smi exists and lists one); otherwise they are excluded.
+# Environment: as tools/build.sh; CTEST_TIMEOUT (seconds per test, default 900).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${1:-${BUILD_DIR:-$ROOT/build}}"
+JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
+
+bash "$ROOT/tools/build.sh" "$BUILD"
+
+label_args=()
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "test.sh: GPU present: running all tests, gpu label included"
+else
+  echo "test.sh: no GPU (nvidia-smi absent or failing): excluding tests labelled gpu"
+  label_args=(-LE gpu)
+fi
+cd "$BUILD"
+ctest --output-on-failure -j "$JOBS" --timeout "${CTEST_TIMEOUT:-900}" "${label_args[@]}"
