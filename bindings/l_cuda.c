@@ -40,7 +40,8 @@ static int check(lua_State *L, vl_status s) {
 
 /* opts.device: an ordinal or a device string; nil: the current device. */
 static int opts_device(lua_State *L, int idx, const char *fname) {
-  if (lua_isnoneornil(L, idx)) return l_optcudadev(L, 0, fname);
+  /* No options: pass a "none" slot (past the top) so the current device is used. */
+  if (lua_isnoneornil(L, idx)) return l_optcudadev(L, lua_gettop(L) + 1, fname);
   luaL_checktype(L, idx, LUA_TTABLE);
   lua_getfield(L, idx, "device");
   int d = l_optcudadev(L, lua_gettop(L), fname);

@@ -4,6 +4,9 @@
 #include "bindings/l_priv.h"
 
 static const luaL_Reg *const l_nn_parts[] = {
+    l_norm_funcs,
+    l_optim_funcs,
+    l_conv_funcs,
     NULL, /* keep last */
 };
 

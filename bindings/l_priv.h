@@ -59,8 +59,24 @@ void l_register_ops_module(lua_State *L);     /* l_ops.c: module-level ops (wher
 int l_tensor_tostring(lua_State *L);          /* l_print.c */
 int l_record_stream(lua_State *L);            /* l_cuda.c: t:record_stream(s) */
 
+/* bindings/l_autograd.c: autograd fields (requires_grad, grad, grad_fn, is_leaf): pushes one and
+ * returns 1 for those keys, else 0; __newindex (t.grad = g, t.requires_grad = b); methods into the
+ * table at the top; grad-mode functions and the `autograd` subtable into the module table at the
+ * top; opts.requires_grad of creation functions applied to the tensor at tidx. */
+int l_autograd_field(lua_State *L, vl_tensor *t, const char *k);
+int l_autograd_newindex(lua_State *L);
+void l_register_autograd_methods(lua_State *L);
+void l_register_autograd_module(lua_State *L);
+void l_opt_requires_grad(lua_State *L, int opts, int tidx);
+
 /* bindings/l_nn.c: the `_nn` table of layer ops; each concern adds its array to l_nn_parts. */
 int luaopen_v100_nn_ops(lua_State *L);
+extern const luaL_Reg l_norm_funcs[]; /* bindings/l_nn_norm.c */
+extern const luaL_Reg l_optim_funcs[]; /* bindings/l_nn_optim.c */
+extern const luaL_Reg l_conv_funcs[]; /* bindings/l_nn_conv.c */
+
+/* bindings/l_safetensors.c: load_safetensors / save_safetensors, set on the core module. */
+extern const luaL_Reg l_safetensors_funcs[];
 
 int luaopen_v100_core(lua_State *L);
 int luaopen_v100_cuda(lua_State *L);

@@ -70,7 +70,9 @@ void vl_lua_pushtensor(lua_State *L, vl_tensor *t) {
 int vl_lua_error(lua_State *L, vl_status s) {
   const char *m = vl_errmsg();
   if (!m || !*m) m = vl_status_name(s);
-  return luaL_error(L, "%s", m);
+  /* No "file:line:" prefix: the runtime's message names the op; the traceback has the place. */
+  lua_pushstring(L, m);
+  return lua_error(L);
 }
 
 vl_lua_tensor *l_checkud(lua_State *L, int idx) {
@@ -399,6 +401,15 @@ static int t_contiguous(lua_State *L) {
   return l_done(L, vl_ag_contiguous(t, slot));
 }
 
+/* t:set_(src): t becomes a view of src's data, keeping its identity (Module:to()). */
+static int t_set_(lua_State *L) {
+  vl_tensor *t = vl_lua_checktensor(L, 1), *src = vl_lua_checktensor(L, 2);
+  vl_status s = vl_tensor_set_(t, src);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  lua_settop(L, 1);
+  return 1;
+}
+
 static int t_clone(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   vl_tensor **slot = l_slot(L);
@@ -600,6 +611,7 @@ static const luaL_Reg tensor_methods[] = {
     {"squeeze", t_squeeze},
     {"unsqueeze", t_unsqueeze},
     {"contiguous", t_contiguous},
+    {"set_", t_set_},
     {"clone", t_clone},
     {"split", t_split},
     {"chunk", t_chunk},

@@ -121,6 +121,35 @@ void vl_tensor_release(vl_tensor *t) {
   free(t);
 }
 
+vl_status vl_tensor_set_(vl_tensor *t, vl_tensor *src) {
+  if (t == src) return VL_OK;
+  vl_autograd_meta *m = (vl_autograd_meta *)t->autograd;
+  if (m && m->grad_fn)
+    return vl_fail(VL_EINVAL, "set_: the tensor is the result of a recorded op (has a grad_fn); detach it first");
+  if (m && m->requires_grad && !vl_dtype_is_float(src->dtype))
+    return vl_fail(VL_EDTYPE, "set_: a tensor that requires grad cannot take %s data", vl_dtype_name(src->dtype));
+  src->storage->refcount++;
+  storage_release(t->storage);
+  t->storage = src->storage;
+  t->offset = src->offset;
+  t->ndim = src->ndim;
+  t->dtype = src->dtype;
+  memcpy(t->size, src->size, sizeof t->size);
+  memcpy(t->stride, src->stride, sizeof t->stride);
+  t->storage->version++;
+  /* A gradient of another shape, dtype or device no longer fits the data: drop it. */
+  if (m && m->grad) {
+    vl_tensor *g = m->grad;
+    bool fits = g->ndim == t->ndim && g->dtype == t->dtype && vl_device_eq(g->storage->device, t->storage->device);
+    for (int i = 0; fits && i < t->ndim; i++) fits = g->size[i] == t->size[i];
+    if (!fits) {
+      m->grad = NULL;
+      vl_tensor_release(g);
+    }
+  }
+  return VL_OK;
+}
+
 size_t vl_tensor_storage_nbytes(const vl_tensor *t) { return t && t->storage ? t->storage->nbytes : 0; }
 
 void vl_wrap_host(vl_tensor *t, vl_storage *st, void *data, int ndim, const int64_t *size, vl_dtype dt) {

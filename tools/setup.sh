@@ -6,7 +6,8 @@
 set -euo pipefail
 
 PACKAGES=(build-essential cmake ninja-build pkg-config liblua5.4-dev libopenblas-dev zlib1g-dev
-          libopenmpi-dev openmpi-bin libreadline-dev dataset-fashion-mnist)
+          libopenmpi-dev openmpi-bin libreadline-dev libcjson-dev
+          dataset-fashion-mnist)
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "setup.sh: not a Debian-based system; install the equivalents of: ${PACKAGES[*]}" >&2

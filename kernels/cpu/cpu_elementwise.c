@@ -198,8 +198,23 @@ vl_status vl_cpu_unary(vl_unary_op op, const vl_iter *it, double p0, double p1) 
     case VL_BIN_GE: VL_BIN_LOOP(TO, TA, TB, a >= b); break;                           \
     case VL_BIN_LOGICAL_AND: VL_BIN_LOOP(TO, TA, TB, a != 0 && b != 0); break;        \
     case VL_BIN_LOGICAL_OR: VL_BIN_LOOP(TO, TA, TB, a != 0 || b != 0); break;         \
+    case VL_BIN_RELU_BACKWARD: VL_BIN_LOOP(TO, TA, TB, b > 0 ? a : 0.0); break;       \
+    case VL_BIN_GELU_BACKWARD: VL_BIN_LOOP(TO, TA, TB, a * gelu_grad(b)); break;      \
+    case VL_BIN_GELU_TANH_BACKWARD: VL_BIN_LOOP(TO, TA, TB, a * gelu_tanh_grad(b)); break; \
+    case VL_BIN_TANH_BACKWARD: VL_BIN_LOOP(TO, TA, TB, a * (1.0 - b * b)); break;     \
+    case VL_BIN_SIGMOID_BACKWARD: VL_BIN_LOOP(TO, TA, TB, a * (b * (1.0 - b))); break; \
     default: break;                                                                   \
   }
+
+/* Derivatives of the two GELU forms (VL_UN_GELU, VL_UN_GELU_TANH) at x, for the activation
+ * backward ops: Phi(x) + x phi(x), and d/dx of 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3). */
+static inline double gelu_grad(double x) {
+  return 0.5 * erfc(-x * VL_SQRT1_2) + x * exp(-0.5 * x * x) * 0.39894228040143267794;
+}
+static inline double gelu_tanh_grad(double x) {
+  double t = tanh(VL_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * VL_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
+}
 
 #define VL_BIN_ARGS                                                                  \
   vl_binary_op op, char *po, int64_t so, const char *pa, int64_t sa, const char *pb, \

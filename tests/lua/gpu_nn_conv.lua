@@ -125,7 +125,8 @@ for _, pc in ipairs(pool_cases) do
   for _, dt in ipairs({ 'f32', 'f16', 'bf16', 'f64' }) do
     T.test(string.format('%s %s', pc.name, dt), function()
       local x = rnd({ 4, 24, 17, 15 }, dt)
-      local xr = f64cpu(x):requires_grad_(true)
+      -- detach: for f64, to() returns x itself, which must stay a plain leaf for the cuda run
+      local xr = f64cpu(x):detach():requires_grad_(true)
       local yr = pc.f(xr)
       local dy = rnd(yr.shape, dt)
       yr:backward(f64cpu(dy))
@@ -135,7 +136,10 @@ for _, pc in ipairs(pool_cases) do
         if layout == 'nhwc' then xg = C.to_channels_last(xg) end
         xg:requires_grad_(true)
         local y = pc.f(xg)
-        if layout == 'nhwc' then T.ok(C.is_channels_last(y), 'output keeps channels-last') end
+        -- a 1x1 image is contiguous in both layouts, so only larger outputs have a visible layout
+        if layout == 'nhwc' and y.shape[3] * y.shape[4] > 1 then
+          T.ok(C.is_channels_last(y), 'output keeps channels-last')
+        end
         close(y, yr:detach(), tol, layout .. ' forward')
         y:backward(dy:cuda())
         -- max: the gradient of each output goes to the same (first) maximum on both devices

@@ -1,0 +1,277 @@
+/* kernels/cpu/cpu_norm.c: batch norm, layer norm and softmax backward on the CPU (the reference).
+ *
+ * Everything is computed in double: values are loaded in blocks (cpu_internal.h), statistics are
+ * two-pass (mean, then the sum of squared deviations), and results are rounded once to the
+ * output dtype. Parameters (weight, bias, running stats, saved statistics) are of the "param"
+ * dtype (f32 or f64) and are read into double arrays first. */
+#include <stdlib.h>
+
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/nn_kernels.h"
+
+#define B VL_CPU_BLOCK
+
+static double *alloc_doubles(int64_t n) { return malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); }
+
+/* n param-dtype values at p (NULL: `def` everywhere) into dst. */
+static void load_params(double *dst, const void *p, vl_dtype dt, int64_t n, double def) {
+  if (!p) {
+    for (int64_t i = 0; i < n; i++) dst[i] = def;
+    return;
+  }
+  vl_cpu_load_f64(dst, (const char *)p, (int64_t)vl_dtype_size(dt), dt, n);
+}
+
+static void store_params(void *p, vl_dtype dt, const double *src, int64_t n) {
+  if (p) vl_cpu_store_f64((char *)p, (int64_t)vl_dtype_size(dt), dt, src, n);
+}
+
+/* ======================= batch norm =======================
+ * The data is viewed as [outer, c, inner]: NCHW is [n, c, hw], NHWC is [n*hw, c, 1]. Each
+ * outer index owns a contiguous slab of c*inner elements that is walked in blocks, with the
+ * channel of each element tracked incrementally (no division per element). */
+typedef enum { BN_SUM, BN_SQDEV, BN_NORM, BN_BW_SUMS, BN_BW_DX } bn_pass_kind;
+
+typedef struct {
+  const vl_batchnorm_args *a;
+  int64_t outer, inner;
+  const double *mean, *scale, *shift; /* per channel */
+  double *acc0, *acc1;                /* per channel accumulators */
+  double inv_m;
+} bn_ctx;
+
+static void bn_pass(const bn_ctx *c, bn_pass_kind kind) {
+  const vl_batchnorm_args *a = c->a;
+  int64_t es = (int64_t)vl_dtype_size(a->dtype), slab = a->c * c->inner;
+  double xb[B], gb[B], ob[B];
+  for (int64_t o = 0; o < c->outer; o++) {
+    for (int64_t off = 0; off < slab; off += B) {
+      int64_t m = slab - off < B ? slab - off : B, base = (o * slab + off) * es;
+      const double *x = vl_cpu_src_f64(xb, (const char *)a->x + base, es, a->dtype, m);
+      const double *g = NULL;
+      if (kind == BN_BW_SUMS || kind == BN_BW_DX) g = vl_cpu_src_f64(gb, (const char *)a->dy + base, es, a->dtype, m);
+      int64_t ci = off / c->inner, r = off % c->inner;
+      for (int64_t k = 0; k < m; k++) {
+        double d = x[k] - c->mean[ci];
+        switch (kind) {
+          case BN_SUM: c->acc0[ci] += x[k]; break;
+          case BN_SQDEV: c->acc0[ci] += d * d; break;
+          case BN_NORM: ob[k] = d * c->scale[ci] + c->shift[ci]; break;
+          case BN_BW_SUMS:
+            c->acc0[ci] += g[k];
+            c->acc1[ci] += g[k] * d;
+            break;
+          case BN_BW_DX:
+            /* scale = w * invstd, shift = invstd^2 * sum(dy * (x - mean)) / m, acc0 = mean(dy):
+             * dx = w * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)). */
+            ob[k] = c->scale[ci] * (g[k] - c->acc0[ci] - d * c->shift[ci]);
+            break;
+        }
+        if (++r == c->inner) {
+          r = 0;
+          ci++;
+        }
+      }
+      if (kind == BN_NORM) vl_cpu_store_f64((char *)a->y + base, es, a->dtype, ob, m);
+      if (kind == BN_BW_DX) vl_cpu_store_f64((char *)a->dx + base, es, a->dtype, ob, m);
+    }
+  }
+}
+
+static void bn_shape(const vl_batchnorm_args *a, int64_t *outer, int64_t *inner) {
+  *outer = a->nhwc ? a->n * a->hw : a->n;
+  *inner = a->nhwc ? 1 : a->hw;
+}
+
+static vl_status cpu_bn_forward(const vl_batchnorm_args *a) {
+  int64_t C = a->c, m = a->n * a->hw;
+  double *mean = alloc_doubles(C), *var = alloc_doubles(C), *w = alloc_doubles(C), *b = alloc_doubles(C);
+  double *scale = alloc_doubles(C), *shift = alloc_doubles(C), *tmp = alloc_doubles(C);
+  vl_status s = VL_OK;
+  if (!mean || !var || !w || !b || !scale || !shift || !tmp) {
+    s = vl_fail(VL_EOOM, "batch_norm (cpu): out of host memory for %lld channels", (long long)C);
+    goto done;
+  }
+  bn_ctx c = {.a = a, .mean = mean};
+  bn_shape(a, &c.outer, &c.inner);
+  if (a->training) {
+    for (int64_t i = 0; i < C; i++) mean[i] = var[i] = 0;
+    c.acc0 = mean;
+    bn_pass(&c, BN_SUM); /* c.mean aliases the accumulator; BN_SUM does not read it */
+    for (int64_t i = 0; i < C; i++) mean[i] /= (double)m;
+    c.acc0 = var;
+    bn_pass(&c, BN_SQDEV);
+    for (int64_t i = 0; i < C; i++) var[i] /= (double)m; /* biased: used to normalise */
+    for (int64_t i = 0; i < C; i++) tmp[i] = 1.0 / sqrt(var[i] + a->eps);
+    store_params(a->save_mean, a->param_dtype, mean, C);
+    store_params(a->save_invstd, a->param_dtype, tmp, C);
+    if (a->running_mean && a->running_var) {
+      /* Unbiased variance for the running estimate, as PyTorch (the front end ensures m > 1). */
+      double *rm = scale, *rv = shift;
+      load_params(rm, a->running_mean, a->param_dtype, C, 0);
+      load_params(rv, a->running_var, a->param_dtype, C, 0);
+      for (int64_t i = 0; i < C; i++) {
+        rm[i] = (1 - a->momentum) * rm[i] + a->momentum * mean[i];
+        rv[i] = (1 - a->momentum) * rv[i] + a->momentum * var[i] * (double)m / (double)(m - 1);
+      }
+      store_params(a->running_mean, a->param_dtype, rm, C);
+      store_params(a->running_var, a->param_dtype, rv, C);
+    }
+  } else {
+    load_params(mean, a->running_mean, a->param_dtype, C, 0);
+    load_params(var, a->running_var, a->param_dtype, C, 1);
+    for (int64_t i = 0; i < C; i++) tmp[i] = 1.0 / sqrt(var[i] + a->eps);
+  }
+  load_params(w, a->weight, a->param_dtype, C, 1);
+  load_params(b, a->bias, a->param_dtype, C, 0);
+  for (int64_t i = 0; i < C; i++) {
+    scale[i] = w[i] * tmp[i];
+    shift[i] = b[i];
+  }
+  c.scale = scale;
+  c.shift = shift;
+  bn_pass(&c, BN_NORM);
+done:
+  free(mean), free(var), free(w), free(b), free(scale), free(shift), free(tmp);
+  return s;
+}
+
+static vl_status cpu_bn_backward(const vl_batchnorm_args *a) {
+  int64_t C = a->c, m = a->n * a->hw;
+  double *mean = alloc_doubles(C), *invstd = alloc_doubles(C), *w = alloc_doubles(C);
+  double *sdy = alloc_doubles(C), *sdyx = alloc_doubles(C), *scale = alloc_doubles(C), *shift = alloc_doubles(C);
+  vl_status s = VL_OK;
+  if (!mean || !invstd || !w || !sdy || !sdyx || !scale || !shift) {
+    s = vl_fail(VL_EOOM, "batch_norm_backward (cpu): out of host memory for %lld channels", (long long)C);
+    goto done;
+  }
+  load_params(mean, a->save_mean, a->param_dtype, C, 0);
+  load_params(invstd, a->save_invstd, a->param_dtype, C, 1);
+  load_params(w, a->weight, a->param_dtype, C, 1);
+  for (int64_t i = 0; i < C; i++) sdy[i] = sdyx[i] = 0;
+  bn_ctx c = {.a = a, .mean = mean, .acc0 = sdy, .acc1 = sdyx};
+  bn_shape(a, &c.outer, &c.inner);
+  bn_pass(&c, BN_BW_SUMS);
+  /* dweight = sum(dy * xhat) = invstd * sum(dy * (x - mean)), dbias = sum(dy). */
+  for (int64_t i = 0; i < C; i++) scale[i] = sdyx[i] * invstd[i];
+  store_params(a->dweight, a->param_dtype, scale, C);
+  store_params(a->dbias, a->param_dtype, sdy, C);
+  for (int64_t i = 0; i < C; i++) {
+    scale[i] = w[i] * invstd[i];
+    shift[i] = invstd[i] * invstd[i] * sdyx[i] / (double)m;
+    sdy[i] /= (double)m;
+  }
+  c.scale = scale;
+  c.shift = shift;
+  bn_pass(&c, BN_BW_DX);
+done:
+  free(mean), free(invstd), free(w), free(sdy), free(sdyx), free(scale), free(shift);
+  return s;
+}
+
+/* ======================= layer norm ======================= */
+
+static vl_status cpu_ln_forward(const vl_layernorm_args *a) {
+  int64_t N = a->cols, es = (int64_t)vl_dtype_size(a->dtype), ps = (int64_t)vl_dtype_size(a->param_dtype);
+  double *x = alloc_doubles(N), *w = alloc_doubles(N), *b = alloc_doubles(N);
+  vl_status s = VL_OK;
+  if (!x || !w || !b) {
+    s = vl_fail(VL_EOOM, "layer_norm (cpu): out of host memory for rows of %lld", (long long)N);
+    goto done;
+  }
+  load_params(w, a->weight, a->param_dtype, N, 1);
+  load_params(b, a->bias, a->param_dtype, N, 0);
+  for (int64_t r = 0; r < a->rows; r++) {
+    vl_cpu_load_f64(x, (const char *)a->x + r * N * es, es, a->dtype, N);
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < N; j++) mean += x[j];
+    mean /= (double)N;
+    for (int64_t j = 0; j < N; j++) var += (x[j] - mean) * (x[j] - mean);
+    double rstd = 1.0 / sqrt(var / (double)N + a->eps);
+    for (int64_t j = 0; j < N; j++) x[j] = (x[j] - mean) * rstd * w[j] + b[j];
+    vl_cpu_store_f64((char *)a->y + r * N * es, es, a->dtype, x, N);
+    if (a->mean) vl_cpu_st_f64((char *)a->mean + r * ps, a->param_dtype, mean);
+    if (a->rstd) vl_cpu_st_f64((char *)a->rstd + r * ps, a->param_dtype, rstd);
+  }
+done:
+  free(x), free(w), free(b);
+  return s;
+}
+
+static vl_status cpu_ln_backward(const vl_layernorm_args *a) {
+  int64_t N = a->cols, es = (int64_t)vl_dtype_size(a->dtype), ps = (int64_t)vl_dtype_size(a->param_dtype);
+  double *x = alloc_doubles(N), *g = alloc_doubles(N), *w = alloc_doubles(N);
+  double *dw = alloc_doubles(N), *db = alloc_doubles(N);
+  vl_status s = VL_OK;
+  if (!x || !g || !w || !dw || !db) {
+    s = vl_fail(VL_EOOM, "layer_norm_backward (cpu): out of host memory for rows of %lld", (long long)N);
+    goto done;
+  }
+  load_params(w, a->weight, a->param_dtype, N, 1);
+  for (int64_t j = 0; j < N; j++) dw[j] = db[j] = 0;
+  for (int64_t r = 0; r < a->rows; r++) {
+    vl_cpu_load_f64(x, (const char *)a->x + r * N * es, es, a->dtype, N);
+    vl_cpu_load_f64(g, (const char *)a->dy + r * N * es, es, a->dtype, N);
+    double mean = vl_cpu_ld_f64((const char *)a->mean + r * ps, a->param_dtype);
+    double rstd = vl_cpu_ld_f64((const char *)a->rstd + r * ps, a->param_dtype);
+    double s1 = 0, s2 = 0;
+    for (int64_t j = 0; j < N; j++) {
+      double xh = (x[j] - mean) * rstd;
+      dw[j] += g[j] * xh;
+      db[j] += g[j];
+      x[j] = xh;
+      g[j] *= w[j];
+      s1 += g[j];
+      s2 += g[j] * xh;
+    }
+    s1 /= (double)N;
+    s2 /= (double)N;
+    /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * w. */
+    for (int64_t j = 0; j < N; j++) g[j] = rstd * (g[j] - s1 - x[j] * s2);
+    vl_cpu_store_f64((char *)a->dx + r * N * es, es, a->dtype, g, N);
+  }
+  store_params(a->dweight, a->param_dtype, dw, N);
+  store_params(a->dbias, a->param_dtype, db, N);
+done:
+  free(x), free(g), free(w), free(dw), free(db);
+  return s;
+}
+
+/* ======================= softmax backward =======================
+ * Lanes of one outer index: with inner == 1 one lane (the row) walked in blocks; otherwise up to
+ * B lanes side by side, one contiguous block per step along len. */
+static vl_status cpu_softmax_backward(const vl_softmax_bw_args *a) {
+  int64_t es = (int64_t)vl_dtype_size(a->dtype), len = a->len, inner = a->inner;
+  double yb[B], gb[B], ob[B], sum[B];
+  bool row = inner == 1;
+  for (int64_t o = 0; o < a->outer; o++) {
+    for (int64_t j0 = 0; j0 < inner; j0 += B) {
+      int64_t w = row ? 1 : (inner - j0 < B ? inner - j0 : B);
+      int64_t step = row ? B : 1;
+      for (int64_t j = 0; j < w; j++) sum[j] = 0;
+      for (int pass = 0; pass < 2; pass++) {
+        for (int64_t l0 = 0; l0 < len; l0 += step) {
+          int64_t m = row ? (len - l0 < B ? len - l0 : B) : w;
+          int64_t off = ((o * len + l0) * inner + j0) * es;
+          const double *y = vl_cpu_src_f64(yb, (const char *)a->y + off, es, a->dtype, m);
+          const double *g = vl_cpu_src_f64(gb, (const char *)a->dy + off, es, a->dtype, m);
+          for (int64_t k = 0; k < m; k++) {
+            int64_t j = row ? 0 : k;
+            if (pass == 0) sum[j] += a->log ? g[k] : g[k] * y[k];
+            else ob[k] = a->log ? g[k] - exp(y[k]) * sum[j] : y[k] * (g[k] - sum[j]);
+          }
+          if (pass == 1) vl_cpu_store_f64((char *)a->dx + off, es, a->dtype, ob, m);
+        }
+      }
+    }
+  }
+  return VL_OK;
+}
+
+const vl_norm_kernels vl_cpu_norm_kernels = {
+    .batchnorm_forward = cpu_bn_forward,
+    .batchnorm_backward = cpu_bn_backward,
+    .layernorm_forward = cpu_ln_forward,
+    .layernorm_backward = cpu_ln_backward,
+    .softmax_backward = cpu_softmax_backward,
+};

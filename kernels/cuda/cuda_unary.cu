@@ -1,0 +1,208 @@
+/* kernels/cuda/cuda_unary.cu: unary ops (kernels.h vl_unary_op).
+ *
+ * Cheap ops are inlined; the transcendental ones go through one out-of-line function per compute
+ * type, so the op switch is compiled once per type rather than once per dtype, vector lane and
+ * kernel. The call costs a few instructions per element, far below what a memory-bound loop has
+ * to spare. NaN propagates through every op (SIGN, RELU and CLAMP included). */
+#include <math.h>
+
+#include "kernels/cuda/cuda_ew.cuh"
+
+/* In float, 0.5 (1 + tanh(u)) is computed as 1 / (1 + exp(-2u)): the tanh form cancels every
+ * digit for u << 0. In double the CPU's own tanh form is kept (its cancellation is far below f64
+ * tolerances elsewhere), so f64 results track the reference. */
+VL_DEV float vl_gelu_tanh(float x) {
+  const float k0 = 0.79788456080286535588f, k1 = 0.044715f;
+  return x / (1.0f + expf(-2.0f * k0 * (x + k1 * x * x * x)));
+}
+VL_DEV double vl_gelu_tanh(double x) {
+  const double k0 = 0.79788456080286535588, k1 = 0.044715;
+  return 0.5 * x * (1.0 + tanh(k0 * (x + k1 * x * x * x)));
+}
+
+template <typename C>
+__device__ __noinline__ C vl_un_transcendental(int op, C x) {
+  const C half = (C)0.5, one = (C)1;
+  switch (op) {
+    case VL_UN_EXP: return exp(x);
+    case VL_UN_LOG: return log(x);
+    case VL_UN_SQRT: return sqrt(x);
+    case VL_UN_RSQRT: return one / sqrt(x);
+    case VL_UN_TANH: return tanh(x);
+    case VL_UN_SIGMOID: return one / (one + exp(-x));
+    /* erfc keeps its relative accuracy for x << 0, where 1 + erf(x) cancels (as the CPU). */
+    case VL_UN_GELU: return half * x * erfc(-x * (C)0.70710678118654752440);
+    case VL_UN_GELU_TANH: return vl_gelu_tanh(x);
+    case VL_UN_RECIPROCAL: return one / x;
+    case VL_UN_SIN: return sin(x);
+    case VL_UN_COS: return cos(x);
+    default: return x;
+  }
+}
+
+/* Float overloads of the math functions resolve to the f32 device versions (expf, logf, ...):
+ * sqrt and division are IEEE-rounded because the build does not use fast math. */
+template <typename C>
+VL_DEV C vl_un_float(int op, C x, C lo, C hi) {
+  switch (op) {
+    case VL_UN_NEG: return -x;
+    case VL_UN_ABS: return fabs(x);
+    case VL_UN_SQUARE: return x * x;
+    /* The CPU's expressions, so NaN and -0 come out the same. */
+    case VL_UN_SIGN: return x > (C)0 ? (C)1 : x < (C)0 ? (C)-1 : x;
+    case VL_UN_RELU: return x > (C)0 || x != x ? x : (C)0;
+    case VL_UN_CLAMP:
+      if (vl_isnan(x)) return x;
+      x = x < lo ? lo : x;
+      return x > hi ? hi : x;
+    case VL_UN_FLOOR: return floor(x);
+    case VL_UN_CEIL: return ceil(x);
+    case VL_UN_ROUND: return rint(x);
+    default: return vl_un_transcendental<C>(op, x);
+  }
+}
+
+/* Integers (the front end casts them to f32 before the transcendental ops); wrapping. */
+VL_DEV int64_t vl_un_int(int op, int64_t x, int64_t lo, int64_t hi) {
+  switch (op) {
+    case VL_UN_NEG: return (int64_t)(0 - (uint64_t)x);
+    case VL_UN_ABS: return x < 0 ? (int64_t)(0 - (uint64_t)x) : x;
+    case VL_UN_SQUARE: return (int64_t)((uint64_t)x * (uint64_t)x);
+    case VL_UN_SIGN: return (x > 0) - (x < 0);
+    case VL_UN_RELU: return x < 0 ? 0 : x;
+    case VL_UN_CLAMP:
+      x = x < lo ? lo : x;
+      return x > hi ? hi : x;
+    default: return x; /* FLOOR, CEIL, ROUND: identity on integers */
+  }
+}
+
+VL_DEV float vl_un_apply(int op, float x, float lo, float hi) { return vl_un_float<float>(op, x, lo, hi); }
+VL_DEV double vl_un_apply(int op, double x, double lo, double hi) { return vl_un_float<double>(op, x, lo, hi); }
+VL_DEV int64_t vl_un_apply(int op, int64_t x, int64_t lo, int64_t hi) { return vl_un_int(op, x, lo, hi); }
+
+template <typename T>
+struct vl_un_f {
+  typedef typename vl_acc<T>::type C;
+  static constexpr int NIN = 1, UNROLL = 1;
+  typedef T out_t;
+  typedef T in0_t;
+  typedef vl_none in1_t;
+  typedef vl_none in2_t;
+  int op;
+  C lo, hi;
+  VL_DEV T operator()(T a, vl_none, vl_none) const {
+    return vl_conv<T>::f(vl_un_apply(op, vl_val(a), lo, hi));
+  }
+};
+
+/* The activations and exp of the float dtypes with the op fixed at compile time and the math
+ * inlined: on the out-of-line path the call and switch cost more than the memory does. */
+template <typename T, int OP>
+struct vl_un_hot_f {
+  static constexpr int NIN = 1, UNROLL = 2;
+  static constexpr bool NO_STRIDED64 = true;
+  typedef T out_t;
+  typedef T in0_t;
+  typedef vl_none in1_t;
+  typedef vl_none in2_t;
+  VL_DEV T operator()(T a, vl_none, vl_none) const {
+    const float x = vl_val(a);
+    float y;
+    if constexpr (OP == VL_UN_RELU) y = x > 0.0f || x != x ? x : 0.0f;
+    else if constexpr (OP == VL_UN_EXP) y = expf(x);
+    else if constexpr (OP == VL_UN_TANH) y = tanhf(x);
+    else if constexpr (OP == VL_UN_SIGMOID) y = 1.0f / (1.0f + expf(-x));
+    else if constexpr (OP == VL_UN_GELU) y = 0.5f * x * erfcf(-x * 0.70710678118654752440f);
+    else y = vl_gelu_tanh(x);
+    return vl_conv<T>::f(y);
+  }
+};
+
+template <typename T>
+static vl_status vl_un_hot(vl_unary_op op, const vl_iter *it, const vl_cuda_state *st) {
+#define VL_UN_HOT_CASE(OP)                                                                     \
+  case OP:                                                                                    \
+    return vl_iter_is_flat(it) ? vl_ew_launch_flat(it, vl_un_hot_f<T, OP>(), st)              \
+                               : vl_ew_launch_strided<vl_un_hot_f<T, OP>, false>(it, vl_un_hot_f<T, OP>(), st);
+  switch (op) {
+    VL_UN_HOT_CASE(VL_UN_RELU)
+    VL_UN_HOT_CASE(VL_UN_EXP)
+    VL_UN_HOT_CASE(VL_UN_TANH)
+    VL_UN_HOT_CASE(VL_UN_SIGMOID)
+    VL_UN_HOT_CASE(VL_UN_GELU)
+    VL_UN_HOT_CASE(VL_UN_GELU_TANH)
+    default: break;
+  }
+#undef VL_UN_HOT_CASE
+  return vl_fail(VL_EINTERNAL, "unary: op %d has no specialised cuda kernel", (int)op);
+}
+
+/* LOGICAL_NOT: O is vl_bool8, or T when written in place (0/1 in the input's dtype). */
+template <typename T, typename O>
+struct vl_not_f {
+  static constexpr int NIN = 1, UNROLL = 1;
+  typedef O out_t;
+  typedef T in0_t;
+  typedef vl_none in1_t;
+  typedef vl_none in2_t;
+  VL_DEV O operator()(T a, vl_none, vl_none) const {
+    return vl_conv<O>::f((int64_t)(vl_val(a) == 0));
+  }
+};
+
+/* Clamp bounds in the compute type. For integers x >= lo <=> x >= ceil(lo) and x <= hi <=>
+ * x <= floor(hi); infinite or out-of-range bounds saturate. */
+template <typename C> static C vl_bound(double v, bool lower) { return (C)v; }
+template <> int64_t vl_bound<int64_t>(double v, bool lower) {
+  double r = lower ? ceil(v) : floor(v);
+  if (r != r) return lower ? INT64_MIN : INT64_MAX;
+  if (r <= -9223372036854775808.0) return INT64_MIN;
+  if (r >= 9223372036854775807.0) return INT64_MAX;
+  return (int64_t)r;
+}
+
+template <typename F>
+static vl_status vl_un_launch(const vl_iter *it, const F &f, const vl_cuda_state *st) {
+  return vl_iter_is_flat(it) ? vl_ew_launch_flat(it, f, st) : vl_ew_launch_strided(it, f, st);
+}
+
+vl_status vl_cuda_unary(vl_unary_op op, const vl_iter *it, double p0, double p1) {
+  if (it->numel <= 0) return VL_OK;
+  if ((unsigned)op >= VL_NUNARY) return vl_fail(VL_EINVAL, "unary: unknown op %d", (int)op);
+  const vl_dtype dt = it->dtype[1], odt = it->dtype[0];
+  if (op == VL_UN_LOGICAL_NOT) {
+    if (odt != VL_BOOL && odt != dt)
+      return vl_fail(VL_EDTYPE, "logical_not: cuda cannot write a %s result of a %s input",
+                     vl_dtype_name(odt), vl_dtype_name(dt));
+    VL_CUDA_ENTER(guard, st, it->ex);
+    VL_DISPATCH_ALL(dt, T, "logical_not", {
+      if (odt == VL_BOOL) return vl_un_launch(it, vl_not_f<T, vl_bool8>(), st);
+      return vl_un_launch(it, vl_not_f<T, T>(), st);
+    });
+    return VL_OK;
+  }
+  if (odt != dt)
+    return vl_fail(VL_EDTYPE, "unary: cuda cannot write a %s result of a %s input",
+                   vl_dtype_name(odt), vl_dtype_name(dt));
+  if (op >= VL_UN_EXP && op <= VL_UN_COS && !vl_dtype_is_float(dt))
+    return vl_fail(VL_EDTYPE, "unary: op %d needs a float input on cuda, got %s", (int)op,
+                   vl_dtype_name(dt));
+  VL_CUDA_ENTER(guard, st, it->ex);
+  const bool hot_op = op == VL_UN_RELU || op == VL_UN_EXP || op == VL_UN_TANH || op == VL_UN_SIGMOID ||
+                      op == VL_UN_GELU || op == VL_UN_GELU_TANH;
+  if (hot_op && it->numel < ((int64_t)1 << 31)) {
+    if (dt == VL_F32) return vl_un_hot<float>(op, it, st);
+    if (dt == VL_F16) return vl_un_hot<__half>(op, it, st);
+    if (dt == VL_BF16) return vl_un_hot<__nv_bfloat16>(op, it, st);
+  }
+  VL_DISPATCH_ALL(dt, T, "unary", {
+    typedef typename vl_acc<T>::type C;
+    vl_un_f<T> f;
+    f.op = op;
+    f.lo = vl_bound<C>(p0, true);
+    f.hi = vl_bound<C>(p1, false);
+    return vl_un_launch(it, f, st);
+  });
+  return VL_OK;
+}

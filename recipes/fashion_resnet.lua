@@ -1,0 +1,171 @@
+-- recipes/fashion_resnet.lua: ResNet-18 (small_input: 3x3 stride-1 stem, no max-pool; 1 input
+-- channel) on Fashion-MNIST, trained with SGD + Nesterov momentum, weight decay off for BN and
+-- biases, label smoothing, linear warmup then cosine decay, and random-crop (pad 2) +
+-- horizontal-flip augmentation done on the device with tensor ops.
+--
+-- usage: v100lua recipes/fashion_resnet.lua [--epochs 15] [--batch 256] [--lr 0.1] [--wd 5e-4]
+--          [--smoothing 0.1] [--warmup-epochs 1] [--device cpu|cuda|cuda:N] [--seed 1]
+--          [--layout nhwc|nchw] [--train-subset N] [--eval-every 1] [--root DIR]
+-- Prints one line per epoch (mean training loss, test accuracy when evaluated, epoch time,
+-- training images/s), then `test accuracy: 0.xxxx` and `total time: N s`. Expected on an H200
+-- with the defaults: >= 0.93 test accuracy.
+local v100 = require 'v100'
+local nn = require 'v100.nn'
+local optim = require 'v100.optim'
+local data = require 'v100.data'
+local resnet = require 'v100.models.resnet'
+
+local opts = { epochs = 15, batch = 256, lr = 0.1, wd = 5e-4, smoothing = 0.1, ['warmup-epochs'] = 1,
+  device = nil, seed = 1, layout = 'nhwc', ['train-subset'] = 0, ['eval-every'] = 1, root = nil }
+local numeric = { epochs = true, batch = true, lr = true, wd = true, smoothing = true, ['warmup-epochs'] = true,
+  seed = true, ['train-subset'] = true, ['eval-every'] = true }
+
+local function usage(msg)
+  local out = msg and io.stderr or io.stdout
+  if msg then out:write('fashion_resnet.lua: ', msg, '\n') end
+  out:write('usage: v100lua recipes/fashion_resnet.lua [--epochs N] [--batch N] [--lr X] [--wd X]\n',
+    '         [--smoothing X] [--warmup-epochs X] [--device cpu|cuda|cuda:N] [--seed N]\n',
+    '         [--layout nhwc|nchw] [--train-subset N (0 = all 60000)] [--eval-every N] [--root DIR]\n')
+  os.exit(msg and 2 or 0)
+end
+
+do -- command line: --key value or --key=value
+  local i = 1
+  while i <= #arg do
+    local a = arg[i]
+    if a == '--help' or a == '-h' then usage() end
+    local key, val = a:match('^%-%-([%w%-]+)=(.*)$')
+    if not key then
+      key = a:match('^%-%-([%w%-]+)$')
+      if not key then usage('unexpected argument ' .. a) end
+      i = i + 1
+      val = arg[i]
+      if val == nil then usage('missing value for --' .. key) end
+    end
+    if opts[key] == nil and key ~= 'device' and key ~= 'root' then usage('unknown option --' .. key) end
+    if numeric[key] then
+      local n = tonumber(val)
+      if not n then usage('--' .. key .. ' needs a number, got ' .. val) end
+      val = math.tointeger(n) or n
+    end
+    opts[key] = val
+    i = i + 1
+  end
+end
+for _, k in ipairs{ 'epochs', 'batch', 'eval-every' } do
+  if not math.tointeger(opts[k]) or opts[k] < 1 then usage('--' .. k .. ' must be a positive integer') end
+end
+if not math.tointeger(opts['train-subset']) or opts['train-subset'] < 0 then usage('--train-subset must be >= 0') end
+if opts.layout ~= 'nhwc' and opts.layout ~= 'nchw' then usage('--layout is nhwc or nchw, got ' .. opts.layout) end
+if opts.lr <= 0 or opts.wd < 0 or opts.smoothing < 0 or opts.smoothing >= 1 or opts['warmup-epochs'] < 0 then
+  usage('--lr must be positive, --wd and --warmup-epochs non-negative, --smoothing in [0, 1)')
+end
+
+local dev = opts.device or v100.device()
+local is_cuda = dev:sub(1, 4) == 'cuda'
+local clock = v100.io.time
+local function sync() if is_cuda then v100.cuda.synchronize() end end
+local MEAN, STD = 0.2860, 0.3530 -- Fashion-MNIST train pixels in [0, 1]
+local PAD, SIZE = 2, 28
+
+-- u8 N x 28 x 28 -> standardised f32 N x 1 x (28 + 2 pad) x ... on the device. The padding is
+-- black (0) before standardising, as torchvision's RandomCrop(28, padding=2) pads the image.
+local function prepare(images, pad)
+  local n = images.shape[1]
+  local x = images
+  if pad > 0 then
+    x = v100.zeros({ n, SIZE + 2 * pad, SIZE + 2 * pad }, { dtype = 'u8' })
+    x:narrow(2, pad + 1, SIZE):narrow(3, pad + 1, SIZE):copy_(images)
+  end
+  x = x:to(dev):float()
+  return ((x / 255 - MEAN) / STD):unsqueeze(2):contiguous()
+end
+
+local train_img, train_lbl = data.fashion_mnist('train', { root = opts.root })
+local test_img, test_lbl = data.fashion_mnist('test', { root = opts.root })
+if opts['train-subset'] > 0 and opts['train-subset'] < train_img.shape[1] then
+  train_img, train_lbl = train_img:narrow(1, 1, opts['train-subset']), train_lbl:narrow(1, 1, opts['train-subset'])
+end
+local xtr, ytr = prepare(train_img, PAD), train_lbl:long():to(dev)
+local xte, yte = prepare(test_img, 0), test_lbl:long():to(dev)
+local ntrain, ntest = xtr.shape[1], xte.shape[1]
+
+-- Per-sample random 28x28 crop of the padded batch and a horizontal flip of half the samples,
+-- as two gathers: columns first (offset dx, reversed when flipped), then rows (offset dy).
+local cols = v100.arange(0, SIZE, { device = dev }):view{ 1, SIZE }
+local function augment(xb)
+  local B, P = xb.shape[1], xb.shape[3]
+  local dx = (v100.rand({ B, 1 }, { device = dev }) * (2 * PAD + 1)):floor():long()
+  local dy = (v100.rand({ B, 1 }, { device = dev }) * (2 * PAD + 1)):floor():long()
+  local flip = v100.rand({ B, 1 }, { device = dev }):lt(0.5):long()
+  local ci = dx + cols + flip * ((SIZE - 1) - cols * 2) -- B x 28: dx + (flip ? 27 - w : w)
+  local ri = dy + cols                                  -- B x 28
+  local x = xb:gather(4, ci:view{ B, 1, 1, SIZE }:expand{ B, 1, P, SIZE }:contiguous())
+  return x:gather(3, ri:view{ B, 1, SIZE, 1 }:expand{ B, 1, SIZE, SIZE }:contiguous())
+end
+
+local function to_layout(x)
+  if opts.layout == 'nhwc' then return x:permute{ 1, 3, 4, 2 }:contiguous():permute{ 1, 4, 2, 3 } end
+  return x
+end
+
+v100.manual_seed(opts.seed)
+local model = resnet.resnet18{ classes = 10, small_input = true, in_channels = 1 }
+model:to{ device = dev, layout = opts.layout }
+local opt = optim.SGD(model:named_parameters(), { lr = opts.lr, momentum = 0.9, nesterov = true,
+  weight_decay = opts.wd, no_decay = optim.no_decay_bias_and_norm })
+local steps_per_epoch = ntrain // opts.batch -- drop_last: every batch is full (BN statistics)
+if steps_per_epoch == 0 then usage('--batch is larger than the training set') end
+local sched = optim.schedule.warmup_cosine{ warmup = math.floor(opts['warmup-epochs'] * steps_per_epoch + 0.5),
+  total = opts.epochs * steps_per_epoch }
+
+print(string.format('fashion_resnet: resnet18 small_input, %d train / %d test images, device %s, layout %s, ' ..
+  '%d parameters, batch %d, lr %g, wd %g, smoothing %g, %d epochs', ntrain, ntest, dev, opts.layout,
+  model:num_parameters(), opts.batch, opts.lr, opts.wd, opts.smoothing, opts.epochs))
+io.stdout:flush()
+
+local function evaluate()
+  model:eval()
+  local correct = v100.no_grad(function()
+    local c = v100.zeros({}, { dtype = 'i64', device = dev })
+    for xb, yb in data.batches(xte, yte, 1000) do
+      c = c + model(to_layout(xb)):argmax(2):eq(yb):sum()
+    end
+    return c:item()
+  end)
+  model:train()
+  return correct / ntest
+end
+
+local acc
+sync()
+local t_start = clock()
+for epoch = 1, opts.epochs do
+  model:train()
+  local loss_sum = v100.zeros({}, { device = dev }) -- on the device: one host read per epoch
+  local nb = 0
+  sync()
+  local t0 = clock()
+  for xb, yb in data.batches(xtr, ytr, opts.batch, { shuffle = true, drop_last = true,
+    seed = opts.seed * 1000 + epoch }) do
+    local loss = nn.cross_entropy(model(to_layout(augment(xb))), yb, { smoothing = opts.smoothing })
+    opt:zero_grad()
+    loss:backward()
+    sched:step(opt)
+    opt:step()
+    loss_sum = loss_sum + loss:detach()
+    nb = nb + 1
+  end
+  sync()
+  local dt = clock() - t0
+  local line = string.format('epoch %d/%d  loss %.4f', epoch, opts.epochs, loss_sum:item() / nb)
+  if epoch % opts['eval-every'] == 0 or epoch == opts.epochs then
+    acc = evaluate()
+    line = line .. string.format('  test acc %.4f', acc)
+  end
+  print(line .. string.format('  time %.1f s  images/s %d', dt, math.floor(nb * opts.batch / dt + 0.5)))
+  io.stdout:flush()
+end
+sync()
+print(string.format('test accuracy: %.4f', acc))
+print(string.format('total time: %d s', math.floor(clock() - t_start + 0.5)))

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# tools/device-run.sh: the GPU check on a lent H200 machine that has no build tools for us (no Lua,
+# no OpenBLAS): binaries built elsewhere for sm_90 arrive gzip'ed in .dev/bin (made by
+# tools/device-pack.sh). Runs every tests/lua/gpu_*.lua (in parallel), a subset under
+# compute-sanitizer memcheck, the benchmarks (ours and PyTorch's), and optional extra commands.
+# Usage: tools/device-run.sh OUTDIR [step...]; steps: tests memcheck bench recipe:<args...>
+set -uo pipefail
+FINAL="${1:?usage: tools/device-run.sh OUTDIR [steps]}"
+shift
+# The device tool returns at most 8 files: logs go to a folder that is packed into one archive.
+OUT="$FINAL/logs"
+mkdir -p "$OUT"
+steps="${*:-tests memcheck bench}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export NCCL_NVLS_ENABLE=0
+# The build tree's binary looks for its Lua library at the absolute path it was built in.
+mkdir -p /work && [ -e /work/main ] || ln -s "$ROOT" /work/main
+BIN="$ROOT/.dev/run"
+mkdir -p "$BIN"
+for z in .dev/bin/*.gz; do
+  [ -f "$z" ] || continue
+  b="$BIN/$(basename "$z" .gz)"
+  gzip -dc "$z" >"$b" && chmod +x "$b"
+done
+[ -d .dev/lib ] && export LD_LIBRARY_PATH="$ROOT/.dev/lib:${LD_LIBRARY_PATH:-}"
+V="$BIN/v100lua"
+"$V" --version 2>&1 | tee "$OUT/versions.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,driver_version --format=csv >>"$OUT/versions.txt" 2>&1
+export LUA_PATH="$ROOT/tests/lua/?.lua;;"
+summary=()
+for step in $steps; do
+  case "$step" in
+    tests)
+      pids=()
+      for f in ${GPU_TESTS:-tests/lua/gpu_*.lua}; do
+        n=$(basename "$f" .lua)
+        ( t0=$SECONDS; "$V" "$f" >"$OUT/$n.log" 2>&1; echo "rc=$? ${n} $((SECONDS - t0))s" >>"$OUT/$n.log" ) &
+        pids+=($!)
+      done
+      wait "${pids[@]}"
+      for f in ${GPU_TESTS:-tests/lua/gpu_*.lua}; do
+        n=$(basename "$f" .lua)
+        summary+=("$(tail -1 "$OUT/$n.log") | $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$n.log" | tail -1)")
+        grep -q '^rc=0 ' <(tail -1 "$OUT/$n.log") || { echo "--- $n"; grep -E '^FAIL|^\[|error|Error' "$OUT/$n.log" | head -12; } >>"$FINAL/failures.txt"
+      done
+      ;;
+    memcheck)
+      for f in ${MEMCHECK_TESTS:-tests/lua/gpu_rng.lua tests/lua/gpu_optim.lua}; do
+        n=$(basename "$f" .lua)
+        timeout "${MEMCHECK_TIMEOUT:-150}" /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 99 "$V" "$f" >"$OUT/memcheck_$n.log" 2>&1
+        summary+=("memcheck $n rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$n.log" | tail -1)")
+      done
+      ;;
+    bench)
+      { "$V" bench/bench_ops.lua; [ -x "$BIN/bench_pool" ] && "$BIN/bench_pool";
+        python3 bench/bench_ops.py; python3 bench/bench_pool.py; } >"$OUT/bench.log" 2>&1
+      summary+=("bench rc=$?")
+      ;;
+    recipe:*)
+      args="${step#recipe:}"
+      t0=$SECONDS
+      "$V" ${args//,/ } >"$OUT/recipe_$(echo "$args" | tr -c 'a-zA-Z0-9' _ | cut -c1-40).log" 2>&1
+      summary+=("recipe ${args} rc=$? $((SECONDS - t0))s")
+      ;;
+  esac
+done
+tar -C "$FINAL" -czf "$FINAL/logs.tgz" logs && rm -rf "$OUT"
+[ -f "$FINAL/failures.txt" ] && { echo "== failures"; cut -c1-300 "$FINAL/failures.txt" | head -80; }
+echo "== summary"
+printf '%s\n' "${summary[@]}"
+tar -xzOf "$FINAL/logs.tgz" logs/bench.log 2>/dev/null | grep '^BENCH' 
+exit 0
