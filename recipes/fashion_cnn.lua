@@ -14,78 +14,34 @@ local v100 = require 'v100'
 local nn = require 'v100.nn'
 local optim = require 'v100.optim'
 local data = require 'v100.data'
+local recipe = require 'v100.recipe'
 
-local opts = { epochs = 2, batch = 64, lr = 0.05, momentum = 0.9, width = 32, dropout = 0.25,
-  ['train-subset'] = 0, ['test-subset'] = 0, device = nil, seed = 1, root = nil, schedule = 'cosine' }
-local numeric = { epochs = true, batch = true, lr = true, momentum = true, width = true, dropout = true,
-  ['train-subset'] = true, ['test-subset'] = true, seed = true }
-
-local function usage(msg)
-  local out = msg and io.stderr or io.stdout
-  if msg then out:write('fashion_cnn.lua: ', msg, '\n') end
-  out:write('usage: v100lua recipes/fashion_cnn.lua [--epochs N] [--batch N] [--lr X] [--momentum X]\n',
-    '         [--width W (first conv channels)] [--dropout P] [--train-subset N (0 = all 60000)]\n',
-    '         [--test-subset N (0 = all 10000)] [--device cpu|cuda|cuda:N] [--seed N] [--root DIR]\n',
-    '         [--schedule cosine|constant (per-step cosine decay of the lr to 0, or a constant lr)]\n')
-  os.exit(msg and 2 or 0)
-end
-
-do -- command line: --key value or --key=value
-  local i = 1
-  while i <= #arg do
-    local a = arg[i]
-    if a == '--help' or a == '-h' then usage() end
-    local key, val = a:match('^%-%-([%w%-]+)=(.*)$')
-    if not key then
-      key = a:match('^%-%-([%w%-]+)$')
-      if not key then usage('unexpected argument ' .. a) end
-      i = i + 1
-      val = arg[i]
-      if val == nil then usage('missing value for --' .. key) end
-    end
-    if opts[key] == nil and key ~= 'device' and key ~= 'root' then usage('unknown option --' .. key) end
-    if key == 'schedule' and val ~= 'cosine' and val ~= 'constant' then
-      usage('--schedule is cosine or constant, got ' .. val)
-    end
-    if numeric[key] then
-      local n = tonumber(val)
-      if not n then usage('--' .. key .. ' needs a number, got ' .. val) end
-      val = math.tointeger(n) or n
-    end
-    opts[key] = val
-    i = i + 1
-  end
-end
-for _, k in ipairs{ 'epochs', 'batch', 'width', 'train-subset', 'test-subset', 'seed' } do
-  local v = opts[k]
-  local nonneg = k == 'train-subset' or k == 'test-subset' or k == 'seed'
-  if not math.tointeger(v) or v < 0 or (not nonneg and v == 0) then
-    usage('--' .. k .. ' must be a ' .. (nonneg and 'non-negative' or 'positive') .. ' integer')
-  end
-end
+local opts, usage = recipe.options{
+  name = 'fashion_cnn.lua',
+  defaults = { epochs = 2, batch = 64, lr = 0.05, momentum = 0.9, width = 32, dropout = 0.25,
+    ['train-subset'] = 0, ['test-subset'] = 0, seed = 1, schedule = 'cosine' },
+  optional = { device = true, root = true },
+  numeric = { epochs = true, batch = true, lr = true, momentum = true, width = true, dropout = true,
+    ['train-subset'] = true, ['test-subset'] = true, seed = true },
+  choices = { schedule = { 'cosine', 'constant' } },
+  usage = 'usage: v100lua recipes/fashion_cnn.lua [--epochs N] [--batch N] [--lr X] [--momentum X]\n' ..
+    '         [--width W (first conv channels)] [--dropout P] [--train-subset N (0 = all 60000)]\n' ..
+    '         [--test-subset N (0 = all 10000)] [--device cpu|cuda|cuda:N] [--seed N] [--root DIR]\n' ..
+    '         [--schedule cosine|constant (per-step cosine decay of the lr to 0, or a constant lr)]\n',
+}
+recipe.check_integers(opts, usage, { 'epochs', 'batch', 'width', 'train-subset', 'test-subset', 'seed' },
+  { ['train-subset'] = true, ['test-subset'] = true, seed = true })
 if opts.lr <= 0 then usage('--lr must be positive') end
 if opts.dropout < 0 or opts.dropout >= 1 then usage('--dropout must be in [0, 1)') end
 
 local dev = opts.device or v100.device()
-local is_cuda = dev:sub(1, 4) == 'cuda'
-local clock = v100.io.time
-local function sync() if is_cuda then v100.cuda.synchronize() end end
--- Fashion-MNIST pixel statistics (train set, pixels scaled to [0, 1]).
-local MEAN, STD = 0.2860, 0.3530
+local clock, sync = recipe.clock, recipe.syncer(dev)
 
 -- u8 N x 28 x 28 -> standardised f32 N x 1 x 28 x 28 on the device; labels -> i64.
-local function prepare(images, labels, n)
-  if n > 0 and n < images.shape[1] then
-    images, labels = images:narrow(1, 1, n), labels:narrow(1, 1, n)
-  end
-  local x = ((images:float() / 255) - MEAN) / STD
-  return x:unsqueeze(2):contiguous():to(dev), labels:long():to(dev)
-end
-
-local train_img, train_lbl = data.fashion_mnist('train', { root = opts.root })
-local test_img, test_lbl = data.fashion_mnist('test', { root = opts.root })
-local xtr, ytr = prepare(train_img, train_lbl, opts['train-subset'])
-local xte, yte = prepare(test_img, test_lbl, opts['test-subset'])
+local train_img, train_lbl = recipe.fashion_mnist('train', opts.root, opts['train-subset'])
+local test_img, test_lbl = recipe.fashion_mnist('test', opts.root, opts['test-subset'])
+local xtr, ytr = recipe.to_device(train_img, train_lbl, dev, 'image')
+local xte, yte = recipe.to_device(test_img, test_lbl, dev, 'image')
 local ntrain, ntest = xtr.shape[1], xte.shape[1]
 
 v100.manual_seed(opts.seed)
@@ -106,15 +62,9 @@ print(string.format('fashion_cnn: %d train / %d test images, device %s, %d param
 -- Accuracy on the test images in eval mode, without recording.
 local function evaluate()
   model:eval()
-  local correct = v100.no_grad(function()
-    local c = v100.zeros({}, { dtype = 'i64', device = dev })
-    for xb, yb in data.batches(xte, yte, 1000) do
-      c = c + model(xb):argmax(2):eq(yb):sum()
-    end
-    return c:item()
-  end)
+  local acc = recipe.accuracy(function(xb) return model(xb) end, xte, yte)
   model:train()
-  return correct / ntest
+  return acc
 end
 
 local acc = 0
@@ -137,8 +87,7 @@ for epoch = 1, opts.epochs do
   sync()
   local dt = clock() - t0
   acc = evaluate()
-  print(string.format('epoch %d/%d  loss %.4f  test acc %.4f  images/s %d', epoch, opts.epochs,
-    loss_sum:item() / nb, acc, math.floor(ntrain / dt + 0.5)))
-  io.stdout:flush()
+  recipe.printf('epoch %d/%d  loss %.4f  test acc %.4f  images/s %d', epoch, opts.epochs,
+    loss_sum:item() / nb, acc, math.floor(ntrain / dt + 0.5))
 end
 print(string.format('test accuracy: %.4f', acc))

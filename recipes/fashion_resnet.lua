@@ -14,61 +14,29 @@ local nn = require 'v100.nn'
 local optim = require 'v100.optim'
 local data = require 'v100.data'
 local resnet = require 'v100.models.resnet'
+local recipe = require 'v100.recipe'
 
-local opts = { epochs = 15, batch = 256, lr = 0.1, wd = 5e-4, smoothing = 0.1, ['warmup-epochs'] = 1,
-  device = nil, seed = 1, layout = 'nchw', ['train-subset'] = 0, ['test-subset'] = 0, ['eval-every'] = 1, root = nil }
-local numeric = { epochs = true, batch = true, lr = true, wd = true, smoothing = true, ['warmup-epochs'] = true,
-  seed = true, ['train-subset'] = true, ['test-subset'] = true, ['eval-every'] = true }
-
-local function usage(msg)
-  local out = msg and io.stderr or io.stdout
-  if msg then out:write('fashion_resnet.lua: ', msg, '\n') end
-  out:write('usage: v100lua recipes/fashion_resnet.lua [--epochs N] [--batch N] [--lr X] [--wd X]\n',
-    '         [--smoothing X] [--warmup-epochs X] [--device cpu|cuda|cuda:N] [--seed N]\n',
-    '         [--layout nhwc|nchw] [--train-subset N (0 = all 60000)] [--test-subset N (0 = all 10000)]\n',
-    '         [--eval-every N] [--root DIR]\n')
-  os.exit(msg and 2 or 0)
-end
-
-do -- command line: --key value or --key=value
-  local i = 1
-  while i <= #arg do
-    local a = arg[i]
-    if a == '--help' or a == '-h' then usage() end
-    local key, val = a:match('^%-%-([%w%-]+)=(.*)$')
-    if not key then
-      key = a:match('^%-%-([%w%-]+)$')
-      if not key then usage('unexpected argument ' .. a) end
-      i = i + 1
-      val = arg[i]
-      if val == nil then usage('missing value for --' .. key) end
-    end
-    if opts[key] == nil and key ~= 'device' and key ~= 'root' then usage('unknown option --' .. key) end
-    if numeric[key] then
-      local n = tonumber(val)
-      if not n then usage('--' .. key .. ' needs a number, got ' .. val) end
-      val = math.tointeger(n) or n
-    end
-    opts[key] = val
-    i = i + 1
-  end
-end
-for _, k in ipairs{ 'epochs', 'batch', 'eval-every' } do
-  if not math.tointeger(opts[k]) or opts[k] < 1 then usage('--' .. k .. ' must be a positive integer') end
-end
-for _, k in ipairs{ 'train-subset', 'test-subset' } do
-  if not math.tointeger(opts[k]) or opts[k] < 0 then usage('--' .. k .. ' must be a non-negative integer') end
-end
+local opts, usage = recipe.options{
+  name = 'fashion_resnet.lua',
+  defaults = { epochs = 15, batch = 256, lr = 0.1, wd = 5e-4, smoothing = 0.1, ['warmup-epochs'] = 1,
+    seed = 1, layout = 'nchw', ['train-subset'] = 0, ['test-subset'] = 0, ['eval-every'] = 1 },
+  optional = { device = true, root = true },
+  numeric = { epochs = true, batch = true, lr = true, wd = true, smoothing = true, ['warmup-epochs'] = true,
+    seed = true, ['train-subset'] = true, ['test-subset'] = true, ['eval-every'] = true },
+  usage = 'usage: v100lua recipes/fashion_resnet.lua [--epochs N] [--batch N] [--lr X] [--wd X]\n' ..
+    '         [--smoothing X] [--warmup-epochs X] [--device cpu|cuda|cuda:N] [--seed N]\n' ..
+    '         [--layout nhwc|nchw] [--train-subset N (0 = all 60000)] [--test-subset N (0 = all 10000)]\n' ..
+    '         [--eval-every N] [--root DIR]\n',
+}
+recipe.check_integers(opts, usage, { 'epochs', 'batch', 'eval-every' })
+recipe.check_integers(opts, usage, { 'train-subset', 'test-subset' }, { ['train-subset'] = true, ['test-subset'] = true })
 if opts.layout ~= 'nhwc' and opts.layout ~= 'nchw' then usage('--layout is nhwc or nchw, got ' .. opts.layout) end
 if opts.lr <= 0 or opts.wd < 0 or opts.smoothing < 0 or opts.smoothing >= 1 or opts['warmup-epochs'] < 0 then
   usage('--lr must be positive, --wd and --warmup-epochs non-negative, --smoothing in [0, 1)')
 end
 
 local dev = opts.device or v100.device()
-local is_cuda = dev:sub(1, 4) == 'cuda'
-local clock = v100.io.time
-local function sync() if is_cuda then v100.cuda.synchronize() end end
-local MEAN, STD = 0.2860, 0.3530 -- Fashion-MNIST train pixels in [0, 1]
+local clock, sync = recipe.clock, recipe.syncer(dev)
 local PAD, SIZE = 2, 28
 
 -- u8 N x 28 x 28 -> standardised f32 N x 1 x (28 + 2 pad) x ... on the device. The padding is
@@ -80,18 +48,11 @@ local function prepare(images, pad)
     x = v100.zeros({ n, SIZE + 2 * pad, SIZE + 2 * pad }, { dtype = 'u8' })
     x:narrow(2, pad + 1, SIZE):narrow(3, pad + 1, SIZE):copy_(images)
   end
-  x = x:to(dev):float()
-  return ((x / 255 - MEAN) / STD):unsqueeze(2):contiguous()
+  return recipe.standardise(x:to(dev)):unsqueeze(2):contiguous()
 end
 
-local train_img, train_lbl = data.fashion_mnist('train', { root = opts.root })
-local test_img, test_lbl = data.fashion_mnist('test', { root = opts.root })
-if opts['train-subset'] > 0 and opts['train-subset'] < train_img.shape[1] then
-  train_img, train_lbl = train_img:narrow(1, 1, opts['train-subset']), train_lbl:narrow(1, 1, opts['train-subset'])
-end
-if opts['test-subset'] > 0 and opts['test-subset'] < test_img.shape[1] then
-  test_img, test_lbl = test_img:narrow(1, 1, opts['test-subset']), test_lbl:narrow(1, 1, opts['test-subset'])
-end
+local train_img, train_lbl = recipe.fashion_mnist('train', opts.root, opts['train-subset'])
+local test_img, test_lbl = recipe.fashion_mnist('test', opts.root, opts['test-subset'])
 local xtr, ytr = prepare(train_img, PAD), train_lbl:long():to(dev)
 local xte, yte = prepare(test_img, 0), test_lbl:long():to(dev)
 local ntrain, ntest = xtr.shape[1], xte.shape[1]
@@ -132,15 +93,9 @@ io.stdout:flush()
 
 local function evaluate()
   model:eval()
-  local correct = v100.no_grad(function()
-    local c = v100.zeros({}, { dtype = 'i64', device = dev })
-    for xb, yb in data.batches(xte, yte, 1000) do
-      c = c + model(to_layout(xb)):argmax(2):eq(yb):sum()
-    end
-    return c:item()
-  end)
+  local acc = recipe.accuracy(function(xb) return model(to_layout(xb)) end, xte, yte)
   model:train()
-  return correct / ntest
+  return acc
 end
 
 local acc
@@ -169,8 +124,7 @@ for epoch = 1, opts.epochs do
     acc = evaluate()
     line = line .. string.format('  test acc %.4f', acc)
   end
-  print(line .. string.format('  time %.1f s  images/s %d', dt, math.floor(nb * opts.batch / dt + 0.5)))
-  io.stdout:flush()
+  recipe.printf('%s  time %.1f s  images/s %d', line, dt, math.floor(nb * opts.batch / dt + 0.5))
 end
 sync()
 print(string.format('test accuracy: %.4f', acc))

@@ -15,75 +15,33 @@
 -- line `test accuracy: 0.xxxx`.
 local v100 = require 'v100'
 local data = require 'v100.data'
+local recipe = require 'v100.recipe'
 
-local opts = {epochs = 6, batch = 100, lr = 0.05, momentum = 0.9, hidden = 256,
-              ['train-subset'] = 0, device = nil, seed = 1, root = nil, schedule = 'cosine'}
-local numeric = {epochs = true, batch = true, lr = true, momentum = true, hidden = true,
-                 ['train-subset'] = true, seed = true}
-
-local function usage(msg)
-  local out = msg and io.stderr or io.stdout
-  if msg then out:write('resnet50.lua: ', msg, '\n') end
-  out:write('usage: v100lua recipes/resnet50.lua [--epochs N] [--batch N] [--lr X] [--momentum X]\n',
-            '         [--hidden N] [--train-subset N (0 = all 60000)] [--device cpu|cuda|cuda:N]\n',
-            '         [--seed N] [--root DIR (Fashion-MNIST folder)] [--schedule cosine|constant]\n')
-  os.exit(msg and 2 or 0)
-end
-
-do -- command line: --key value or --key=value
-  local i = 1
-  while i <= #arg do
-    local a = arg[i]
-    if a == '--help' or a == '-h' then usage() end
-    local key, val = a:match('^%-%-([%w%-]+)=(.*)$')
-    if not key then
-      key = a:match('^%-%-([%w%-]+)$')
-      if not key then usage('unexpected argument ' .. a) end
-      i = i + 1
-      val = arg[i]
-      if val == nil then usage('missing value for --' .. key) end
-    end
-    if opts[key] == nil and key ~= 'device' and key ~= 'root' then usage('unknown option --' .. key) end
-    if key == 'schedule' and val ~= 'cosine' and val ~= 'constant' then
-      usage('--schedule is cosine or constant, got ' .. val)
-    end
-    if numeric[key] then
-      local n = tonumber(val)
-      if not n then usage('--' .. key .. ' needs a number, got ' .. val) end
-      val = math.tointeger(n) or n
-    end
-    opts[key] = val
-    i = i + 1
-  end
-end
-for _, k in ipairs{'epochs', 'batch', 'hidden', 'train-subset', 'seed'} do
-  if not math.tointeger(opts[k]) or opts[k] < 0 or (k ~= 'train-subset' and k ~= 'seed' and opts[k] == 0) then
-    usage('--' .. k .. ' must be a ' .. (k == 'train-subset' and 'non-negative' or 'positive') .. ' integer')
-  end
-end
+local opts, usage = recipe.options{
+  name = 'resnet50.lua',
+  defaults = {epochs = 6, batch = 100, lr = 0.05, momentum = 0.9, hidden = 256,
+              ['train-subset'] = 0, seed = 1, schedule = 'cosine'},
+  optional = {device = true, root = true},
+  numeric = {epochs = true, batch = true, lr = true, momentum = true, hidden = true,
+             ['train-subset'] = true, seed = true},
+  choices = {schedule = {'cosine', 'constant'}},
+  usage = 'usage: v100lua recipes/resnet50.lua [--epochs N] [--batch N] [--lr X] [--momentum X]\n' ..
+          '         [--hidden N] [--train-subset N (0 = all 60000)] [--device cpu|cuda|cuda:N]\n' ..
+          '         [--seed N] [--root DIR (Fashion-MNIST folder)] [--schedule cosine|constant]\n',
+}
+recipe.check_integers(opts, usage, {'epochs', 'batch', 'hidden', 'train-subset', 'seed'},
+                      {['train-subset'] = true, seed = true})
 
 local dev = opts.device or v100.device()
-local clock = v100.io.time
+local clock = recipe.clock
 local H, C, D = opts.hidden, 10, 28 * 28
--- Fashion-MNIST pixel statistics (train set, pixels scaled to [0, 1]).
-local MEAN, STD = 0.2860, 0.3530
 
 -- u8 N x 28 x 28 -> standardised f32 N x 784 on the device; labels -> i64 on the device.
-local function prepare(images, labels)
-  local n = images.shape[1]
-  local x = ((images:reshape{n, D}:float() / 255) - MEAN) / STD
-  return x:to(dev), labels:long():to(dev)
-end
-
 local t_load = clock()
-local train_img, train_lbl = data.fashion_mnist('train', {root = opts.root})
-local test_img, test_lbl = data.fashion_mnist('test', {root = opts.root})
-if opts['train-subset'] > 0 and opts['train-subset'] < train_img.shape[1] then
-  train_img = train_img:narrow(1, 1, opts['train-subset'])
-  train_lbl = train_lbl:narrow(1, 1, opts['train-subset'])
-end
-local xtrain, ytrain = prepare(train_img, train_lbl)
-local xtest, ytest = prepare(test_img, test_lbl)
+local train_img, train_lbl = recipe.fashion_mnist('train', opts.root, opts['train-subset'])
+local test_img, test_lbl = recipe.fashion_mnist('test', opts.root)
+local xtrain, ytrain = recipe.to_device(train_img, train_lbl, dev, 'flat')
+local xtest, ytest = recipe.to_device(test_img, test_lbl, dev, 'flat')
 local ntrain, ntest = xtrain.shape[1], xtest.shape[1]
 print(string.format('# stand-in for ResNet-50: MLP %d-%d-%d on Fashion-MNIST, %s f32, %d train / %d test images (loaded in %.1fs)',
   D, H, C, dev, ntrain, ntest, clock() - t_load))
@@ -134,16 +92,7 @@ local function train_step(x, y, lr)
   return loss
 end
 
-local function evaluate()
-  local correct = 0
-  for xb, yb in data.batches(xtest, ytest, 1000) do
-    local z <close> = forward(xb)
-    local pred <close> = z:argmax(2)
-    local hits <close> = pred:eq(yb):sum()
-    correct = correct + hits:item()
-  end
-  return correct / ntest
-end
+local function evaluate() return recipe.accuracy(forward, xtest, ytest) end
 
 -- Cosine decay of the learning rate over all steps (to 0 at the end): it buys about a point of
 -- test accuracy over a constant rate for the same number of epochs.

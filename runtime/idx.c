@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "runtime/file_io.h"
+
 /* Chunk for decompression and widening: big enough to amortise gzread calls, small enough to
  * keep the temporary buffer negligible next to the data. */
 #define IDX_CHUNK (1u << 20)
@@ -30,27 +32,9 @@ vl_status vl_idx_type_info(int code, vl_dtype *dtype, int *file_elem_size) {
   }
 }
 
-/* Reads up to n bytes; returns how many were read, or -1 on a zlib/IO error (message set). A
- * short count means the stream ended. zlib reports a gzip stream cut short as Z_BUF_ERROR; that is
- * a truncation too, so it is returned as a short count rather than as an error. */
+/* The bounded gzread loop and its messages are shared with the other readers (file_io.c). */
 static int64_t read_some(gzFile gz, const char *path, void *buf, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    size_t want = n - got;
-    if (want > (1u << 30)) want = 1u << 30; /* gzread takes an unsigned and returns an int */
-    int r = gzread(gz, (char *)buf + got, (unsigned)want);
-    if (r < 0) {
-      int errnum = 0;
-      const char *msg = gzerror(gz, &errnum);
-      if (errnum == Z_BUF_ERROR) return (int64_t)got;
-      vl_fail(VL_EIO, "read_idx: %s: %s", path,
-              errnum == Z_ERRNO ? strerror(errno) : (msg ? msg : "zlib error"));
-      return -1;
-    }
-    if (r == 0) break;
-    got += (size_t)r;
-  }
-  return (int64_t)got;
+  return vl_gz_read(gz, "read_idx", path, buf, n);
 }
 
 static inline uint32_t be32(const unsigned char *p) {

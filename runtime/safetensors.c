@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "runtime/file_io.h"
 #include "runtime/ops.h"
 
 static const struct {
@@ -62,27 +63,9 @@ static void shape_str(int ndim, const int64_t *size, char *buf, size_t n) {
 /* ------------------------------------------------------------------------------------------- */
 /* Reading */
 
-/* Reads up to n bytes; returns how many were read, or -1 on an I/O error (message set). A short
- * count means the stream ended; zlib reports a gzip stream cut short as Z_BUF_ERROR, which is a
- * truncation too and is returned as a short count. */
+/* The bounded gzread loop and its messages are shared with the other readers (file_io.c). */
 static int64_t read_some(gzFile gz, const char *path, void *buf, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    size_t want = n - got;
-    if (want > (1u << 30)) want = 1u << 30; /* gzread takes an unsigned and returns an int */
-    int r = gzread(gz, (char *)buf + got, (unsigned)want);
-    if (r < 0) {
-      int errnum = 0;
-      const char *msg = gzerror(gz, &errnum);
-      if (errnum == Z_BUF_ERROR) return (int64_t)got;
-      vl_fail(VL_EIO, "load_safetensors: %s: %s", path,
-              errnum == Z_ERRNO ? strerror(errno) : (msg ? msg : "zlib error"));
-      return -1;
-    }
-    if (r == 0) break;
-    got += (size_t)r;
-  }
-  return (int64_t)got;
+  return vl_gz_read(gz, "load_safetensors", path, buf, n);
 }
 
 typedef struct st_entry {

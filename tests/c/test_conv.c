@@ -20,42 +20,7 @@
 #include "runtime/nn.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
-
-static int passed, failed;
-
-#define CHECK(cond, ...)                              \
-  do {                                                \
-    if (cond) passed++;                               \
-    else {                                            \
-      failed++;                                       \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);     \
-      printf(__VA_ARGS__);                            \
-      printf("\n");                                   \
-    }                                                 \
-  } while (0)
-
-#define CHECK_OK(expr)                                                                                 \
-  do {                                                                                                 \
-    vl_status s_ = (expr);                                                                             \
-    if (s_ == VL_OK) passed++;                                                                         \
-    else {                                                                                             \
-      failed++;                                                                                        \
-      printf("FAIL %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr, vl_status_name(s_), vl_errmsg()); \
-    }                                                                                                  \
-  } while (0)
-
-#define CHECK_ERR(expr, code, sub)                                                                    \
-  do {                                                                                                \
-    vl_status s_ = (expr);                                                                            \
-    if (s_ == (code) && strstr(vl_errmsg(), (sub))) passed++;                                         \
-    else {                                                                                            \
-      failed++;                                                                                       \
-      printf("FAIL %s:%d: %s -> %s: '%s' (wanted '%s')\n", __FILE__, __LINE__, #expr, vl_status_name(s_), \
-             vl_errmsg(), (sub));                                                                     \
-    }                                                                                                 \
-  } while (0)
-
-static double urand(void) { return 2.0 * rand() / (double)RAND_MAX - 1.0; }
+#include "vl_test.h"
 
 /* Offset of logical element (a, b, i, j) of an A x B x I x J image in NCHW or NHWC memory. */
 static int64_t off4(bool nhwc, int64_t B, int64_t I, int64_t J, int64_t a, int64_t b, int64_t i, int64_t j) {
@@ -77,7 +42,7 @@ static void *rand_buf(vl_dtype dt, int64_t n, double **ref) {
   char *b = malloc((size_t)n * es + 1);
   *ref = malloc(sizeof(double) * (size_t)n + 1);
   for (int64_t i = 0; i < n; i++) {
-    vl_store_from_f64(b + i * es, dt, urand());
+    vl_store_from_f64(b + i * es, dt, 2.0 * vl_test_urand() - 1.0);
     (*ref)[i] = vl_load_as_f64(b + i * es, dt);
   }
   return b;
@@ -453,9 +418,8 @@ static void test_autograd(void) {
 }
 
 int main(void) {
-  unsigned seed = (unsigned)time(NULL);
-  printf("seed %u\n", seed);
-  srand(seed);
+  uint64_t seed = vl_test_seed();
+  printf("seed %llu\n", (unsigned long long)seed);
   vl_init();
   vl_manual_seed(seed);
   test_conv_kernels();
@@ -463,6 +427,5 @@ int main(void) {
   test_front_ends();
   test_autograd();
   vl_shutdown();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return vl_test_finish();
 }

@@ -10,20 +10,7 @@
 
 #include "kernels/kernels.h"
 #include "runtime/philox.h"
-
-static int g_pass, g_fail;
-
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (cond) {                                            \
-      g_pass++;                                            \
-    } else {                                               \
-      g_fail++;                                            \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);          \
-      printf(__VA_ARGS__);                                 \
-      printf("\n");                                        \
-    }                                                      \
-  } while (0)
+#include "vl_test.h"
 
 static const vl_kernels *K = &vl_cpu_kernels;
 static const vl_dtype ALL[] = {VL_F32, VL_F16, VL_BF16, VL_F64, VL_I32, VL_I64, VL_U8, VL_BOOL};
@@ -977,6 +964,5 @@ int main(void) {
   test_scatter_add();
   test_index_select();
   test_rand();
-  printf("%d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return vl_test_finish();
 }

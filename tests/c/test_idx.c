@@ -9,15 +9,7 @@
 #include <zlib.h>
 
 #include "runtime/idx.h"
-
-static int failures = 0;
-#define CHECK(cond)                                                       \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                         \
-    }                                                                     \
-  } while (0)
+#include "vl_test.h"
 
 static char dir[256];
 
@@ -164,8 +156,10 @@ static void expect_fail(const char *p, const char *what, vl_status code, int lin
   if (!ok) {
     fprintf(stderr, "test_idx.c:%d: expected %s containing \"%s\", got %s: %s\n", line,
             vl_status_name(code), what, vl_status_name(s), msg);
-    failures++;
+    vl_test_failed++;
     if (s == VL_OK && t != sentinel) vl_tensor_release(t);
+  } else {
+    vl_test_passed++;
   }
 }
 #define EXPECT_FAIL(p, what) expect_fail((p), (what), VL_EIO, __LINE__)
@@ -272,10 +266,5 @@ int main(void) {
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
-  if (failures) {
-    fprintf(stderr, "test_idx: %d failure(s)\n", failures);
-    return 1;
-  }
-  printf("test_idx: all checks passed\n");
-  return 0;
+  return vl_test_finish();
 }

@@ -12,71 +12,13 @@
 #include "runtime/nn.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
-
-static int passed, failed;
-
-#define CHECK(cond)                                                    \
-  do {                                                                 \
-    if (cond) passed++;                                                \
-    else {                                                             \
-      failed++;                                                        \
-      printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);           \
-    }                                                                  \
-  } while (0)
-
-#define CHECK_OK(expr)                                                                       \
-  do {                                                                                       \
-    vl_status s_ = (expr);                                                                   \
-    if (s_ == VL_OK) passed++;                                                               \
-    else {                                                                                   \
-      failed++;                                                                              \
-      printf("FAIL %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr, vl_status_name(s_), vl_errmsg()); \
-    }                                                                                        \
-  } while (0)
-
-#define CHECK_ERR(expr, code, sub)                                                                   \
-  do {                                                                                               \
-    vl_status s_ = (expr);                                                                           \
-    if (s_ == (code) && strstr(vl_errmsg(), (sub))) passed++;                                        \
-    else {                                                                                           \
-      failed++;                                                                                      \
-      printf("FAIL %s:%d: %s -> %s: '%s' (wanted %s with '%s')\n", __FILE__, __LINE__, #expr,        \
-             vl_status_name(s_), vl_errmsg(), vl_status_name(code), (sub));                          \
-    }                                                                                                \
-  } while (0)
+#include "vl_test.h"
 
 #define CPU vl_cpu_device()
 #define REL(t) vl_tensor_release(t)
 
-static uint64_t rng_state;
-static double urand(void) { /* in [0, 1) */
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return (double)(rng_state >> 11) * 0x1p-53;
-}
 static void fill_rand(double *v, int64_t n, double lo, double hi) {
-  for (int64_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * urand();
-}
-
-static vl_tensor *mk(int ndim, const int64_t *size, vl_dtype dt, const double *vals) {
-  vl_tensor *t = NULL;
-  if (vl_tensor_empty(ndim, size, dt, CPU, &t) != VL_OK) return NULL;
-  char *p = vl_tensor_data(t);
-  for (int64_t i = 0; i < vl_tensor_numel(t); i++) vl_store_from_f64(p + i * vl_dtype_size(dt), dt, vals[i]);
-  return t;
-}
-
-/* Values in logical row-major order (malloc'd). */
-static double *vals_of(vl_tensor *t) {
-  int64_t n = vl_tensor_numel(t);
-  size_t es = vl_dtype_size(t->dtype);
-  char *buf = malloc((size_t)(n ? n : 1) * es);
-  double *out = malloc(sizeof(double) * (size_t)(n ? n : 1));
-  if (vl_to_host(t, buf) != VL_OK) printf("to_host failed: %s\n", vl_errmsg());
-  for (int64_t i = 0; i < n; i++) out[i] = vl_load_as_f64(buf + (size_t)i * es, t->dtype);
-  free(buf);
-  return out;
+  for (int64_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * vl_test_urand();
 }
 
 /* max |a - ref| / (atol + rtol |ref|) <= 1 */
@@ -89,7 +31,7 @@ static bool close_to(const double *a, const double *ref, int64_t n, double rtol,
   return true;
 }
 static bool tensor_close(vl_tensor *t, const double *ref, double rtol, double atol) {
-  double *v = vals_of(t);
+  double *v = vl_test_values(t);
   bool ok = close_to(v, ref, vl_tensor_numel(t), rtol, atol);
   free(v);
   return ok;
@@ -154,10 +96,10 @@ static void test_batch_norm_forward(void) {
     fill_rand(b, C, -1, 1);
     fill_rand(rm, C, -0.5, 0.5);
     fill_rand(rv, C, 0.5, 2);
-    vl_tensor *tx = mk(4, xs, dt, x), *tw = mk(1, cs, VL_F32, w), *tb = mk(1, cs, VL_F32, b);
-    vl_tensor *trm = mk(1, cs, VL_F32, rm), *trv = mk(1, cs, VL_F32, rv);
+    vl_tensor *tx = vl_test_tensor(4, xs, dt, x), *tw = vl_test_tensor(1, cs, VL_F32, w), *tb = vl_test_tensor(1, cs, VL_F32, b);
+    vl_tensor *trm = vl_test_tensor(1, cs, VL_F32, rm), *trv = vl_test_tensor(1, cs, VL_F32, rv);
     /* The reference sees the f32-rounded parameters, as the kernel does. */
-    double *wv = vals_of(tw), *bv = vals_of(tb), *rmv = vals_of(trm), *rvv = vals_of(trv), *xv = vals_of(tx);
+    double *wv = vl_test_values(tw), *bv = vl_test_values(tb), *rmv = vl_test_values(trm), *rvv = vl_test_values(trv), *xv = vl_test_values(tx);
     memcpy(w, wv, sizeof w), memcpy(b, bv, sizeof b), memcpy(rm, rmv, sizeof rm), memcpy(rv, rvv, sizeof rv);
     free(wv), free(bv), free(rmv), free(rvv);
     vl_tensor *ty = NULL, *tm = NULL, *ti = NULL;
@@ -171,7 +113,7 @@ static void test_batch_norm_forward(void) {
     CHECK(trm->dtype == VL_F32);
     REL(ty), REL(tm), REL(ti);
     /* eval uses the (updated) running stats; save_* give them back */
-    double *rm2 = vals_of(trm), *rv2 = vals_of(trv);
+    double *rm2 = vl_test_values(trm), *rv2 = vl_test_values(trv);
     CHECK_OK(vl_batch_norm(tx, tw, tb, trm, trv, false, 0.1, 1e-3, &ty, &tm, &ti));
     bn_ref(xv, N, C, hw, w, b, false, rm2, rv2, 0.1, 1e-3, y, mean, invstd);
     CHECK(tensor_close(ty, y, tol, tol) && tensor_close(ti, invstd, 1e-6, 1e-6));
@@ -187,14 +129,14 @@ static void test_batch_norm_forward(void) {
     CHECK_OK(vl_batch_norm(tx, tw, tb, NULL, NULL, true, 0.1, 1e-5, &ty, NULL, NULL));
     CHECK_OK(vl_batch_norm(tx2, tw, tb, NULL, NULL, true, 0.1, 1e-5, &ty2, NULL, NULL));
     CHECK(ty2 && ty2->stride[1] == 1 && ty2->stride[3] == C && !vl_tensor_is_contiguous(ty2));
-    double *a1 = vals_of(ty);
+    double *a1 = vl_test_values(ty);
     CHECK(tensor_close(ty2, a1, tol, tol));
     free(a1);
     REL(ty), REL(ty2), REL(tx2);
     /* 2-D and 3-D inputs */
     int64_t s2[2] = {N * hw, C};
-    vl_tensor *t2 = mk(2, s2, dt, x);
-    double *x2 = vals_of(t2), *y2 = malloc(sizeof(double) * numel);
+    vl_tensor *t2 = vl_test_tensor(2, s2, dt, x);
+    double *x2 = vl_test_values(t2), *y2 = malloc(sizeof(double) * numel);
     CHECK_OK(vl_batch_norm(t2, tw, tb, NULL, NULL, true, 0.1, 1e-5, &ty, NULL, NULL));
     bn_ref(x2, N * hw, C, 1, w, b, true, NULL, NULL, 0, 1e-5, y2, NULL, NULL);
     CHECK(tensor_close(ty, y2, tol, tol));
@@ -208,7 +150,7 @@ static void test_batch_norm_forward(void) {
 static double bn_loss(vl_tensor *x, vl_tensor *w, vl_tensor *b, const double *r) {
   vl_tensor *y = NULL;
   if (vl_batch_norm(x, w, b, NULL, NULL, true, 0.1, 1e-5, &y, NULL, NULL) != VL_OK) return NAN;
-  double *v = vals_of(y), s = 0;
+  double *v = vl_test_values(y), s = 0;
   for (int64_t i = 0; i < vl_tensor_numel(y); i++) s += v[i] * r[i];
   free(v);
   REL(y);
@@ -216,7 +158,7 @@ static double bn_loss(vl_tensor *x, vl_tensor *w, vl_tensor *b, const double *r)
 }
 
 static void fd_check(const char *what, vl_tensor *param, vl_tensor *grad, double (*loss)(void *), void *ud) {
-  double *g = vals_of(grad);
+  double *g = vl_test_values(grad);
   double *p = vl_tensor_data(param);
   int bad = 0;
   for (int64_t i = 0; i < vl_tensor_numel(param); i++) {
@@ -254,7 +196,7 @@ static void test_batch_norm_backward(void) {
   fill_rand(r, numel, -1, 1);
   fill_rand(w, C, 0.5, 1.5);
   fill_rand(b, C, -1, 1);
-  vl_tensor *tx = mk(4, xs, VL_F64, x), *tr = mk(4, xs, VL_F64, r), *tw = mk(1, cs, VL_F64, w), *tb = mk(1, cs, VL_F64, b);
+  vl_tensor *tx = vl_test_tensor(4, xs, VL_F64, x), *tr = vl_test_tensor(4, xs, VL_F64, r), *tw = vl_test_tensor(1, cs, VL_F64, w), *tb = vl_test_tensor(1, cs, VL_F64, b);
   vl_tensor *y = NULL, *sm = NULL, *si = NULL, *dx = NULL, *dw = NULL, *db = NULL;
   CHECK_OK(vl_batch_norm(tx, tw, tb, NULL, NULL, true, 0.1, 1e-5, &y, &sm, &si));
   CHECK_OK(vl_batch_norm_backward(tx, tr, tw, sm, si, 1e-5, &dx, &dw, &db));
@@ -265,7 +207,7 @@ static void test_batch_norm_backward(void) {
   /* NHWC x and an NCHW dy give the same gradients */
   vl_tensor *tx2 = nhwc_of(tx), *dx2 = NULL, *dw2 = NULL;
   CHECK_OK(vl_batch_norm_backward(tx2, tr, tw, sm, si, 1e-5, &dx2, &dw2, NULL));
-  double *a = vals_of(dx), *a2 = vals_of(dw);
+  double *a = vl_test_values(dx), *a2 = vl_test_values(dw);
   CHECK(dx2 && dx2->stride[1] == 1 && tensor_close(dx2, a, 1e-12, 1e-12) && tensor_close(dw2, a2, 1e-12, 1e-12));
   free(a), free(a2);
   REL(tx2), REL(dx2), REL(dw2);
@@ -275,8 +217,8 @@ static void test_batch_norm_backward(void) {
   vl_to(tr, VL_F32, CPU, &fr);
   CHECK_OK(vl_batch_norm(fx, tw, tb, NULL, NULL, true, 0.1, 1e-5, &fy, &fsm, &fsi));
   CHECK_OK(vl_batch_norm_backward(fx, fr, tw, fsm, fsi, 1e-5, &fdx, &fdw, NULL));
-  a = vals_of(dx);
-  a2 = vals_of(dw);
+  a = vl_test_values(dx);
+  a2 = vl_test_values(dw);
   CHECK(fdx && fdx->dtype == VL_F32 && fdw->dtype == VL_F32 && tensor_close(fdx, a, 1e-4, 1e-5) &&
         tensor_close(fdw, a2, 1e-4, 1e-5));
   free(a), free(a2);
@@ -289,7 +231,7 @@ static double ln_loss_cb(void *u) {
   loss_ud *l = u;
   vl_tensor *y = NULL;
   if (vl_layer_norm(l->x, l->nnorm, l->w, l->b, 1e-5, &y, NULL, NULL) != VL_OK) return NAN;
-  double *v = vals_of(y), s = 0;
+  double *v = vl_test_values(y), s = 0;
   for (int64_t i = 0; i < vl_tensor_numel(y); i++) s += v[i] * l->r[i];
   free(v);
   REL(y);
@@ -313,7 +255,7 @@ static void test_layer_norm(void) {
     mean[i] = mu, rstd[i] = rs;
     for (int64_t j = 0; j < cols; j++) y[i * cols + j] = (x[i * cols + j] - mu) * rs * w[j] + b[j];
   }
-  vl_tensor *tx = mk(3, xs, VL_F64, x), *tr = mk(3, xs, VL_F64, r), *tw = mk(2, ns, VL_F64, w), *tb = mk(2, ns, VL_F64, b);
+  vl_tensor *tx = vl_test_tensor(3, xs, VL_F64, x), *tr = vl_test_tensor(3, xs, VL_F64, r), *tw = vl_test_tensor(2, ns, VL_F64, w), *tb = vl_test_tensor(2, ns, VL_F64, b);
   vl_tensor *ty = NULL, *tm = NULL, *ts = NULL, *dx = NULL, *dw = NULL, *db = NULL;
   CHECK_OK(vl_layer_norm(tx, 2, tw, tb, 1e-5, &ty, &tm, &ts));
   CHECK(ty && tensor_close(ty, y, 1e-12, 1e-12) && tensor_close(tm, mean, 1e-12, 1e-12) &&
@@ -352,7 +294,7 @@ static double sm_loss_cb(void *u) {
   sm_ud *l = u;
   vl_tensor *y = NULL;
   if (vl_softmax(l->x, l->dim, l->log, &y) != VL_OK) return NAN;
-  double *v = vals_of(y), s = 0;
+  double *v = vl_test_values(y), s = 0;
   for (int64_t i = 0; i < vl_tensor_numel(y); i++) s += v[i] * l->r[i];
   free(v);
   REL(y);
@@ -366,7 +308,7 @@ static void test_softmax_backward(void) {
     for (int lg = 0; lg < 2; lg++) {
       fill_rand(x, 60, -3, 3);
       fill_rand(r, 60, -1, 1);
-      vl_tensor *tx = mk(3, xs, VL_F64, x), *tr = mk(3, xs, VL_F64, r), *y = NULL, *dx = NULL;
+      vl_tensor *tx = vl_test_tensor(3, xs, VL_F64, x), *tr = vl_test_tensor(3, xs, VL_F64, r), *y = NULL, *dx = NULL;
       CHECK_OK(vl_softmax(tx, dim, lg, &y));
       CHECK_OK(vl_softmax_backward(y, tr, dim, lg, &dx));
       sm_ud u = {tx, r, dim, lg};
@@ -376,7 +318,7 @@ static void test_softmax_backward(void) {
       vl_to(y, VL_F32, CPU, &fy);
       vl_to(tr, VL_F32, CPU, &fr);
       CHECK_OK(vl_softmax_backward(fy, fr, dim - 3, lg, &fdx));
-      double *a = vals_of(dx);
+      double *a = vl_test_values(dx);
       CHECK(fdx && tensor_close(fdx, a, 1e-5, 1e-6));
       free(a);
       REL(fy), REL(fr), REL(fdx), REL(tx), REL(tr), REL(y), REL(dx);
@@ -401,19 +343,19 @@ static void test_activation_backward(void) {
     for (int i = 0; i < n; i++) {
       double h = 1e-6, v[2], xx[2] = {x[i] + h, x[i] - h};
       for (int j = 0; j < 2; j++) {
-        vl_tensor *t = mk(0, NULL, VL_F64, &xx[j]), *o = NULL;
+        vl_tensor *t = vl_test_tensor(0, NULL, VL_F64, &xx[j]), *o = NULL;
         vl_unary(fwd[k], t, &o);
         vl_item(o, &v[j]);
         REL(t), REL(o);
       }
       ref[i] = g[i] * (v[0] - v[1]) / (2 * h);
     }
-    vl_tensor *tx = mk(1, sz, VL_F64, x), *v = NULL;
+    vl_tensor *tx = vl_test_tensor(1, sz, VL_F64, x), *v = NULL;
     if (k >= 3) vl_unary(fwd[k], tx, &v);
     else v = vl_tensor_retain(tx);
-    double *vv = vals_of(v);
+    double *vv = vl_test_values(v);
     for (int d = 0; d < 4; d++) {
-      vl_tensor *tg = mk(1, sz, dts[d], g), *tv = NULL, *out = NULL;
+      vl_tensor *tg = vl_test_tensor(1, sz, dts[d], g), *tv = NULL, *out = NULL;
       vl_to(v, dts[d], CPU, &tv);
       CHECK_OK(vl_binary(ops[k], tg, tv, 1.0, &out));
       if (d == 0) {
@@ -448,7 +390,7 @@ static void test_activation_backward(void) {
   }
   /* errors: integer operands, scalar operand */
   double one = 1;
-  vl_tensor *ti = mk(1, sz, VL_I32, x), *tf = mk(1, sz, VL_F32, x), *o = (vl_tensor *)(uintptr_t)0x1234;
+  vl_tensor *ti = vl_test_tensor(1, sz, VL_I32, x), *tf = vl_test_tensor(1, sz, VL_F32, x), *o = (vl_tensor *)(uintptr_t)0x1234;
   CHECK_ERR(vl_binary(VL_BIN_TANH_BACKWARD, tf, ti, 1.0, &o), VL_EDTYPE, "tanh_backward: expected float tensors");
   CHECK_ERR(vl_binary_scalar(VL_BIN_RELU_BACKWARD, tf, one, false, &o), VL_EINVAL, "relu_backward: expected two tensors");
   CHECK(o == (vl_tensor *)(uintptr_t)0x1234);
@@ -467,8 +409,8 @@ static void test_autograd_nodes(void) {
   fill_rand(rm, 2, -0.5, 0.5);
   fill_rand(rv, 2, 0.5, 1.5);
   for (int training = 1; training >= 0; training--) {
-    vl_tensor *tx = mk(4, xs, VL_F64, x), *tr = mk(4, xs, VL_F64, r), *tw = mk(1, cs, VL_F64, w), *tb = mk(1, cs, VL_F64, b);
-    vl_tensor *trm = mk(1, cs, VL_F64, rm), *trv = mk(1, cs, VL_F64, rv), *y = NULL;
+    vl_tensor *tx = vl_test_tensor(4, xs, VL_F64, x), *tr = vl_test_tensor(4, xs, VL_F64, r), *tw = vl_test_tensor(1, cs, VL_F64, w), *tb = vl_test_tensor(1, cs, VL_F64, b);
+    vl_tensor *trm = vl_test_tensor(1, cs, VL_F64, rm), *trv = vl_test_tensor(1, cs, VL_F64, rv), *y = NULL;
     CHECK_OK(vl_set_requires_grad(tx, true));
     CHECK_OK(vl_set_requires_grad(tw, true));
     CHECK_OK(vl_set_requires_grad(tb, true));
@@ -477,10 +419,10 @@ static void test_autograd_nodes(void) {
     if (y) CHECK_OK(vl_backward(1, &y, &tr, false));
     if (training) {
       vl_tensor *y2 = NULL, *sm = NULL, *si = NULL, *dx = NULL, *dw = NULL, *db = NULL;
-      vl_tensor *rx = mk(4, xs, VL_F64, x), *rw = mk(1, cs, VL_F64, w);
+      vl_tensor *rx = vl_test_tensor(4, xs, VL_F64, x), *rw = vl_test_tensor(1, cs, VL_F64, w);
       CHECK_OK(vl_batch_norm(rx, rw, NULL, NULL, NULL, true, 0.1, 1e-5, &y2, &sm, &si));
       CHECK_OK(vl_batch_norm_backward(rx, tr, rw, sm, si, 1e-5, &dx, &dw, &db));
-      double *a = vals_of(dx), *a2 = vals_of(dw), *a3 = vals_of(db);
+      double *a = vl_test_values(dx), *a2 = vl_test_values(dw), *a3 = vl_test_values(db);
       CHECK(vl_grad(tx) && tensor_close(vl_grad(tx), a, 1e-12, 1e-12));
       CHECK(vl_grad(tw) && tensor_close(vl_grad(tw), a2, 1e-12, 1e-12));
       CHECK(vl_grad(tb) && tensor_close(vl_grad(tb), a3, 1e-12, 1e-12));
@@ -507,7 +449,7 @@ static void test_autograd_nodes(void) {
   double lx[24], lw[6];
   fill_rand(lx, 24, -2, 2);
   fill_rand(lw, 6, 0.5, 1.5);
-  vl_tensor *tx = mk(2, ls, VL_F64, lx), *tr = mk(2, ls, VL_F64, r), *tw = mk(1, ws, VL_F64, lw), *y = NULL;
+  vl_tensor *tx = vl_test_tensor(2, ls, VL_F64, lx), *tr = vl_test_tensor(2, ls, VL_F64, r), *tw = vl_test_tensor(1, ws, VL_F64, lw), *y = NULL;
   CHECK_OK(vl_set_requires_grad(tx, true));
   CHECK_OK(vl_set_requires_grad(tw, true));
   CHECK_OK(vl_ag_layer_norm(tx, 1, tw, NULL, 1e-5, &y));
@@ -515,7 +457,7 @@ static void test_autograd_nodes(void) {
   vl_tensor *y2 = NULL, *m = NULL, *rs = NULL, *dx = NULL, *dw = NULL;
   CHECK_OK(vl_layer_norm(tx, 1, tw, NULL, 1e-5, &y2, &m, &rs));
   CHECK_OK(vl_layer_norm_backward(tx, tr, 1, tw, m, rs, &dx, &dw, NULL));
-  double *a = vals_of(dx), *a2 = vals_of(dw);
+  double *a = vl_test_values(dx), *a2 = vl_test_values(dw);
   CHECK(vl_grad(tx) && tensor_close(vl_grad(tx), a, 1e-12, 1e-12));
   CHECK(vl_grad(tw) && tensor_close(vl_grad(tw), a2, 1e-12, 1e-12));
   free(a), free(a2);
@@ -527,8 +469,8 @@ static void test_errors(void) {
   int64_t xs[4] = {2, 3, 4, 4}, c4[1] = {4}, c3[1] = {3}, x1[2] = {1, 3};
   double v[96];
   fill_rand(v, 96, -1, 1);
-  vl_tensor *x = mk(4, xs, VL_F32, v), *w4 = mk(1, c4, VL_F32, v), *w3 = mk(1, c3, VL_F32, v);
-  vl_tensor *xi = mk(4, xs, VL_I32, v), *one = mk(2, x1, VL_F32, v);
+  vl_tensor *x = vl_test_tensor(4, xs, VL_F32, v), *w4 = vl_test_tensor(1, c4, VL_F32, v), *w3 = vl_test_tensor(1, c3, VL_F32, v);
+  vl_tensor *xi = vl_test_tensor(4, xs, VL_I32, v), *one = vl_test_tensor(2, x1, VL_F32, v);
   vl_tensor *y = (vl_tensor *)(uintptr_t)0x1234;
   CHECK_ERR(vl_batch_norm(x, w4, NULL, NULL, NULL, true, 0.1, 1e-5, &y, NULL, NULL), VL_ESHAPE,
             "batch_norm: weight has shape 4 but the input's channels are 3");
@@ -550,13 +492,8 @@ static void test_errors(void) {
 }
 
 int main(void) {
-  if (vl_init() != VL_OK) {
-    printf("init failed: %s\n0 passed, 1 failed\n", vl_errmsg());
-    return 1;
-  }
-  const char *env = getenv("V100_TEST_SEED");
-  uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
-  rng_state = seed * 0x9E3779B97F4A7C15ull + 1;
+  if (!vl_test_init()) return 1;
+  uint64_t seed = vl_test_seed();
   test_batch_norm_forward();
   test_batch_norm_backward();
   test_layer_norm();
@@ -565,7 +502,6 @@ int main(void) {
   test_autograd_nodes();
   test_errors();
   vl_shutdown();
-  if (failed) printf("seed %llu (set V100_TEST_SEED to replay)\n", (unsigned long long)seed);
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed != 0;
+  if (vl_test_failed) printf("seed %llu (set V100_TEST_SEED to replay)\n", (unsigned long long)seed);
+  return vl_test_finish();
 }

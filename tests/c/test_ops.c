@@ -9,52 +9,12 @@
 #include "runtime/ops_internal.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
-
-static int passed, failed;
-
-#define CHECK(cond)                                                    \
-  do {                                                                 \
-    if (cond) passed++;                                                \
-    else {                                                             \
-      failed++;                                                        \
-      printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);           \
-    }                                                                  \
-  } while (0)
-
-#define CHECK_OK(expr)                                                                       \
-  do {                                                                                       \
-    vl_status s_ = (expr);                                                                   \
-    if (s_ == VL_OK) passed++;                                                               \
-    else {                                                                                   \
-      failed++;                                                                              \
-      printf("FAIL %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr, vl_status_name(s_), vl_errmsg()); \
-    }                                                                                        \
-  } while (0)
-
-#define CHECK_ERR(expr, code, sub)                                                                   \
-  do {                                                                                               \
-    vl_status s_ = (expr);                                                                           \
-    if (s_ == (code) && strstr(vl_errmsg(), (sub))) passed++;                                        \
-    else {                                                                                           \
-      failed++;                                                                                      \
-      printf("FAIL %s:%d: %s -> %s: '%s' (wanted %s with '%s')\n", __FILE__, __LINE__, #expr,        \
-             vl_status_name(s_), vl_errmsg(), vl_status_name(code), (sub));                          \
-    }                                                                                                \
-  } while (0)
+#include "vl_test.h"
 
 #define CPU vl_cpu_device()
 #define REL(t) vl_tensor_release(t)
 
 static vl_tensor *sentinel(void) { return (vl_tensor *)(uintptr_t)0x1234; }
-
-/* A tensor from doubles, converted to dt. */
-static vl_tensor *mk(int ndim, const int64_t *size, vl_dtype dt, const double *vals) {
-  vl_tensor *t = NULL;
-  if (vl_tensor_empty(ndim, size, dt, CPU, &t) != VL_OK) return NULL;
-  char *p = vl_tensor_data(t);
-  for (int64_t i = 0; i < vl_tensor_numel(t); i++) vl_store_from_f64(p + i * vl_dtype_size(dt), dt, vals[i]);
-  return t;
-}
 
 /* Deterministic pseudo-random doubles in [-2, 2). */
 static void fill_vals(double *v, int64_t n, unsigned seed) {
@@ -67,21 +27,9 @@ static void fill_vals(double *v, int64_t n, unsigned seed) {
   }
 }
 
-/* The values of any tensor, in logical row-major order, as doubles (malloc'd). */
-static double *vals_of(vl_tensor *t) {
-  int64_t n = vl_tensor_numel(t);
-  size_t es = vl_dtype_size(t->dtype);
-  char *buf = malloc((size_t)(n ? n : 1) * es);
-  double *out = malloc(sizeof(double) * (size_t)(n ? n : 1));
-  if (vl_to_host(t, buf) != VL_OK) printf("to_host failed: %s\n", vl_errmsg());
-  for (int64_t i = 0; i < n; i++) out[i] = vl_load_as_f64(buf + (size_t)i * es, t->dtype);
-  free(buf);
-  return out;
-}
-
 static bool close_to(vl_tensor *t, const double *ref, int64_t n, double tol) {
   if (vl_tensor_numel(t) != n) return false;
-  double *v = vals_of(t);
+  double *v = vl_test_values(t);
   bool ok = true;
   for (int64_t i = 0; i < n; i++)
     if (!(fabs(v[i] - ref[i]) <= tol * (1 + fabs(ref[i])))) {
@@ -144,7 +92,7 @@ static void test_broadcast_promotion(void) {
   double va[6], vb[4];
   fill_vals(va, 6, 1);
   fill_vals(vb, 4, 2);
-  vl_tensor *a = mk(3, sa, VL_F32, va), *b = mk(2, sb, VL_F32, vb), *r = NULL, *o = sentinel();
+  vl_tensor *a = vl_test_tensor(3, sa, VL_F32, va), *b = vl_test_tensor(2, sb, VL_F32, vb), *r = NULL, *o = sentinel();
   CHECK_OK(vl_binary(VL_BIN_SUB, a, b, 2.0, &r));
   int64_t sr[3] = {2, 4, 3};
   CHECK(shape_is(r, 3, sr) && r->dtype == VL_F32);
@@ -157,15 +105,15 @@ static void test_broadcast_promotion(void) {
 
   int64_t s23[2] = {2, 3}, s43[2] = {4, 3};
   double z[12] = {0};
-  vl_tensor *x = mk(2, s23, VL_F32, z), *y = mk(2, s43, VL_F32, z);
+  vl_tensor *x = vl_test_tensor(2, s23, VL_F32, z), *y = vl_test_tensor(2, s43, VL_F32, z);
   CHECK_ERR(vl_binary(VL_BIN_ADD, x, y, 1, &o), VL_ESHAPE,
             "add: shapes 2x3 and 4x3 cannot be broadcast (a 2x3 f32 cpu, b 4x3 f32 cpu)");
   CHECK(o == sentinel());
 
   /* dtype promotion */
   double iv[6] = {1, 2, 3, 4, 5, 7}, jv[6] = {2, 2, 2, 2, 2, 2};
-  vl_tensor *i32 = mk(2, s23, VL_I32, iv), *i64 = mk(2, s23, VL_I64, jv), *f32 = mk(2, s23, VL_F32, jv);
-  vl_tensor *bo = mk(2, s23, VL_BOOL, iv), *u8 = mk(2, s23, VL_U8, iv), *f16 = mk(2, s23, VL_F16, jv);
+  vl_tensor *i32 = vl_test_tensor(2, s23, VL_I32, iv), *i64 = vl_test_tensor(2, s23, VL_I64, jv), *f32 = vl_test_tensor(2, s23, VL_F32, jv);
+  vl_tensor *bo = vl_test_tensor(2, s23, VL_BOOL, iv), *u8 = vl_test_tensor(2, s23, VL_U8, iv), *f16 = vl_test_tensor(2, s23, VL_F16, jv);
   CHECK_OK(vl_binary(VL_BIN_ADD, i32, f32, 1, &r));
   CHECK(r->dtype == VL_F32);
   REL(r);
@@ -201,7 +149,7 @@ static void test_broadcast_promotion(void) {
   CHECK(r->dtype == VL_I32 && close_to(r, rsref, 6, 0));
   REL(r);
   CHECK_OK(vl_unary(VL_UN_EXP, i64, &r));
-  double *ev = vals_of(r);
+  double *ev = vl_test_values(r);
   CHECK(r->dtype == VL_F32 && fabs(ev[0] - exp(2.0)) < 1e-5);
   free(ev);
   REL(r);
@@ -219,7 +167,7 @@ static void test_broadcast_promotion(void) {
 
   /* in place: dtype legality, shapes, and failing ops leave the target unmodified */
   double before[6];
-  double *p = vals_of(i32);
+  double *p = vl_test_values(i32);
   memcpy(before, p, sizeof before);
   free(p);
   CHECK_ERR(vl_binary_(VL_BIN_ADD, i32, f32, 1), VL_EDTYPE, "add_: result dtype f32 cannot be stored in an i32 tensor");
@@ -255,7 +203,7 @@ static void test_overlap_inplace(void) {
   int64_t s[2] = {3, 3};
   double v[9];
   fill_vals(v, 9, 3);
-  vl_tensor *a = mk(2, s, VL_F64, v), *at = NULL;
+  vl_tensor *a = vl_test_tensor(2, s, VL_F64, v), *at = NULL;
   CHECK_OK(vl_transpose(a, 0, 1, &at));
   CHECK_OK(vl_binary_(VL_BIN_ADD, a, at, 1)); /* a += a^T must read the original a^T */
   double ref[9];
@@ -283,7 +231,7 @@ static void test_overlap_inplace(void) {
 static void test_where_masked_unary(void) {
   int64_t s[2] = {2, 3}, s1[1] = {3};
   double cv[3] = {1, 0, 1}, av[6] = {1, -2, 3, -4, 5, -6}, bv[1] = {9};
-  vl_tensor *c = mk(1, s1, VL_BOOL, cv), *a = mk(2, s, VL_F32, av), *b = mk(0, NULL, VL_I32, bv), *r = NULL;
+  vl_tensor *c = vl_test_tensor(1, s1, VL_BOOL, cv), *a = vl_test_tensor(2, s, VL_F32, av), *b = vl_test_tensor(0, NULL, VL_I32, bv), *r = NULL;
   vl_tensor *o = sentinel();
   CHECK_OK(vl_where(c, a, b, &r));
   double wref[6] = {1, 9, 3, -4, 9, -6};
@@ -365,7 +313,7 @@ static void test_reductions(void) {
   int64_t sz[3] = {3, 4, 5};
   double x[60];
   fill_vals(x, 60, 4);
-  vl_tensor *a = mk(3, sz, VL_F64, x);
+  vl_tensor *a = vl_test_tensor(3, sz, VL_F64, x);
   const int sets[7][3] = {{0}, {1}, {2}, {0, 2}, {0, 1}, {1, 2}, {0, 1, 2}};
   const int nsets[7] = {1, 1, 1, 2, 2, 2, 0};
   const vl_reduce_op ops[5] = {VL_RED_SUM, VL_RED_MEAN, VL_RED_VAR, VL_RED_NORM, VL_RED_MAX};
@@ -424,7 +372,7 @@ static void test_reductions(void) {
   /* integer sums give i64; prod */
   int64_t s4[1] = {4};
   double iv[4] = {1, 2, 3, 4};
-  vl_tensor *iv32 = mk(1, s4, VL_I32, iv);
+  vl_tensor *iv32 = vl_test_tensor(1, s4, VL_I32, iv);
   CHECK_OK(vl_reduce(VL_RED_SUM, iv32, 0, NULL, false, 0, &r, NULL));
   CHECK(r->dtype == VL_I64 && r->ndim == 0 && close_to(r, (double[]){10}, 1, 0));
   REL(r);
@@ -452,7 +400,7 @@ static void test_reductions(void) {
   REL(r);
   /* softmax along a middle dim */
   CHECK_OK(vl_softmax(a, 1, false, &r));
-  double *sv = vals_of(r);
+  double *sv = vl_test_values(r);
   bool sm_ok = true;
   for (int i = 0; i < 3; i++)
     for (int k = 0; k < 5; k++) {
@@ -467,7 +415,7 @@ static void test_reductions(void) {
   free(sv);
   REL(r);
   CHECK_OK(vl_softmax(p, -1, true, &r)); /* non-contiguous input */
-  sv = vals_of(r);
+  sv = vl_test_values(r);
   double den = 0;
   for (int j = 0; j < 4; j++) den += exp(x[j * 5 + 0]);
   CHECK(fabs(sv[0] - (x[0] - log(den))) < 1e-12);
@@ -495,13 +443,13 @@ static void test_matmul(void) {
   fill_vals(av, 120, 5);
   fill_vals(bv, 120, 6);
   int64_t s34[2] = {3, 4}, s45[2] = {4, 5}, s43[2] = {4, 3}, s54[2] = {5, 4};
-  vl_tensor *a = mk(2, s34, VL_F64, av), *b = mk(2, s45, VL_F64, bv), *r = NULL, *o = sentinel();
+  vl_tensor *a = vl_test_tensor(2, s34, VL_F64, av), *b = vl_test_tensor(2, s45, VL_F64, bv), *r = NULL, *o = sentinel();
   CHECK_OK(vl_matmul(a, b, &r));
   naive_mm(av, bv, ref, 3, 4, 5, 4, 1, 5, 1);
   CHECK(r->ndim == 2 && r->size[0] == 3 && r->size[1] == 5 && close_to(r, ref, 15, 1e-12));
   REL(r);
   /* transposed operands: stored 4x3 and 5x4, used through t() */
-  vl_tensor *at_store = mk(2, s43, VL_F64, av), *bt_store = mk(2, s54, VL_F64, bv), *at = NULL, *bt = NULL;
+  vl_tensor *at_store = vl_test_tensor(2, s43, VL_F64, av), *bt_store = vl_test_tensor(2, s54, VL_F64, bv), *at = NULL, *bt = NULL;
   CHECK_OK(vl_transpose(at_store, 0, 1, &at));
   CHECK_OK(vl_transpose(bt_store, 0, 1, &bt));
   CHECK_OK(vl_matmul(at, bt, &r));
@@ -514,7 +462,7 @@ static void test_matmul(void) {
   REL(r);
   /* f32 batched with a broadcast 2-D b */
   int64_t s234[3] = {2, 3, 4};
-  vl_tensor *ab = mk(3, s234, VL_F32, av), *bf = mk(2, s45, VL_F32, bv);
+  vl_tensor *ab = vl_test_tensor(3, s234, VL_F32, av), *bf = vl_test_tensor(2, s45, VL_F32, bv);
   CHECK_OK(vl_matmul(ab, bf, &r));
   double fa[120], fb[120];
   for (int i = 0; i < 120; i++) {
@@ -526,7 +474,7 @@ static void test_matmul(void) {
   REL(r);
   /* broadcast batch dims: [2,1,3,4] @ [5,4,2] -> [2,5,3,2] */
   int64_t s2134[4] = {2, 1, 3, 4}, s542[3] = {5, 4, 2};
-  vl_tensor *a4 = mk(4, s2134, VL_F64, av), *b3 = mk(3, s542, VL_F64, bv);
+  vl_tensor *a4 = vl_test_tensor(4, s2134, VL_F64, av), *b3 = vl_test_tensor(3, s542, VL_F64, bv);
   CHECK_OK(vl_matmul(a4, b3, &r));
   int64_t want[4] = {2, 5, 3, 2};
   CHECK(shape_is(r, 4, want));
@@ -536,7 +484,7 @@ static void test_matmul(void) {
   REL(r);
   /* 1-D operands */
   int64_t s4[1] = {4};
-  vl_tensor *v4 = mk(1, s4, VL_F64, bv);
+  vl_tensor *v4 = vl_test_tensor(1, s4, VL_F64, bv);
   CHECK_OK(vl_matmul(a, v4, &r));
   naive_mm(av, bv, ref, 3, 4, 1, 4, 1, 1, 1);
   CHECK(r->ndim == 1 && r->size[0] == 3 && close_to(r, ref, 3, 1e-12));
@@ -551,7 +499,7 @@ static void test_matmul(void) {
   REL(r);
   /* an operand without a gemm layout (expanded rows) is copied */
   int64_t s14[2] = {1, 4};
-  vl_tensor *row = mk(2, s14, VL_F64, av), *rowx = NULL;
+  vl_tensor *row = vl_test_tensor(2, s14, VL_F64, av), *rowx = NULL;
   CHECK_OK(vl_expand(row, 2, s34, &rowx));
   CHECK_OK(vl_matmul(rowx, b, &r));
   naive_mm(av, bv, ref, 3, 4, 5, 0, 1, 5, 1);
@@ -559,34 +507,34 @@ static void test_matmul(void) {
   REL(r);
   /* bmm and addmm */
   int64_t s245[3] = {2, 4, 5};
-  vl_tensor *bb = mk(3, s245, VL_F64, bv), *ab64 = mk(3, s234, VL_F64, av);
+  vl_tensor *bb = vl_test_tensor(3, s245, VL_F64, bv), *ab64 = vl_test_tensor(3, s234, VL_F64, av);
   CHECK_OK(vl_bmm(ab64, bb, &r));
   for (int bi = 0; bi < 2; bi++) naive_mm(av + bi * 12, bv + bi * 20, ref + bi * 15, 3, 4, 5, 4, 1, 5, 1);
   CHECK(close_to(r, ref, 30, 1e-12));
   REL(r);
   int64_t s5[1] = {5};
   double biasv[5] = {1, 2, 3, 4, 5};
-  vl_tensor *bias = mk(1, s5, VL_F64, biasv);
+  vl_tensor *bias = vl_test_tensor(1, s5, VL_F64, biasv);
   CHECK_OK(vl_addmm(bias, a, b, 0.5, 2.0, &r));
   naive_mm(av, bv, ref, 3, 4, 5, 4, 1, 5, 1);
   for (int i = 0; i < 15; i++) ref[i] = 0.5 * biasv[i % 5] + 2.0 * ref[i];
   CHECK(close_to(r, ref, 15, 1e-12));
   REL(r);
   double nanv[5] = {NAN, NAN, NAN, NAN, NAN};
-  vl_tensor *nanb = mk(1, s5, VL_F64, nanv);
+  vl_tensor *nanb = vl_test_tensor(1, s5, VL_F64, nanv);
   CHECK_OK(vl_addmm(nanb, a, b, 0.0, 1.0, &r)); /* beta == 0: bias never read */
   naive_mm(av, bv, ref, 3, 4, 5, 4, 1, 5, 1);
   CHECK(close_to(r, ref, 15, 1e-12));
   REL(r);
   /* errors */
   int64_t s23[2] = {2, 3};
-  vl_tensor *e1 = mk(2, s23, VL_F32, av), *e2 = mk(2, s45, VL_F32, bv), *e3 = mk(2, s45, VL_I32, bv);
+  vl_tensor *e1 = vl_test_tensor(2, s23, VL_F32, av), *e2 = vl_test_tensor(2, s45, VL_F32, bv), *e3 = vl_test_tensor(2, s45, VL_I32, bv);
   CHECK_ERR(vl_matmul(e1, e2, &o), VL_ESHAPE,
             "matmul: a 2x3 and b 4x5 cannot be multiplied (inner dims 3 and 4; a 2x3 f32 cpu, b 4x5 f32 cpu)");
   CHECK_ERR(vl_matmul(e2, e3, &o), VL_EDTYPE, "matmul: expected float tensors of one dtype");
   CHECK_ERR(vl_matmul(ab, a, &o), VL_EDTYPE, "matmul");
   int64_t s334[3] = {3, 3, 4}, s245b[3] = {2, 4, 5};
-  vl_tensor *q1 = mk(3, s334, VL_F64, av), *q2 = mk(3, s245b, VL_F64, bv);
+  vl_tensor *q1 = vl_test_tensor(3, s334, VL_F64, av), *q2 = vl_test_tensor(3, s245b, VL_F64, bv);
   CHECK_ERR(vl_matmul(q1, q2, &o), VL_ESHAPE, "matmul: batch dims of a 3x3x4 and b 2x4x5 cannot be broadcast");
   CHECK_ERR(vl_bmm(a, b, &o), VL_ESHAPE, "bmm: expected 3-D tensors");
   CHECK_ERR(vl_addmm(e1, a, b, 1, 1, &o), VL_EDTYPE, "addmm");
@@ -605,10 +553,10 @@ static void test_index_ops(void) {
   int64_t s34[2] = {3, 4};
   double sv[12];
   for (int i = 0; i < 12; i++) sv[i] = i * 10;
-  vl_tensor *src = mk(2, s34, VL_F32, sv), *r = NULL, *o = sentinel();
+  vl_tensor *src = vl_test_tensor(2, s34, VL_F32, sv), *r = NULL, *o = sentinel();
   int64_t s32[2] = {3, 2};
   double iv[6] = {3, 0, 1, 1, 2, 0};
-  vl_tensor *idx = mk(2, s32, VL_I64, iv);
+  vl_tensor *idx = vl_test_tensor(2, s32, VL_I64, iv);
   CHECK_OK(vl_gather(src, 1, idx, &r));
   double gref[6];
   for (int i = 0; i < 3; i++)
@@ -617,7 +565,7 @@ static void test_index_ops(void) {
   REL(r);
   int64_t s2[1] = {2};
   double isv[2] = {2, 0};
-  vl_tensor *i32 = mk(1, s2, VL_I32, isv);
+  vl_tensor *i32 = vl_test_tensor(1, s2, VL_I32, isv);
   CHECK_OK(vl_index_select(src, 0, i32, &r));
   double isref[8];
   for (int j = 0; j < 4; j++) {
@@ -627,7 +575,7 @@ static void test_index_ops(void) {
   CHECK(r->size[0] == 2 && r->size[1] == 4 && close_to(r, isref, 8, 0));
   REL(r);
   double ones[6] = {1, 2, 3, 4, 5, 6};
-  vl_tensor *upd = mk(2, s32, VL_F32, ones), *fidx = mk(2, s32, VL_F32, iv);
+  vl_tensor *upd = vl_test_tensor(2, s32, VL_F32, ones), *fidx = vl_test_tensor(2, s32, VL_F32, iv);
   CHECK_OK(vl_scatter_add(src, 1, idx, upd, &r));
   double sref[12];
   memcpy(sref, sv, sizeof sref);
@@ -638,14 +586,14 @@ static void test_index_ops(void) {
   CHECK_ERR(vl_gather(src, 1, fidx, &o), VL_EDTYPE, "gather: index must be i64 or i32");
   CHECK_ERR(vl_gather(src, 2, idx, &o), VL_EINVAL, "gather: dim 3 out of range");
   CHECK_ERR(vl_index_select(src, 0, idx, &o), VL_ESHAPE, "index_select: index must be 1-D");
-  vl_tensor *upd64 = mk(2, s32, VL_F64, ones);
+  vl_tensor *upd64 = vl_test_tensor(2, s32, VL_F64, ones);
   CHECK_ERR(vl_scatter_add_(src, 1, idx, upd64), VL_EDTYPE, "scatter_add_: src dtype f64 differs");
   CHECK_ERR(vl_scatter_add_(src, 1, i32, upd), VL_ESHAPE, "scatter_add_: self, index and src need the same number");
   CHECK(close_to(src, sv, 12, 0));
   CHECK_OK(vl_scatter_add_(src, 1, idx, upd));
   CHECK(close_to(src, sref, 12, 0));
   double bad[6] = {4, 0, 0, 0, 0, 0};
-  vl_tensor *bidx = mk(2, s32, VL_I64, bad);
+  vl_tensor *bidx = vl_test_tensor(2, s32, VL_I64, bad);
   CHECK(vl_gather(src, 1, bidx, &o) != VL_OK && o == sentinel());
   REL(bidx); REL(upd64); REL(upd); REL(fidx); REL(i32); REL(idx); REL(src);
 }
@@ -653,7 +601,7 @@ static void test_index_ops(void) {
 static void test_cat_stack_split(void) {
   int64_t s23[2] = {2, 3}, s13[2] = {1, 3}, s0[1] = {0};
   double v[6] = {1, 2, 3, 4, 5, 6}, w[3] = {7, 8, 9};
-  vl_tensor *a = mk(2, s23, VL_F32, v), *b = mk(2, s13, VL_I32, w), *e = mk(1, s0, VL_F64, v), *r = NULL;
+  vl_tensor *a = vl_test_tensor(2, s23, VL_F32, v), *b = vl_test_tensor(2, s13, VL_I32, w), *e = vl_test_tensor(1, s0, VL_F64, v), *r = NULL;
   vl_tensor *o = sentinel();
   vl_tensor *list[3] = {a, e, b};
   CHECK_OK(vl_cat(3, list, 0, &r)); /* the 1-D empty tensor is skipped but promotes the dtype */
@@ -708,7 +656,7 @@ static void test_cat_stack_split(void) {
 static void test_copy_create(void) {
   int64_t s23[2] = {2, 3}, s3[1] = {3}, s32[2] = {3, 2};
   double v[3] = {1.7, -2.2, 3.9};
-  vl_tensor *src = mk(1, s3, VL_F64, v), *dst = NULL, *o = sentinel();
+  vl_tensor *src = vl_test_tensor(1, s3, VL_F64, v), *dst = NULL, *o = sentinel();
   CHECK_OK(vl_zeros(2, s23, VL_I32, CPU, &dst));
   CHECK_OK(vl_copy_(dst, src)); /* broadcast and truncating conversion */
   double ref[6] = {1, -2, 3, 1, -2, 3};
@@ -720,7 +668,7 @@ static void test_copy_create(void) {
   double tref[6] = {1, 1, -2, -2, 3, 3};
   CHECK(close_to(d2, tref, 6, 0));
   int64_t s4[1] = {4};
-  vl_tensor *s4t = mk(1, s4, VL_F32, (double[]){1, 2, 3, 4});
+  vl_tensor *s4t = vl_test_tensor(1, s4, VL_F32, (double[]){1, 2, 3, 4});
   CHECK_ERR(vl_copy_(dst, s4t), VL_ESHAPE, "copy_: src of shape 4 cannot be broadcast to dst of shape 2x3");
   CHECK(close_to(dst, ref, 6, 0));
   vl_tensor *same = NULL, *conv = NULL;
@@ -771,7 +719,7 @@ static void test_rng(void) {
   CHECK(off == 8); /* f64: 2 per counter */
   vl_manual_seed(7);
   CHECK_OK(vl_rand(1, s10, 0, 1, VL_F32, CPU, &y));
-  double *xv = vals_of(x), *yv = vals_of(y);
+  double *xv = vl_test_values(x), *yv = vl_test_values(y);
   bool same = true, in_range = true, distinct = false;
   for (int i = 0; i < 10; i++) {
     same &= xv[i] == yv[i];
@@ -788,13 +736,13 @@ static void test_rng(void) {
   CHECK_OK(vl_tensor_empty(2, s52, VL_F32, CPU, &st));
   CHECK_OK(vl_transpose(st, 0, 1, &t));
   CHECK_OK(vl_uniform_(t, 0, 1));
-  double *tv = vals_of(t);
+  double *tv = vl_test_values(t);
   bool match = true;
   for (int i = 0; i < 10; i++) match &= tv[i] == xv[i];
   CHECK(match);
   free(tv);
   CHECK_OK(vl_rand(2, s25, -3, -2, VL_F32, CPU, &y));
-  double *y2 = vals_of(y);
+  double *y2 = vl_test_values(y);
   bool differs = false, range2 = true;
   for (int i = 0; i < 10; i++) {
     differs |= y2[i] + 3 != xv[i];
@@ -804,7 +752,7 @@ static void test_rng(void) {
   free(y2);
   vl_tensor *bern = NULL;
   CHECK_OK(vl_bernoulli(1, s10, 0.5, VL_U8, CPU, &bern));
-  double *bv = vals_of(bern);
+  double *bv = vl_test_values(bern);
   bool binary = true;
   for (int i = 0; i < 10; i++) binary &= bv[i] == 0 || bv[i] == 1;
   CHECK(binary);
@@ -818,10 +766,7 @@ static void test_rng(void) {
 }
 
 int main(void) {
-  if (vl_init() != VL_OK) {
-    printf("init failed: %s\n0 passed, 1 failed\n", vl_errmsg());
-    return 1;
-  }
+  if (!vl_test_init()) return 1;
   test_iter();
   test_broadcast_promotion();
   test_overlap_inplace();
@@ -833,6 +778,5 @@ int main(void) {
   test_copy_create();
   test_rng();
   vl_shutdown();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed != 0;
+  return vl_test_finish();
 }

@@ -16,30 +16,7 @@
 #include "runtime/nn.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
-
-static int g_pass, g_fail;
-
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    if (cond) {                                   \
-      g_pass++;                                   \
-    } else {                                      \
-      g_fail++;                                   \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-    }                                             \
-  } while (0)
-
-/* ---- random numbers ---- */
-static uint64_t g_rng;
-static double urand(void) { /* (0, 1) */
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return ((double)(g_rng >> 11) + 0.5) / 9007199254740992.0;
-}
-static double nrand(void) { return sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()); }
+#include "vl_test.h"
 
 /* ---- tensors ---- */
 static vl_tensor *mk(int64_t n, vl_dtype dt, const double *vals) {
@@ -92,7 +69,7 @@ static void group_init(group *G, vl_dtype pdt, vl_dtype sdt) {
     G->rp[i] = malloc(sizeof(double) * n);
     G->rm[i] = calloc((size_t)n, sizeof(double));
     G->rv[i] = calloc((size_t)n, sizeof(double));
-    for (int64_t k = 0; k < n; k++) G->rp[i][k] = rnd(nrand(), pdt);
+    for (int64_t k = 0; k < n; k++) G->rp[i][k] = rnd(vl_test_nrand(), pdt);
     G->p[i] = mk(n, pdt, G->rp[i]);
     G->g[i] = mk(n, pdt, NULL);
     G->s1[i] = mk(n, sdt, NULL);
@@ -114,7 +91,7 @@ static void group_free(group *G) {
 static void new_grads(group *G, double **gr, double mult) {
   for (int i = 0; i < NT; i++)
     for (int64_t k = 0; k < SIZES[i]; k++) {
-      double g = rnd(nrand() * mult, G->pdt);
+      double g = rnd(vl_test_nrand() * mult, G->pdt);
       vl_store_from_f64((char *)vl_tensor_data(G->g[i]) + k * (int64_t)vl_dtype_size(G->pdt), G->pdt, g);
       gr[i][k] = g / mult;
     }
@@ -265,7 +242,7 @@ static void test_found_inf_skip(void) {
     double *gr[NT];
     for (int i = 0; i < NT; i++) {
       gr[i] = malloc(sizeof(double) * SIZES[i]);
-      for (int64_t j = 0; j < SIZES[i]; j++) vl_store_from_f64((char *)vl_tensor_data(G.s1[i]) + 4 * j, VL_F32, nrand());
+      for (int64_t j = 0; j < SIZES[i]; j++) vl_store_from_f64((char *)vl_tensor_data(G.s1[i]) + 4 * j, VL_F32, vl_test_nrand());
     }
     new_grads(&G, gr, 1);
     double one = 1, half = 0.5;
@@ -294,7 +271,7 @@ static void test_l2norms_unscale(void) {
     int64_t sizes[NT + 1] = {1, 7, 301, 1031, 0};
     for (int i = 0; i <= NT; i++) {
       ref[i] = malloc(sizeof(double) * (size_t)(sizes[i] + 1));
-      for (int64_t k = 0; k < sizes[i]; k++) ref[i][k] = rnd(3 * nrand(), dts[d]);
+      for (int64_t k = 0; k < sizes[i]; k++) ref[i][k] = rnd(3 * vl_test_nrand(), dts[d]);
       ts[i] = mk(sizes[i], dts[d], ref[i]);
     }
     vl_tensor *norms = NULL;
@@ -373,19 +350,13 @@ static void test_checks(void) {
 }
 
 int main(void) {
-  if (vl_init() != VL_OK) {
-    printf("vl_init failed: %s\n0 passed, 1 failed\n", vl_errmsg());
-    return 1;
-  }
-  const char *env = getenv("V100_TEST_SEED");
-  uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)clock();
+  if (!vl_test_init()) return 1;
+  uint64_t seed = vl_test_seed();
   printf("seed %llu\n", (unsigned long long)seed);
-  g_rng = seed * 0x9E3779B97F4A7C15ull + 1;
   test_kinds();
   test_found_inf_skip();
   test_l2norms_unscale();
   test_checks();
   vl_shutdown();
-  printf("%d passed, %d failed\n", g_pass, g_fail);
-  return g_fail ? 1 : 0;
+  return vl_test_finish();
 }

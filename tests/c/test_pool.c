@@ -8,18 +8,7 @@
 #include <time.h>
 
 #include "runtime/pool.h"
-
-static int n_pass, n_fail;
-
-#define CHECK(cond)                                                      \
-  do {                                                                   \
-    if (cond) {                                                          \
-      n_pass++;                                                          \
-    } else {                                                             \
-      n_fail++;                                                          \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                    \
-  } while (0)
+#include "vl_test.h"
 
 #define MiB ((size_t)1 << 20)
 #define KiB ((size_t)1024)
@@ -128,7 +117,7 @@ static vl_block *xalloc(vl_pool *p, size_t n, void *stream) {
   vl_status st = vl_pool_alloc(p, n, stream, &b);
   if (st != VL_OK) {
     fprintf(stderr, "unexpected alloc failure of %zu bytes: %s\n", n, vl_errmsg());
-    n_fail++;
+    vl_test_failed++;
   }
   return b;
 }
@@ -777,6 +766,5 @@ int main(void) {
   test_zero_bytes();
   test_no_events_backend();
   test_speed();
-  printf("%d passed, %d failed\n", n_pass, n_fail);
-  return n_fail ? 1 : 0;
+  return vl_test_finish();
 }

@@ -12,16 +12,7 @@
 
 #include "runtime/ops.h"
 #include "runtime/safetensors.h"
-
-static int failures = 0, checks = 0;
-#define CHECK(cond)                                                                \
-  do {                                                                             \
-    checks++;                                                                      \
-    if (!(cond)) {                                                                 \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);     \
-      failures++;                                                                  \
-    }                                                                              \
-  } while (0)
+#include "vl_test.h"
 
 static char dir[256];
 
@@ -384,6 +375,5 @@ int main(void) {
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  printf("%d passed, %d failed\n", checks - failures, failures);
-  return failures ? 1 : 0;
+  return vl_test_finish();
 }

@@ -6,39 +6,7 @@
 #include "runtime/context.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
-
-static int passed, failed;
-
-#define CHECK(cond)                                                    \
-  do {                                                                 \
-    if (cond) passed++;                                                \
-    else {                                                             \
-      failed++;                                                        \
-      printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);           \
-    }                                                                  \
-  } while (0)
-
-#define CHECK_OK(expr)                                                                       \
-  do {                                                                                       \
-    vl_status s_ = (expr);                                                                   \
-    if (s_ == VL_OK) passed++;                                                               \
-    else {                                                                                   \
-      failed++;                                                                              \
-      printf("FAIL %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr, vl_status_name(s_), vl_errmsg()); \
-    }                                                                                        \
-  } while (0)
-
-/* The call fails with `code` and a message containing `sub`. */
-#define CHECK_ERR(expr, code, sub)                                                                   \
-  do {                                                                                               \
-    vl_status s_ = (expr);                                                                           \
-    if (s_ == (code) && strstr(vl_errmsg(), (sub))) passed++;                                        \
-    else {                                                                                           \
-      failed++;                                                                                      \
-      printf("FAIL %s:%d: %s -> %s: '%s' (wanted %s with '%s')\n", __FILE__, __LINE__, #expr,        \
-             vl_status_name(s_), vl_errmsg(), vl_status_name(code), (sub));                          \
-    }                                                                                                \
-  } while (0)
+#include "vl_test.h"
 
 static vl_tensor *sentinel(void) { return (vl_tensor *)(uintptr_t)0x1234; }
 
@@ -304,6 +272,5 @@ int main(void) {
   test_permute_expand_squeeze();
   test_wrap_dim_and_devices();
   vl_shutdown();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed != 0;
+  return vl_test_finish();
 }

@@ -17,27 +17,8 @@ local REPRO_ARGS = '--epochs 2 --train-subset 640 --test-subset 500 --width 8 --
 local have_data = io.open(data.FASHION_MNIST_ROOT .. '/t10k-labels-idx1-ubyte.gz', 'rb')
 if have_data then have_data:close() end
 
--- The binary running this test (arg[-1]); V100LUA overrides it.
-local function binary()
-  local exe = os.getenv('V100LUA') or arg[-1]
-  assert(exe, 'cannot tell which v100lua runs this test (no arg[-1]); set V100LUA')
-  return exe
-end
-
-local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local function run_recipe(args)
-  local p = assert(io.popen(sh_quote(binary()) .. ' recipes/fashion_cnn.lua ' .. args .. ' 2>&1', 'r'))
-  local out = p:read('a')
-  local ok = p:close()
-  return out, ok
-end
-
-local function loss_lines(out)
-  local losses = {}
-  for l in out:gmatch('epoch %d+/%d+%s+loss (%S+)') do losses[#losses + 1] = l end
-  return losses
-end
+local function run_recipe(args) return T.run_binary('recipes/fashion_cnn.lua ' .. args) end
+local loss_lines = T.epoch_losses
 
 if have_data then
   T.test('fashion_cnn: learns on a CPU subset', function()

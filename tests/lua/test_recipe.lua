@@ -13,29 +13,8 @@ local ROOT = data.FASHION_MNIST_ROOT
 local have_data = io.open(ROOT .. '/t10k-labels-idx1-ubyte.gz', 'rb')
 if have_data then have_data:close() end
 
--- The binary running this test (arg[-1]); V100LUA overrides it.
-local function binary()
-  local exe = os.getenv('V100LUA') or arg[-1]
-  assert(exe, 'cannot tell which v100lua runs this test (no arg[-1]); set V100LUA')
-  return exe
-end
-
-local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
--- Runs the recipe with `args`; returns its stdout and exit status (true/false).
-local function run_recipe(args)
-  local cmd = sh_quote(binary()) .. ' recipes/resnet50.lua ' .. args .. ' 2>&1'
-  local p = assert(io.popen(cmd, 'r'))
-  local out = p:read('a')
-  local ok = p:close()
-  return out, ok
-end
-
-local function loss_lines(out)
-  local losses = {}
-  for l in out:gmatch('epoch %d+/%d+%s+loss (%S+)') do losses[#losses + 1] = l end
-  return losses
-end
+local function run_recipe(args) return T.run_binary('recipes/resnet50.lua ' .. args) end
+local loss_lines = T.epoch_losses
 
 if have_data then
   T.test('recipe: one epoch on 5000 images learns, and the same seed gives the same losses', function()

@@ -339,6 +339,34 @@ function T.has_cuda()
 end
 
 -- ---------------------------------------------------------------------------------------------
+-- Running the binary (recipes as a user runs them)
+
+-- The v100lua running this test (arg[-1]); the environment variable V100LUA overrides it.
+function T.binary()
+  local exe = os.getenv('V100LUA') or arg[-1]
+  assert(exe, 'cannot tell which v100lua runs this test (no arg[-1]); set V100LUA')
+  return exe
+end
+
+local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- Runs `v100lua <args>` (args: a shell-word string, e.g. 'recipes/x.lua --epochs 1') with stderr
+-- folded into stdout; returns the output text and whether it exited with status 0.
+function T.run_binary(args)
+  local p = assert(io.popen(sh_quote(T.binary()) .. ' ' .. args .. ' 2>&1', 'r'))
+  local out = p:read('a')
+  local ok = p:close()
+  return out, ok
+end
+
+-- The loss fields of a recipe's "epoch i/n  loss X ..." lines, as strings (compared exactly).
+function T.epoch_losses(out)
+  local losses = {}
+  for l in out:gmatch('epoch %d+/%d+%s+loss (%S+)') do losses[#losses + 1] = l end
+  return losses
+end
+
+-- ---------------------------------------------------------------------------------------------
 -- Random inputs and nested-table helpers
 
 -- Nested table of uniform numbers in [lo, hi) (default -1, 1), never exactly zero.
