@@ -204,11 +204,16 @@ static int like(lua_State *L, int kind) {
   l_opts(L, kind == 3 ? 3 : 2, &dt, &dev);
   vl_tensor **slot = l_slot(L);
   vl_status s;
+  /* empty/zeros/ones/full keep a dense tensor's dim order (channels-last stays channels-last),
+   * so state made like a parameter (optimizers) has the parameter's layout. */
   switch (kind) {
-    case 0: s = vl_tensor_empty(t->ndim, t->size, dt, dev, slot); break;
+    case 0: s = vl_empty_like(t, dt, dev, slot); break;
     case 4: s = vl_rand(t->ndim, t->size, 0.0, 1.0, dt, dev, slot); break;
     case 5: s = vl_randn(t->ndim, t->size, 0.0, 1.0, dt, dev, slot); break;
-    default: s = vl_full(t->ndim, t->size, v, dt, dev, slot); break;
+    default:
+      s = vl_empty_like(t, dt, dev, slot);
+      if (s == VL_OK) s = vl_fill_(*slot, v);
+      break;
   }
   l_done(L, s);
   l_opt_requires_grad(L, kind == 3 ? 3 : 2, lua_gettop(L));

@@ -33,7 +33,7 @@ static vl_status check_scalar(const char *op, const char *what, const vl_tensor 
   return VL_OK;
 }
 
-/* Role `role` tensor i of a group: on dev, contiguous, of dtype dt, with `numel` elements. */
+/* Role `role` tensor i of a group: on dev, dense, of dtype dt, with `numel` elements. */
 static vl_status check_member(const char *op, const char *role, int i, const vl_tensor *t, vl_device dev,
                               vl_dtype dt, int64_t numel) {
   char d[VL_DESC_LEN], ds[64];
@@ -44,8 +44,9 @@ static vl_status check_member(const char *op, const char *role, int i, const vl_
   if (t->dtype != dt)
     return vl_fail(VL_EDTYPE, "%s: %s[%d] has dtype %s, expected %s like the rest of its group (%s)", op, role, i + 1,
                    vl_dtype_name(t->dtype), vl_dtype_name(dt), vl_tensor_desc(t, d, sizeof d));
-  if (!vl_tensor_is_contiguous(t))
-    return vl_fail(VL_EINVAL, "%s: %s[%d] is not contiguous (%s)", op, role, i + 1, vl_tensor_desc(t, d, sizeof d));
+  /* Dense in any dim order (channels-last weights too): the kernels walk [data, data + numel). */
+  if (!vl_tensor_is_dense(t))
+    return vl_fail(VL_EINVAL, "%s: %s[%d] is not dense (%s)", op, role, i + 1, vl_tensor_desc(t, d, sizeof d));
   if (numel >= 0 && vl_tensor_numel(t) != numel)
     return vl_fail(VL_ESHAPE, "%s: %s[%d] has %lld elements but params[%d] has %lld (%s)", op, role, i + 1,
                    (long long)vl_tensor_numel(t), i + 1, (long long)numel, vl_tensor_desc(t, d, sizeof d));
@@ -112,6 +113,11 @@ vl_status vl_optim_step(vl_optim_kind kind, int n, vl_tensor *const *params, vl_
     VL_TRY(check_member(op, "grads", i, grads[i], dev, pdt, ne));
     if (need1) VL_TRY(check_member(op, "state1", i, state1[i], dev, sdt, ne));
     if (need2) VL_TRY(check_member(op, "state2", i, state2[i], dev, sdt, ne));
+    /* Element k of every role must be the same element: the state shares the parameter's layout
+     * (it is made with empty_like); a gradient in another layout is re-laid below. */
+    if ((need1 && !vl_same_layout(state1[i], params[i])) || (need2 && !vl_same_layout(state2[i], params[i])))
+      return vl_fail(VL_EINVAL, "%s (%s): the state of params[%d] is laid out differently from it (%s): make it "
+                     "with zeros_like(param)", op, kn, i + 1, vl_tensor_desc(params[i], d, sizeof d));
   }
   if (found_inf) VL_TRY(check_scalar(op, "found_inf", found_inf, dev));
   if (inv_scale) VL_TRY(check_scalar(op, "inv_scale", inv_scale, dev));
@@ -122,9 +128,30 @@ vl_status vl_optim_step(vl_optim_kind kind, int n, vl_tensor *const *params, vl_
   VL_TRY(vl_exec_of(op, dev, &ex));
   ptr_arrays arr;
   VL_TRY(arrays_alloc(op, n, &arr));
-  for (int i = 0; i < n; i++) {
+  /* Gradients in another dense layout than their parameter (e.g. a contiguous gradient of a
+   * channels-last weight) are copied into the parameter's layout first. */
+  vl_tensor **relaid = calloc((size_t)n, sizeof *relaid);
+  if (!relaid) {
+    free(arr.block);
+    return vl_fail(VL_EOOM, "%s: out of host memory", op);
+  }
+  vl_status s = VL_OK;
+  for (int i = 0; s == VL_OK && i < n; i++) {
+    if (vl_same_layout(grads[i], params[i])) continue;
+    /* Flat views of contiguous tensors pair up element by element whatever their shapes. */
+    if (vl_tensor_is_contiguous(grads[i]) && vl_tensor_is_contiguous(params[i])) continue;
+    if (!vl_broadcasts_to(grads[i], params[i]->ndim, params[i]->size) || grads[i]->ndim != params[i]->ndim) {
+      char d2[VL_DESC_LEN];
+      s = vl_fail(VL_ESHAPE, "%s (%s): grads[%d] (%s) does not have the shape of params[%d] (%s)", op, kn, i + 1,
+                  vl_tensor_desc(grads[i], d, sizeof d), i + 1, vl_tensor_desc(params[i], d2, sizeof d2));
+      break;
+    }
+    s = vl_empty_like(params[i], pdt, dev, &relaid[i]);
+    if (s == VL_OK) s = vl_copy_(relaid[i], grads[i]);
+  }
+  for (int i = 0; s == VL_OK && i < n; i++) {
     arr.p[0][i] = vl_tensor_data(params[i]);
-    arr.p[1][i] = vl_tensor_data(grads[i]);
+    arr.p[1][i] = vl_tensor_data(relaid[i] ? relaid[i] : grads[i]);
     arr.p[2][i] = need1 ? vl_tensor_data(state1[i]) : NULL;
     arr.p[3][i] = need2 ? vl_tensor_data(state2[i]) : NULL;
     arr.numel[i] = vl_tensor_numel(params[i]);
@@ -157,8 +184,10 @@ vl_status vl_optim_step(vl_optim_kind kind, int n, vl_tensor *const *params, vl_
       .scratch_bytes = 0,
       .ex = ex,
   };
-  vl_status s = K->step(&a);
+  if (s == VL_OK) s = K->step(&a);
   free(arr.block);
+  for (int i = 0; i < n; i++) vl_tensor_release(relaid[i]);
+  free(relaid);
   /* Written in place (or possibly partly, on a launch failure): saved copies are stale now. */
   for (int i = 0; i < n; i++) {
     bump(params[i]);

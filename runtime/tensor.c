@@ -121,6 +121,65 @@ void vl_tensor_release(vl_tensor *t) {
   free(t);
 }
 
+/* Dims of size > 1 ordered from the largest stride to the smallest (ties keep dim order). */
+static int dense_order(const vl_tensor *t, int *dims) {
+  int n = 0;
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->size[i] == 1) continue;
+    int j = n++;
+    while (j > 0 && t->stride[dims[j - 1]] < t->stride[i]) {
+      dims[j] = dims[j - 1];
+      j--;
+    }
+    dims[j] = i;
+  }
+  return n;
+}
+
+bool vl_tensor_is_dense(const vl_tensor *t) {
+  int dims[VL_MAX_DIMS];
+  int n = dense_order(t, dims);
+  int64_t expect = 1;
+  for (int k = n - 1; k >= 0; k--) {
+    if (t->stride[dims[k]] != expect) return false;
+    expect *= t->size[dims[k]];
+  }
+  return true;
+}
+
+bool vl_same_layout(const vl_tensor *a, const vl_tensor *b) {
+  if (a->ndim != b->ndim) return false;
+  for (int i = 0; i < a->ndim; i++) {
+    if (a->size[i] != b->size[i]) return false;
+    if (a->size[i] > 1 && a->stride[i] != b->stride[i]) return false;
+  }
+  return true;
+}
+
+vl_status vl_empty_like(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out) {
+  if (vl_tensor_numel(t) == 0 || vl_tensor_is_contiguous(t) || !vl_tensor_is_dense(t))
+    return vl_tensor_empty(t->ndim, t->size, dt, dev, out);
+  /* Allocate contiguous in t's physical dim order, then view it back in the logical order. */
+  int dims[VL_MAX_DIMS], perm[VL_MAX_DIMS], inv[VL_MAX_DIMS];
+  int n = dense_order(t, dims), k = 0;
+  bool used[VL_MAX_DIMS] = {false};
+  for (int i = 0; i < n; i++) used[dims[i]] = true;
+  /* Size-1 dims go first (outermost): their stride is irrelevant. */
+  for (int i = 0; i < t->ndim; i++)
+    if (!used[i]) perm[k++] = i;
+  for (int i = 0; i < n; i++) perm[k++] = dims[i];
+  int64_t psize[VL_MAX_DIMS];
+  for (int i = 0; i < t->ndim; i++) {
+    psize[i] = t->size[perm[i]];
+    inv[perm[i]] = i;
+  }
+  vl_tensor *base;
+  VL_TRY(vl_tensor_empty(t->ndim, psize, dt, dev, &base));
+  vl_status s = vl_permute(base, t->ndim, inv, out);
+  vl_tensor_release(base);
+  return s;
+}
+
 vl_status vl_tensor_set_(vl_tensor *t, vl_tensor *src) {
   if (t == src) return VL_OK;
   vl_autograd_meta *m = (vl_autograd_meta *)t->autograd;

@@ -50,6 +50,9 @@ typedef struct vl_tensor {
  * from the device's caching pool on the device's current stream (VL_EOOM with a message naming
  * requested/free/reserved/allocated bytes when even a GC and retry cannot satisfy it). */
 vl_status vl_tensor_empty(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl_tensor **out);
+/* A new uninitialised tensor of t's shape that keeps t's dim order when t is dense (PyTorch's
+ * preserve_format: channels-last stays channels-last), contiguous otherwise. */
+vl_status vl_empty_like(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out);
 vl_tensor *vl_tensor_retain(vl_tensor *t);     /* returns t */
 void vl_tensor_release(vl_tensor *t);          /* NULL is fine */
 /* Makes the tensor object t a view of src's data (storage, offset, sizes, strides, dtype),
@@ -62,6 +65,11 @@ size_t vl_tensor_storage_nbytes(const vl_tensor *t);
 /* ---- properties ---- */
 int64_t vl_tensor_numel(const vl_tensor *t);
 bool vl_tensor_is_contiguous(const vl_tensor *t);   /* row-major dense (size-1 dims ignored) */
+/* Dense in some dim order (e.g. channels-last): the elements fill [data, data + numel) exactly,
+ * with positive strides, so flat element-wise work over that range is valid. */
+bool vl_tensor_is_dense(const vl_tensor *t);
+/* Same sizes and the same strides on every dim of size > 1. */
+bool vl_same_layout(const vl_tensor *a, const vl_tensor *b);
 void *vl_tensor_data(const vl_tensor *t);           /* address of element 0 */
 /* Normalises a possibly negative dim against ndim (for ops that add a dim, pass ndim+1);
  * VL_EINVAL "<op>: dim D out of range for a tensor of N dims" otherwise. */

@@ -328,13 +328,20 @@ static void test_checks(void) {
   bool untouched = true;
   for (int k = 0; k < 8; k++) untouched = untouched && get(p, k) == vals[k] && get(m, k) == 0;
   CHECK(untouched, "failed steps leave params and state untouched");
-  /* A transposed (non-contiguous) parameter is refused. */
+  /* A transposed (dense, not contiguous) parameter needs a gradient of its shape; a parameter
+   * that does not fill its memory (a narrowed view) is refused. */
   int64_t sz[2] = {2, 4};
-  vl_tensor *p2 = NULL, *pt = NULL;
+  vl_tensor *p2 = NULL, *pt = NULL, *pn = NULL, *gn = NULL;
   vl_view(p, 2, sz, &p2);
   vl_transpose(p2, 0, 1, &pt);
   s = vl_optim_step(VL_OPTIM_SGD, 1, &pt, &g, NULL, NULL, &h, NULL, NULL);
-  CHECK(s == VL_EINVAL && strstr(vl_errmsg(), "not contiguous"), "non-contiguous: %s", vl_errmsg());
+  CHECK(s == VL_ESHAPE && strstr(vl_errmsg(), "does not have the shape"), "transposed param: %s", vl_errmsg());
+  vl_narrow(p2, 1, 0, 2, &pn);
+  vl_narrow(p2, 1, 0, 2, &gn);
+  s = vl_optim_step(VL_OPTIM_SGD, 1, &pn, &gn, NULL, NULL, &h, NULL, NULL);
+  CHECK(s == VL_EINVAL && strstr(vl_errmsg(), "not dense"), "narrowed param: %s", vl_errmsg());
+  vl_tensor_release(pn);
+  vl_tensor_release(gn);
   /* SGD without momentum keeps no state; n == 0 is a no-op. */
   vl_optim_hparams hs = hp_sgd(0, 0, false, 0);
   s = vl_optim_step(VL_OPTIM_SGD, 1, &p, &g, NULL, NULL, &hs, NULL, NULL);

@@ -429,4 +429,29 @@ T.test('argument errors', function()
     { v100.zeros({ 2 }) }, { lr = 1, beta1 = 0.9, beta2 = 0.9, step = 1 }) end, 'grads[1] has 3 elements')
 end)
 
+T.test('channels-last parameters: same steps as contiguous ones, state keeps the layout', function()
+  local C = v100._nn
+  local w0, g = v100.randn({ 8, 4, 3, 3 }, { dtype = 'f64' }), v100.randn({ 8, 4, 3, 3 }, { dtype = 'f64' })
+  for _, make in ipairs({
+    function(ps) return optim.SGD(ps, { lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 1e-4 }) end,
+    function(ps) return optim.AdamW(ps, { lr = 0.01, weight_decay = 0.1 }) end,
+    function(ps) return optim.LAMB(ps, { lr = 0.01, weight_decay = 0.01 }) end,
+  }) do
+    local a = w0:clone():requires_grad_()
+    local b = C.to_channels_last(w0:clone()):detach():requires_grad_()
+    T.ok(C.is_channels_last(b), 'the parameter is channels-last')
+    local oa, ob = make({ a }), make({ b })
+    for i = 1, 3 do
+      a.grad = g * i
+      -- a contiguous gradient for a channels-last parameter is re-laid by the step
+      b.grad = i % 2 == 0 and C.to_channels_last(g * i) or g * i
+      oa:step()
+      ob:step()
+    end
+    T.allclose(b:detach(), a:detach(), 1e-12, 1e-12)
+  end
+  T.ok(C.is_channels_last(v100.zeros_like(C.to_channels_last(w0))), 'zeros_like keeps channels-last')
+  T.ok(v100.zeros_like(w0:narrow(2, 1, 2)):is_contiguous(), 'a non-dense view gives a contiguous tensor')
+end)
+
 T.run()
