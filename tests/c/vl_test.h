@@ -157,4 +157,48 @@ static inline double *vl_test_values(vl_tensor *t) {
   return out;
 }
 
+
+/* ---- raw host buffers (the kernel tests) ---- */
+
+/* Element i of a dense host buffer of dtype dt, as a double; and the store (rounded to dt). */
+static inline double vl_test_ld(const void *p, vl_dtype dt, int64_t i) {
+  return vl_load_as_f64((const char *)p + i * (int64_t)vl_dtype_size(dt), dt);
+}
+static inline void vl_test_st(void *p, vl_dtype dt, int64_t i, double v) {
+  vl_store_from_f64((char *)p + i * (int64_t)vl_dtype_size(dt), dt, v);
+}
+/* Equal, or both NaN; and that or within tol relative to (1 + |b|). */
+static inline bool vl_test_same(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
+static inline bool vl_test_close(double a, double b, double tol) {
+  return vl_test_same(a, b) || fabs(a - b) <= tol * (1.0 + fabs(b));
+}
+
+/* The test's own rounding of an exactly-representable-in-f32 double to dtype dt. Float to
+ * integer: truncation, saturation for i32/i64, NaN -> 0, u8 wraps the (saturated) int64, bool is
+ * != 0. */
+static inline double vl_test_sat_i64_(double v) {
+  return isnan(v) ? 0 : v >= 0x1p63 ? 0x1p63 : v < -0x1p63 ? -0x1p63 : trunc(v);
+}
+static inline double vl_test_conv(double v, vl_dtype dt) {
+  switch (dt) {
+    case VL_F32: return (float)v;
+    case VL_F16: return vl_f16_to_f32(vl_f32_to_f16((float)v));
+    case VL_BF16: return vl_bf16_to_f32(vl_f32_to_bf16((float)v));
+    case VL_F64: return v;
+    case VL_I32: return isnan(v) ? 0 : v >= 2147483647.0 ? 2147483647.0 : v <= -2147483648.0 ? -2147483648.0 : trunc(v);
+    case VL_I64: return vl_test_sat_i64_(v);
+    case VL_U8: return (double)(uint8_t)(v >= 0x1p63 ? 255 : (int64_t)vl_test_sat_i64_(v));
+    case VL_BOOL: return v != 0;
+    default: return NAN;
+  }
+}
+
+/* Uniform in [-1, 1) on multiples of 2^-10 (exact in every float dtype), from a fixed seed: the
+ * same inputs on every run, unlike vl_test_urand. */
+static uint64_t vl_test_lcg = 12345;
+static inline double vl_test_rnd(void) {
+  vl_test_lcg = vl_test_lcg * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)((int64_t)(vl_test_lcg >> 53) - 1024) / 1024.0;
+}
+
 #endif
