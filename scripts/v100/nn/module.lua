@@ -300,13 +300,14 @@ function Module:named_children()
   return out
 end
 
--- {name, tensor} in registration order (own first, then children in order), each tensor once.
-function Module:named_parameters()
+-- {name, tensor} of one registry (_parameters/_pnames or _buffers/_bnames) over the module tree,
+-- in registration order (own first, then children in order), each tensor once.
+local function named_tensors(self, registry, names)
   local out, seen = {}, {}
   walk(self, '', function(prefix, m)
-    local p = rawget(m, '_parameters')
-    for _, name in ipairs(rawget(m, '_pnames')) do
-      local t = p[name]
+    local r = rawget(m, registry)
+    for _, name in ipairs(rawget(m, names)) do
+      local t = r[name]
       if not seen[t] then
         seen[t] = true
         out[#out + 1] = { join(prefix, name), t }
@@ -316,32 +317,16 @@ function Module:named_parameters()
   return out
 end
 
-function Module:parameters()
+local function values(named)
   local out = {}
-  for _, e in ipairs(self:named_parameters()) do out[#out + 1] = e[2] end
+  for _, e in ipairs(named) do out[#out + 1] = e[2] end
   return out
 end
 
-function Module:named_buffers()
-  local out, seen = {}, {}
-  walk(self, '', function(prefix, m)
-    local b = rawget(m, '_buffers')
-    for _, name in ipairs(rawget(m, '_bnames')) do
-      local t = b[name]
-      if not seen[t] then
-        seen[t] = true
-        out[#out + 1] = { join(prefix, name), t }
-      end
-    end
-  end, {})
-  return out
-end
-
-function Module:buffers()
-  local out = {}
-  for _, e in ipairs(self:named_buffers()) do out[#out + 1] = e[2] end
-  return out
-end
+function Module:named_parameters() return named_tensors(self, '_parameters', '_pnames') end
+function Module:parameters() return values(self:named_parameters()) end
+function Module:named_buffers() return named_tensors(self, '_buffers', '_bnames') end
+function Module:buffers() return values(self:named_buffers()) end
 
 -- fn(m) on every submodule (children first, then self), as PyTorch's apply.
 function Module:apply(fn)
