@@ -2,6 +2,8 @@
 -- bench/bench_ops.py (PyTorch, the same problems and the same BENCH names).
 --
 --   gemm_bf16_8192, gemm_f16_8192, gemm_f32_tf32_8192   C = A @ B, 8192^3, TFLOP/s (2*M*N*K flops)
+--   linear_bf16_16384x1024x4096, linear_f16_...   y = x W^T + b (BERT-Large's first FFN GEMM at
+--                    batch 128 x seq 128), TFLOP/s (2*M*N*K flops); the bias in cuBLASLt's epilogue
 --   add_f32_1GiB     c = a + b, a and b 1 GiB of f32 each, GB/s counting 3 GiB moved
 --   sum_f32_1GiB     a:sum() of 1 GiB of f32, GB/s counting the 1 GiB read
 --   empty_free_<size>  v100.empty{n} (u8, cuda) then t:free(), pairs/s (the allocator as a
@@ -11,7 +13,7 @@
 -- with a pair of CUDA events around the op alone; the median is reported. Results are freed
 -- after the end event, outside the timed region, and come back from the pool's cache.
 --
--- usage: v100lua bench/bench_ops.lua [--runs 20] [--warmup 3] [--only gemm|add|sum|empty]
+-- usage: v100lua bench/bench_ops.lua [--runs 20] [--warmup 3] [--only gemm|linear|add|sum|empty]
 local v100 = require 'v100'
 
 local opts = {runs = 20, warmup = 3, only = nil, seconds = 0.5}
@@ -81,6 +83,18 @@ if want('gemm') then
     local ms = time_op(function() return a:mm(b) end)
     v100.set_allow_tf32(old)
     report(name, 2 * n * n * n / (ms * 1e-3) / 1e12, 'TFLOP/s')
+  end
+end
+
+if want('linear') then
+  local F = require 'v100.nn.functional'
+  local m, n, k = 16384, 4096, 1024
+  for _, dtype in ipairs{'bf16', 'f16'} do
+    local x <close> = v100.randn({m, k}, {dtype = dtype, device = dev})
+    local w <close> = v100.randn({n, k}, {dtype = dtype, device = dev})
+    local b <close> = v100.randn({n}, {dtype = dtype, device = dev})
+    local ms = time_op(function() return F.linear(x, w, b) end)
+    report(string.format('linear_%s_%dx%dx%d', dtype, m, k, n), 2 * m * n * k / (ms * 1e-3) / 1e12, 'TFLOP/s')
   end
 end
 

@@ -2,6 +2,7 @@
 """bench/bench_ops.py: the problems of bench/bench_ops.lua in PyTorch, same BENCH names and method.
 
   gemm_bf16_8192, gemm_f16_8192, gemm_f32_tf32_8192   C = A @ B, 8192^3, TFLOP/s (2*M*N*K flops)
+  linear_bf16_16384x1024x4096, linear_f16_...   F.linear(x, W, b), TFLOP/s (2*M*N*K flops)
   add_f32_1GiB     c = a + b on 1 GiB f32 tensors, GB/s counting 3 GiB moved
   sum_f32_1GiB     a.sum() of 1 GiB of f32, GB/s counting the 1 GiB read
 
@@ -40,7 +41,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--only", choices=["gemm", "add", "sum"])
+    ap.add_argument("--only", choices=["gemm", "linear", "add", "sum"])
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_ops.py: no CUDA device")
@@ -64,6 +65,16 @@ def main():
             torch.backends.cuda.matmul.allow_tf32 = old
             report(name, 2 * n ** 3 / (ms * 1e-3) / 1e12, "TFLOP/s")
             del a, b
+
+    if want("linear"):
+        m, n, k = 16384, 4096, 1024
+        for dtype, label in [(torch.bfloat16, "bf16"), (torch.float16, "f16")]:
+            x = torch.randn(m, k, dtype=dtype, device=dev)
+            w = torch.randn(n, k, dtype=dtype, device=dev)
+            b = torch.randn(n, dtype=dtype, device=dev)
+            ms = time_op(lambda: torch.nn.functional.linear(x, w, b), args.runs, args.warmup)
+            report(f"linear_{label}_{m}x{k}x{n}", 2 * m * n * k / (ms * 1e-3) / 1e12, "TFLOP/s")
+            del x, w, b
 
     gib = 1 << 30
     n_1gib = gib // 4

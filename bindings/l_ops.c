@@ -285,6 +285,17 @@ static int m_get_allow_tf32(lua_State *L) {
   lua_pushboolean(L, vl_get_allow_tf32());
   return 1;
 }
+/* {bias_epilogue = n, bias_prefill = n}: how addmm biases were added (tests check the fused path). */
+static int m_gemm_stats(lua_State *L) {
+  uint64_t epi, pre;
+  vl_gemm_bias_stats(&epi, &pre);
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, (lua_Integer)epi);
+  lua_setfield(L, -2, "bias_epilogue");
+  lua_pushinteger(L, (lua_Integer)pre);
+  lua_setfield(L, -2, "bias_prefill");
+  return 1;
+}
 
 /* ---- indexing and joining ---- */
 
@@ -420,6 +431,7 @@ static const luaL_Reg op_module[] = {
     {"addmm", m_addmm},
     {"set_allow_tf32", m_set_allow_tf32},
     {"get_allow_tf32", m_get_allow_tf32},
+    {"gemm_stats", m_gemm_stats},
     {"cat", m_cat},
     {"stack", m_stack},
     {NULL, NULL},

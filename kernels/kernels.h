@@ -167,7 +167,12 @@ typedef struct vl_softmax_args {
  * A_b = a + b*stride_a (elements); A is stored m x k with row stride lda (k x m when trans_a).
  * Likewise B (k x n, or n x k when trans_b) and C (m x n, row stride ldc). stride_* may be 0
  * (a broadcast operand). dtype f32, f16, bf16, f64; accumulation in f32 (f64 for f64). When
- * beta == 0, C is not read (may hold NaN). allow_tf32 lets f32 use TF32 tensor cores (CUDA). */
+ * beta == 0, C is not read (may hold NaN). allow_tf32 lets f32 use TF32 tensor cores (CUDA).
+ * bias, when not NULL, is a dense vector of n elements of C's dtype added to every row of C after
+ * the product (C_b = alpha * op(A_b) @ op(B_b) + beta * C_b + bias), unscaled: this is Linear's
+ * y = x W^T + b. CUDA adds it in cuBLASLt's epilogue (one pass over C instead of a copy before the
+ * GEMM) when it can, and says which way it went in *bias_path when that is not NULL. */
+typedef enum { VL_GEMM_BIAS_NONE = 0, VL_GEMM_BIAS_EPILOGUE = 1, VL_GEMM_BIAS_PREFILL = 2 } vl_gemm_bias_path;
 typedef struct vl_gemm_args {
   vl_dtype dtype;
   bool trans_a, trans_b;
@@ -178,6 +183,8 @@ typedef struct vl_gemm_args {
   double alpha, beta;
   bool allow_tf32;
   vl_exec ex;
+  const void *bias;
+  vl_gemm_bias_path *bias_path;
 } vl_gemm_args;
 
 /* A tensor as index kernels see it. */
@@ -221,6 +228,13 @@ typedef struct vl_rand_args {
   double a, b;
   vl_exec ex;
 } vl_rand_args;
+
+/* Resolution of the uniforms a call draws (runtime/philox.h): f16 and bf16 uniforms use as many
+ * bits as the dtype holds below 1, so no draw rounds up to 1; everything else uses 23. */
+static inline int vl_rand_uniform_bits(vl_dtype dt, vl_rand_kind kind) {
+  if (kind != VL_RAND_UNIFORM) return 23;
+  return dt == VL_F16 ? 10 : dt == VL_BF16 ? 7 : 23;
+}
 
 typedef struct vl_kernels {
   const char *name;                                     /* "cpu" or "cuda" */

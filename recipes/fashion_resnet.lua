@@ -6,9 +6,10 @@
 -- usage: v100lua recipes/fashion_resnet.lua [--epochs 15] [--batch 256] [--lr 0.1] [--wd 5e-4]
 --          [--smoothing 0.1] [--warmup-epochs 1] [--device cpu|cuda|cuda:N] [--seed 1]
 --          [--layout nchw|nhwc] [--train-subset N] [--test-subset N] [--eval-every 1] [--root DIR]
+--          [--tf32 on|off]
 -- Prints one line per epoch (mean training loss, test accuracy when evaluated, epoch time,
--- training images/s), then `test accuracy: 0.xxxx` and `total time: N s`. Expected on an H200
--- with the defaults: >= 0.93 test accuracy.
+-- training images/s), then `test accuracy: 0.xxxx` and `total time: N s`. Measured on an H200
+-- with the defaults (2026-11-30): 0.9451 (nchw) / 0.9473 (--layout nhwc), ~40 s for 15 epochs.
 local v100 = require 'v100'
 local nn = require 'v100.nn'
 local optim = require 'v100.optim'
@@ -19,14 +20,15 @@ local recipe = require 'v100.recipe'
 local opts, usage = recipe.options{
   name = 'fashion_resnet.lua',
   defaults = { epochs = 15, batch = 256, lr = 0.1, wd = 5e-4, smoothing = 0.1, ['warmup-epochs'] = 1,
-    seed = 1, layout = 'nchw', ['train-subset'] = 0, ['test-subset'] = 0, ['eval-every'] = 1 },
+    seed = 1, layout = 'nchw', ['train-subset'] = 0, ['test-subset'] = 0, ['eval-every'] = 1, tf32 = 'on' },
+  choices = { tf32 = { 'on', 'off' } },
   optional = { device = true, root = true },
   numeric = { epochs = true, batch = true, lr = true, wd = true, smoothing = true, ['warmup-epochs'] = true,
     seed = true, ['train-subset'] = true, ['test-subset'] = true, ['eval-every'] = true },
   usage = 'usage: v100lua recipes/fashion_resnet.lua [--epochs N] [--batch N] [--lr X] [--wd X]\n' ..
     '         [--smoothing X] [--warmup-epochs X] [--device cpu|cuda|cuda:N] [--seed N]\n' ..
     '         [--layout nhwc|nchw] [--train-subset N (0 = all 60000)] [--test-subset N (0 = all 10000)]\n' ..
-    '         [--eval-every N] [--root DIR]\n',
+    '         [--eval-every N] [--root DIR] [--tf32 on|off (f32 convs and GEMMs on TF32 tensor cores; cuda only)]\n',
 }
 recipe.check_integers(opts, usage, { 'epochs', 'batch', 'eval-every' })
 recipe.check_integers(opts, usage, { 'train-subset', 'test-subset' }, { ['train-subset'] = true, ['test-subset'] = true })
@@ -36,6 +38,8 @@ if opts.lr <= 0 or opts.wd < 0 or opts.smoothing < 0 or opts.smoothing >= 1 or o
 end
 
 local dev = opts.device or v100.device()
+-- As PyTorch does for convolutions by default: f32 convolutions and GEMMs may use TF32 tensor cores.
+v100.set_allow_tf32(opts.tf32 == 'on')
 local clock, sync = recipe.clock, recipe.syncer(dev)
 local PAD, SIZE = 2, 28
 
@@ -87,8 +91,8 @@ local sched = optim.schedule.warmup_cosine{ warmup = math.floor(opts['warmup-epo
   total = opts.epochs * steps_per_epoch }
 
 print(string.format('fashion_resnet: resnet18 small_input, %d train / %d test images, device %s, layout %s, ' ..
-  '%d parameters, batch %d, lr %g, wd %g, smoothing %g, %d epochs', ntrain, ntest, dev, opts.layout,
-  model:num_parameters(), opts.batch, opts.lr, opts.wd, opts.smoothing, opts.epochs))
+  '%d parameters, batch %d, lr %g, wd %g, smoothing %g, %d epochs, tf32 %s', ntrain, ntest, dev, opts.layout,
+  model:num_parameters(), opts.batch, opts.lr, opts.wd, opts.smoothing, opts.epochs, opts.tf32))
 io.stdout:flush()
 
 local function evaluate()

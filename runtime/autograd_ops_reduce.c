@@ -96,6 +96,30 @@ static vl_status norm_grad(double p, vl_tensor *x, vl_tensor *y, vl_tensor *g, c
   return s;
 }
 
+/* d prod / dx_i = prod_{j != i} x_j, without dividing by x (which fails at zeros): with x' = x
+ * where x != 0 and 1 where x == 0, P' = prod x' and nz the count of zeros in the reduced slice,
+ * the gradient is g P' / x' when nz == 0, g P' at the zero when nz == 1, and 0 when nz >= 2. */
+static vl_status prod_grad(vl_tensor *x, vl_tensor *g, const red_info *r, vl_tensor **out) {
+  vl_tensor *t[14] = {0};
+  vl_status s = vl_binary_scalar(VL_BIN_EQ, x, 0.0, false, &t[0]);
+  if (s == VL_OK) s = vl_masked_fill(x, t[0], 1.0, &t[1]);                          /* x' */
+  if (s == VL_OK) s = vl_reduce(VL_RED_PROD, t[1], r->nred, r->dims, true, 0, &t[2], NULL); /* P' */
+  if (s == VL_OK) s = vl_cast(t[0], x->dtype, &t[3]);                                 /* zero mask */
+  if (s == VL_OK) s = vl_reduce(VL_RED_SUM, t[3], r->nred, r->dims, true, 0, &t[4], NULL);  /* nz */
+  if (s == VL_OK) s = vl_binary_scalar(VL_BIN_EQ, t[4], 0.0, false, &t[5]);
+  if (s == VL_OK) s = vl_cast(t[5], x->dtype, &t[6]);
+  if (s == VL_OK) s = vl_binary_scalar(VL_BIN_EQ, t[4], 1.0, false, &t[7]);
+  if (s == VL_OK) s = vl_cast(t[7], x->dtype, &t[8]);
+  if (s == VL_OK) s = vl_binary(VL_BIN_DIV, t[6], t[1], 1.0, &t[9]);                 /* [nz == 0] / x' */
+  if (s == VL_OK) s = mul(t[3], t[8], &t[10]);                                        /* [nz == 1] at the zero */
+  if (s == VL_OK) s = vl_binary(VL_BIN_ADD, t[9], t[10], 1.0, &t[11]);
+  if (s == VL_OK) s = keep(g, r, &t[12]);
+  if (s == VL_OK) s = mul(t[12], t[2], &t[13]);
+  if (s == VL_OK) s = mul(t[11], t[13], out);
+  for (int i = 0; i < 14; i++) vl_tensor_release(t[i]);
+  return s;
+}
+
 static vl_status reduce_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   vl_reduce_op op = (vl_reduce_op)n->ints[0];
   double param = n->scalars[0];
@@ -111,11 +135,7 @@ static vl_status reduce_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
       s = vl_binary_scalar(VL_BIN_DIV, g, (double)r.len, false, &t[0]);
       if (s == VL_OK) s = expand_back(t[0], &r, &res);
       break;
-    case VL_RED_PROD: /* prod / x: assumes no zeros among the reduced elements */
-      s = mul(g, y, &t[0]);
-      if (s == VL_OK) s = expand_back(t[0], &r, &t[1]);
-      if (s == VL_OK) s = vl_binary(VL_BIN_DIV, t[1], x, 1.0, &res);
-      break;
+    case VL_RED_PROD: s = prod_grad(x, g, &r, &res); break;
     case VL_RED_MAX:
     case VL_RED_MIN:
       if (n->ints[12]) { /* with a dim: into the positions the indices name */
@@ -170,7 +190,9 @@ vl_status vl_ag_reduce(vl_reduce_op op, vl_tensor *a, int ndims, const int *dims
       if (n->ints[12]) { /* slot 0 unused, slot 1 the indices */
         s = vl_node_save(n, NULL);
         if (s == VL_OK) s = vl_node_save(n, ix);
-      } else if (op == VL_RED_PROD || minmax || op == VL_RED_NORM) {
+      } else if (op == VL_RED_PROD) {
+        s = vl_node_save(n, a);
+      } else if (minmax || op == VL_RED_NORM) {
         s = vl_node_save(n, a);
         if (s == VL_OK) s = vl_node_save(n, r);
       } else if (op == VL_RED_VAR) {

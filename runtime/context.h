@@ -24,6 +24,8 @@ typedef struct vl_context {
   uint64_t node_seq;                         /* autograd node creation counter */
   int64_t live_nodes;                        /* autograd nodes not yet freed (a debug count) */
   bool cudnn_benchmark;                      /* conv algorithms by timing on first use (default off) */
+  uint64_t gemm_bias_epilogue;               /* addmm biases added in the GEMM's epilogue ... */
+  uint64_t gemm_bias_prefill;                /* ... or written into C before it (see kernels.h) */
   vl_pool *pool[VL_MAX_DEVICES];             /* caching allocator per device, made on first use */
   vl_pool *host_pool;                        /* pinned host memory, made on first use */
   void *default_stream[VL_MAX_DEVICES];      /* cudaStream_t, created (non-blocking) on first use */

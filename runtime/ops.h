@@ -90,6 +90,9 @@ vl_status vl_matmul(vl_tensor *a, vl_tensor *b, vl_tensor **out);
 vl_status vl_mm(vl_tensor *a, vl_tensor *b, vl_tensor **out);                 /* 2-D only */
 vl_status vl_bmm(vl_tensor *a, vl_tensor *b, vl_tensor **out);                /* 3-D only */
 /* beta * bias + alpha * (a @ b); a, b 2-D; bias broadcastable to the result. */
+/* How many addmm biases were added inside the GEMM (cuBLASLt's epilogue) and how many were written
+ * into the result before it (CPU, f64, unaligned bias), since the process started. */
+void vl_gemm_bias_stats(uint64_t *epilogue, uint64_t *prefill);
 vl_status vl_addmm(vl_tensor *bias, vl_tensor *a, vl_tensor *b, double beta, double alpha, vl_tensor **out);
 void vl_set_allow_tf32(bool on);
 bool vl_get_allow_tf32(void);

@@ -8,6 +8,11 @@
 void vl_set_allow_tf32(bool on) { vl_ctx()->allow_tf32 = on; }
 bool vl_get_allow_tf32(void) { return vl_ctx()->allow_tf32; }
 
+void vl_gemm_bias_stats(uint64_t *epilogue, uint64_t *prefill) {
+  *epilogue = vl_ctx()->gemm_bias_epilogue;
+  *prefill = vl_ctx()->gemm_bias_prefill;
+}
+
 /* How a rows x cols matrix with strides (rs, cs) can be handed to gemm without copying:
  * 0 = row-major with leading dim *ld, 1 = transposed (column-major) with *ld, -1 = copy needed. */
 static int mat_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t *ld) {
@@ -89,11 +94,11 @@ static vl_status check_mm_operands(const char *op, vl_tensor *a, vl_tensor *b) {
 /* out = alpha * a @ b + beta * out for a [..., m, k], b [..., k, n] (batch dims broadcast to
  * bsize), out contiguous [bsize..., m, n]. */
 static vl_status gemm_batched(const char *op, vl_tensor *a, vl_tensor *b, int nb, const int64_t *bsize, vl_tensor *out,
-                              double alpha, double beta) {
+                              double alpha, double beta, const vl_tensor *bias) {
   int64_t m = a->size[a->ndim - 2], k = a->size[a->ndim - 1], n = b->size[b->ndim - 1];
   int64_t batch = vl_shape_numel(nb, bsize);
   if (m == 0 || n == 0 || batch == 0) return VL_OK;
-  if (k == 0) {
+  if (k == 0 && !bias) {
     /* An empty sum: beta * out, never reading out when beta == 0 (it may hold NaN). */
     if (beta == 0) return vl_fill_(out, 0);
     return beta == 1 ? VL_OK : vl_binary_scalar_(VL_BIN_MUL, out, beta);
@@ -104,9 +109,16 @@ static vl_status gemm_batched(const char *op, vl_tensor *a, vl_tensor *b, int nb
   if (s == VL_OK) {
     vl_gemm_args g = {out->dtype, oa.trans, ob.trans, m, n, k, batch,
                       vl_tensor_data(oa.t), oa.ld, oa.bstride, vl_tensor_data(ob.t), ob.ld, ob.bstride,
-                      vl_tensor_data(out), n, m * n, alpha, beta, vl_get_allow_tf32(), {0, NULL}};
+                      vl_tensor_data(out), n, m * n, alpha, beta, vl_get_allow_tf32(), {0, NULL}, NULL, NULL};
+    vl_gemm_bias_path path = VL_GEMM_BIAS_NONE;
+    if (bias) {
+      g.bias = vl_tensor_data(bias);
+      g.bias_path = &path;
+    }
     s = vl_exec_of(op, out->storage->device, &g.ex);
     if (s == VL_OK) s = vl_kernels_of(out->storage->device)->gemm(&g);
+    if (s == VL_OK && path == VL_GEMM_BIAS_EPILOGUE) vl_ctx()->gemm_bias_epilogue++;
+    if (s == VL_OK && path == VL_GEMM_BIAS_PREFILL) vl_ctx()->gemm_bias_prefill++;
   }
   vl_tensor_release(oa.t);
   vl_tensor_release(ob.t);
@@ -155,7 +167,7 @@ vl_status vl_matmul(vl_tensor *a, vl_tensor *b, vl_tensor **out) {
     if (a->ndim > 1) osize[ond++] = m;
     if (b->ndim > 1) osize[ond++] = n;
     s = vl_tensor_empty(ond, osize, a->dtype, a->storage->device, &r);
-    if (s == VL_OK) s = gemm_batched("matmul", a2, b2, nb, bsize, r, 1.0, 0.0);
+    if (s == VL_OK) s = gemm_batched("matmul", a2, b2, nb, bsize, r, 1.0, 0.0, NULL);
   }
   vl_tensor_release(a2);
   vl_tensor_release(b2);
@@ -192,13 +204,21 @@ vl_status vl_bmm(vl_tensor *a, vl_tensor *b, vl_tensor **out) {
   int64_t osize[3] = {a->size[0], a->size[1], b->size[2]};
   vl_tensor *r;
   VL_TRY(vl_tensor_empty(3, osize, a->dtype, a->storage->device, &r));
-  vl_status s = gemm_batched("bmm", a, b, 1, osize, r, 1.0, 0.0);
+  vl_status s = gemm_batched("bmm", a, b, 1, osize, r, 1.0, 0.0, NULL);
   if (s != VL_OK) {
     vl_tensor_release(r);
     return s;
   }
   *out = r;
   return VL_OK;
+}
+
+/* A bias that is one dense vector of n elements broadcast over the rows: [n] or [1, n]. */
+static bool bias_is_row_vector(const vl_tensor *bias, int64_t n) {
+  if (n <= 0 || vl_tensor_numel(bias) != n) return false;
+  if (bias->ndim == 1) return n == 1 || bias->stride[0] == 1;
+  if (bias->ndim == 2 && bias->size[0] == 1) return n == 1 || bias->stride[1] == 1;
+  return false;
 }
 
 vl_status vl_addmm(vl_tensor *bias, vl_tensor *a, vl_tensor *b, double beta, double alpha, vl_tensor **out) {
@@ -222,8 +242,13 @@ vl_status vl_addmm(vl_tensor *bias, vl_tensor *a, vl_tensor *b, double beta, dou
   vl_tensor *r;
   VL_TRY(vl_tensor_empty(2, osize, a->dtype, a->storage->device, &r));
   vl_status s = VL_OK;
-  if (beta != 0) s = vl_copy_same_device(r, bias);
-  if (s == VL_OK) s = gemm_batched("addmm", a, b, 0, osize, r, alpha, beta);
+  if (beta == 1 && bias_is_row_vector(bias, osize[1])) {
+    /* Linear's case: the kernel adds the vector to every row (cuBLASLt's bias epilogue on CUDA). */
+    s = gemm_batched("addmm", a, b, 0, osize, r, alpha, 0.0, bias);
+  } else {
+    if (beta != 0) s = vl_copy_same_device(r, bias);
+    if (s == VL_OK) s = gemm_batched("addmm", a, b, 0, osize, r, alpha, beta, NULL);
+  }
   if (s != VL_OK) {
     vl_tensor_release(r);
     return s;

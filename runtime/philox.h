@@ -5,10 +5,14 @@
  * The stream: group g of a call uses counter = offset + g (c0 = low 32 bits, c1 = high, c2 = c3
  * = 0) and key = seed (k0 low, k1 high); one Philox block gives 4 words x0..x3.
  *   f32/f16/bf16 (and BERNOULLI of any dtype): element i = 4g + j takes word j.
- *     uniform u = ((x >> 8) + 0.5) * 2^-24, in (0, 1).
+ *     uniform u = ((x >> (32 - b)) + 0.5) * 2^-b with b = 23 (f32, and bernoulli), 10 (f16) or
+ *     7 (bf16): u = (2k + 1) * 2^-(b+1) is exactly representable in the output dtype, so the
+ *     uniforms stay inside the open (0, 1) after rounding. (With b one larger, the top value
+ *     1 - 2^-(b+1) is halfway between the dtype's last number below 1 and 1, and rounds to 1.)
  *     normal: words (x0, x1) give elements 4g, 4g+1 and (x2, x3) give 4g+2, 4g+3 by Box-Muller:
- *       r = sqrt(-2 ln u(x_even)), z_even = r cos(2 pi u(x_odd)), z_odd = r sin(2 pi u(x_odd)).
- *   f64: element i = 2g + j takes words (x_2j, x_2j+1) as 53 bits: u = (v + 0.5) * 2^-53;
+ *       r = sqrt(-2 ln u(x_even)), z_even = r cos(2 pi u(x_odd)), z_odd = r sin(2 pi u(x_odd)),
+ *       with b = 23 whatever the dtype.
+ *   f64: element i = 2g + j takes words (x_2j, x_2j+1) as 52 bits: u = (v + 0.5) * 2^-52 (exact);
  *     normal: elements 2g, 2g+1 from u1 = u(x0, x1), u2 = u(x2, x3) by Box-Muller as above.
  * Box-Muller is evaluated in double on both devices, then rounded to the output dtype, so CPU
  * and CUDA results agree to the last bit for uniforms and to within an ulp of the transcendental
@@ -50,11 +54,17 @@ VL_HD vl_philox4 vl_philox(uint64_t seed, uint64_t counter) {
   return out;
 }
 
-VL_HD double vl_u24(uint32_t x) { return ((double)(x >> 8) + 0.5) * (1.0 / 16777216.0); }
-VL_HD double vl_u53(uint32_t hi, uint32_t lo) {
-  uint64_t v = (((uint64_t)hi << 32) | lo) >> 11;
-  return ((double)v + 0.5) * (1.0 / 9007199254740992.0);
+/* The uniform of one word at b bits of resolution (1 <= b <= 31): in (0, 1), exact in a dtype
+ * whose numbers in [0.5, 1) are 2^-(b+1) apart. */
+VL_HD double vl_ubits(uint32_t x, int bits) {
+  return ((double)(x >> (32 - bits)) + 0.5) * (1.0 / (double)(1u << bits));
 }
+/* The f64 uniform of two words: 52 bits, exact in double. */
+VL_HD double vl_u52(uint32_t hi, uint32_t lo) {
+  uint64_t v = (((uint64_t)hi << 32) | lo) >> 12;
+  return ((double)v + 0.5) * (1.0 / 4503599627370496.0);
+}
+#define VL_PHILOX_BITS 23 /* f32 uniforms, bernoulli draws and Box-Muller inputs */
 
 /* Counters (groups) used by a call drawing numel values of a dtype; is_f64 selects the f64
  * mapping (2 elements per group) rather than 4. */
@@ -65,13 +75,13 @@ VL_HD uint64_t vl_philox_groups(int is_f64, int64_t numel) {
 
 /* The 4 (or 2 for f64) values of group g. kind: 0 uniform, 1 normal (Box-Muller), 2 bernoulli
  * uses uniform. Writes u/z as doubles; the caller scales and rounds to the dtype. */
-VL_HD void vl_philox_group_uniform(uint64_t seed, uint64_t counter, int is_f64, double v[4]) {
+VL_HD void vl_philox_group_uniform(uint64_t seed, uint64_t counter, int is_f64, int bits, double v[4]) {
   vl_philox4 p = vl_philox(seed, counter);
   if (is_f64) {
-    v[0] = vl_u53(p.x[0], p.x[1]);
-    v[1] = vl_u53(p.x[2], p.x[3]);
+    v[0] = vl_u52(p.x[0], p.x[1]);
+    v[1] = vl_u52(p.x[2], p.x[3]);
   } else {
-    for (int j = 0; j < 4; j++) v[j] = vl_u24(p.x[j]);
+    for (int j = 0; j < 4; j++) v[j] = vl_ubits(p.x[j], bits);
   }
 }
 
@@ -79,13 +89,13 @@ VL_HD void vl_philox_group_normal(uint64_t seed, uint64_t counter, int is_f64, d
   const double two_pi = 6.283185307179586476925286766559;
   vl_philox4 p = vl_philox(seed, counter);
   if (is_f64) {
-    double u1 = vl_u53(p.x[0], p.x[1]), u2 = vl_u53(p.x[2], p.x[3]);
+    double u1 = vl_u52(p.x[0], p.x[1]), u2 = vl_u52(p.x[2], p.x[3]);
     double r = sqrt(-2.0 * log(u1));
     v[0] = r * cos(two_pi * u2);
     v[1] = r * sin(two_pi * u2);
   } else {
     for (int j = 0; j < 4; j += 2) {
-      double u1 = vl_u24(p.x[j]), u2 = vl_u24(p.x[j + 1]);
+      double u1 = vl_ubits(p.x[j], VL_PHILOX_BITS), u2 = vl_ubits(p.x[j + 1], VL_PHILOX_BITS);
       double r = sqrt(-2.0 * log(u1));
       v[j] = r * cos(two_pi * u2);
       v[j + 1] = r * sin(two_pi * u2);

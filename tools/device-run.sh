@@ -21,7 +21,9 @@ mkdir -p "$BIN"
 for z in .dev/bin/*.gz; do
   [ -f "$z" ] || continue
   b="$BIN/$(basename "$z" .gz)"
-  gzip -dc "$z" >"$b" && chmod +x "$b"
+  # Two runs of this script may share the tree (memcheck beside the tests): never rewrite a binary
+  # that may be executing (ETXTBSY); unpack only when the archive is newer.
+  [ "$b" -nt "$z" ] || { gzip -dc "$z" >"$b.tmp" && chmod +x "$b.tmp" && mv -f "$b.tmp" "$b"; }
 done
 [ -d .dev/lib ] && export LD_LIBRARY_PATH="$ROOT/.dev/lib:${LD_LIBRARY_PATH:-}"
 V="$BIN/v100lua"
@@ -29,6 +31,7 @@ V="$BIN/v100lua"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,driver_version --format=csv >>"$OUT/versions.txt" 2>&1
 export LUA_PATH="$ROOT/tests/lua/?.lua;;"
 summary=()
+nrecipe=0
 for step in $steps; do
   case "$step" in
     tests)
@@ -60,8 +63,10 @@ for step in $steps; do
     recipe:*)
       args="${step#recipe:}"
       t0=$SECONDS
-      "$V" ${args//,/ } >"$OUT/recipe_$(echo "$args" | tr -c 'a-zA-Z0-9' _ | cut -c1-40).log" 2>&1
-      summary+=("recipe ${args} rc=$? $((SECONDS - t0))s")
+      nrecipe=$((nrecipe + 1))
+      log="$OUT/recipe${nrecipe}_$(basename "${args%%,*}" .lua).log"
+      "$V" ${args//,/ } >"$log" 2>&1
+      summary+=("recipe ${args} rc=$? $((SECONDS - t0))s: $(grep -E '^test accuracy' "$log" | tail -1)")
       ;;
   esac
 done

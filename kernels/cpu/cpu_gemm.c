@@ -39,26 +39,37 @@ static void unpack(const void *src, vl_dtype src_dt, int64_t rows, int64_t cols,
   }
 }
 
-/* C = beta * C without reading C when beta == 0 (k == 0: there is no product to add). */
-static void scale_c(const vl_gemm_args *g) {
-  int64_t es = (int64_t)vl_dtype_size(g->dtype);
-  double buf[VL_CPU_BLOCK];
-  for (int64_t b = 0; b < g->batch; b++) {
-    char *c = (char *)g->c + b * g->stride_c * es;
-    for (int64_t r = 0; r < g->m; r++) {
-      for (int64_t c0 = 0; c0 < g->n; c0 += VL_CPU_BLOCK) {
-        int64_t m = g->n - c0 < VL_CPU_BLOCK ? g->n - c0 : VL_CPU_BLOCK;
-        char *p = c + (r * g->ldc + c0) * es;
-        if (g->beta == 0.0) {
-          for (int64_t i = 0; i < m; i++) buf[i] = 0.0;
-        } else {
-          vl_cpu_load_f64(buf, p, es, g->dtype, m);
-          for (int64_t i = 0; i < m; i++) buf[i] *= g->beta;
-        }
-        vl_cpu_store_f64(p, es, g->dtype, buf, m);
+/* One batch of C (rows x cols of dtype dt, row stride ld) := beta * C + bias (bias NULL: none,
+ * else cols elements of dtype bdt added to every row), never reading C when beta == 0. With a
+ * bias this runs before a beta = 1 GEMM, so the product lands on beta * C + bias. */
+static void prefill_c(char *c, vl_dtype dt, int64_t rows, int64_t cols, int64_t ld, double beta,
+                      const char *bias, vl_dtype bdt) {
+  int64_t es = (int64_t)vl_dtype_size(dt), eb = (int64_t)vl_dtype_size(bdt);
+  double buf[VL_CPU_BLOCK], bb[VL_CPU_BLOCK];
+  for (int64_t r = 0; r < rows; r++) {
+    for (int64_t c0 = 0; c0 < cols; c0 += VL_CPU_BLOCK) {
+      int64_t m = cols - c0 < VL_CPU_BLOCK ? cols - c0 : VL_CPU_BLOCK;
+      char *p = c + (r * ld + c0) * es;
+      if (beta == 0.0) {
+        for (int64_t i = 0; i < m; i++) buf[i] = 0.0;
+      } else {
+        vl_cpu_load_f64(buf, p, es, dt, m);
+        for (int64_t i = 0; i < m; i++) buf[i] *= beta;
       }
+      if (bias) {
+        vl_cpu_load_f64(bb, bias + c0 * eb, eb, bdt, m);
+        for (int64_t i = 0; i < m; i++) buf[i] += bb[i];
+      }
+      vl_cpu_store_f64(p, es, dt, buf, m);
     }
   }
+}
+
+/* k == 0: there is no product, C = beta * C (+ bias). */
+static void scale_c(const vl_gemm_args *g) {
+  int64_t es = (int64_t)vl_dtype_size(g->dtype);
+  for (int64_t b = 0; b < g->batch; b++)
+    prefill_c((char *)g->c + b * g->stride_c * es, g->dtype, g->m, g->n, g->ldc, g->beta, g->bias, g->dtype);
 }
 
 /* One operand as BLAS will see it: in place, or packed into `pk` (dense, ld = cols). */
@@ -97,6 +108,7 @@ vl_status vl_cpu_gemm(const vl_gemm_args *g) {
   if (g->dtype != VL_F32 && g->dtype != VL_F64 && g->dtype != VL_F16 && g->dtype != VL_BF16)
     return vl_fail(VL_EDTYPE, "gemm (cpu): dtype %s is not supported (f32, f16, bf16, f64)",
                    vl_dtype_name(g->dtype));
+  if (g->bias_path) *g->bias_path = g->bias ? VL_GEMM_BIAS_PREFILL : VL_GEMM_BIAS_NONE;
   if (g->k <= 0) {
     scale_c(g);
     return VL_OK;
@@ -128,6 +140,9 @@ vl_status vl_cpu_gemm(const vl_gemm_args *g) {
                    vl_dtype_name(g->dtype), (long long)g->m, (long long)g->n, (long long)g->k);
   }
 
+  /* A bias is written into C (with beta * C) before a beta = 1 product: one rounding for f16/bf16,
+   * whose C is the f32 packing buffer. */
+  double beta = g->bias ? 1.0 : g->beta;
   enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
   for (int64_t b = 0; b < g->batch; b++) {
@@ -141,16 +156,18 @@ vl_status vl_cpu_gemm(const vl_gemm_args *g) {
       if (g->beta != 0.0) pack(c_src, g->dtype, C.rows, C.cols, C.ld, C.pk, ct);
       pc = C.pk;
       ldc = C.cols > 1 ? C.cols : 1;
+      if (g->bias) prefill_c(C.pk, ct, C.rows, C.cols, C.cols, g->beta, g->bias, g->dtype);
     } else {
       pc = c_src;
       ldc = C.rows > 1 ? C.ld : (C.ld > C.cols ? C.ld : C.cols);
+      if (g->bias) prefill_c(c_src, g->dtype, C.rows, C.cols, C.ld, g->beta, g->bias, g->dtype);
     }
     if (ct == VL_F64)
       cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, pa, (int)lda,
-                  pb, (int)ldb, g->beta, pc, (int)ldc);
+                  pb, (int)ldb, beta, pc, (int)ldc);
     else
       cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha, pa,
-                  (int)lda, pb, (int)ldb, (float)g->beta, pc, (int)ldc);
+                  (int)lda, pb, (int)ldb, (float)beta, pc, (int)ldc);
     if (C.packed) unpack(C.pk, ct, C.rows, C.cols, c_src, g->dtype, C.ld);
   }
   free(A.pk);

@@ -10,6 +10,7 @@ vl_status vl_cpu_rand(const vl_rand_args *a) {
   /* BERNOULLI uses the 4-words-per-group f32 mapping whatever the output dtype. */
   int is_f64 = a->dtype == VL_F64 && a->kind != VL_RAND_BERNOULLI;
   int per = is_f64 ? 2 : 4;
+  int bits = vl_rand_uniform_bits(a->dtype, a->kind);
   int64_t es = (int64_t)vl_dtype_size(a->dtype);
   double buf[VL_CPU_BLOCK];
   for (int64_t off = 0; off < a->numel; off += VL_CPU_BLOCK) {
@@ -19,7 +20,7 @@ vl_status vl_cpu_rand(const vl_rand_args *a) {
       uint64_t g = (uint64_t)((off + i) / per);
       double v[4];
       if (a->kind == VL_RAND_NORMAL) vl_philox_group_normal(a->seed, a->offset + g, is_f64, v);
-      else vl_philox_group_uniform(a->seed, a->offset + g, is_f64, v);
+      else vl_philox_group_uniform(a->seed, a->offset + g, is_f64, bits, v);
       for (int j = 0; j < per && i + j < m; j++) {
         double u = v[j];
         buf[i + j] = a->kind == VL_RAND_UNIFORM ? a->a + (a->b - a->a) * u

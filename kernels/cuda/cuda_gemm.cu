@@ -7,7 +7,13 @@
  * A plan (descriptors + heuristic candidates + the algorithm that first ran) is cached per
  * problem key: dtype, transposes, sizes, leading dimensions, batch strides, TF32 and the pointer
  * alignments (algorithms may require aligned operands, so a plan found for aligned pointers is
- * not reused for misaligned ones). Each stream has its own 32 MiB workspace. */
+ * not reused for misaligned ones). Each stream has its own 32 MiB workspace.
+ *
+ * A bias (Linear's b in y = x W^T + b) is added by cuBLASLt's BIAS epilogue: our row-major C's
+ * columns are cuBLASLt's rows, and that epilogue adds a vector along D's rows, which is exactly a
+ * per-output-feature bias. Where the epilogue cannot be used (f64, batches, a bias pointer not
+ * 16-byte aligned, or no algorithm offered), C is prefilled with beta * C + bias by a small
+ * kernel and the GEMM runs with beta = 1: the same result with one more pass over C. */
 #include <cublasLt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +27,7 @@
 struct vl_gemm_key {
   int64_t m, n, k, batch, lda, ldb, ldc, sa, sb, sc;
   int32_t dtype, ta, tb, tf32;
-  uint32_t align_a, align_b, align_c, pad;
+  uint32_t align_a, align_b, align_c, epilogue_bias;
 };
 
 struct vl_gemm_plan {
@@ -104,6 +110,12 @@ static vl_status vl_gemm_plan_build(vl_cuda_state *st, vl_gemm_plan *p, const vl
   cublasOperation_t opa = k.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   VL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   VL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+  if (k.epilogue_bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    VL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    /* The bias has C's dtype (the default for f16/bf16 is C's type too; said for clarity). */
+    VL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t));
+  }
   VL_TRY(vl_gemm_layout(&p->la, t, k.tb ? k.k : k.n, k.tb ? k.n : k.k, k.ldb, k.batch, k.sb));
   VL_TRY(vl_gemm_layout(&p->lb, t, k.ta ? k.m : k.k, k.ta ? k.k : k.m, k.lda, k.batch, k.sa));
   VL_TRY(vl_gemm_layout(&p->lc, t, k.n, k.m, k.ldc, k.batch, k.sc));
@@ -168,27 +180,67 @@ static vl_status vl_gemm_plan_get(vl_cuda_state *st, const vl_gemm_key *key, vl_
   return VL_OK;
 }
 
-/* k == 0: C = beta * C over [batch, m, n]; beta == 0 writes zeros without reading C. */
+/* C = beta * C (+ bias[col]) over [batch, m, n]; beta == 0 writes without reading C. Used for
+ * k == 0 (no product) and to prefill C with the bias where the epilogue cannot add it. */
 template <typename T>
-__global__ void vl_gemm_scale_c(T *c, int64_t m, int64_t n, int64_t ldc, int64_t sc, int64_t batch,
-                                double beta) {
+__global__ void vl_gemm_prefill_c(T *c, int64_t m, int64_t n, int64_t ldc, int64_t sc, int64_t batch,
+                                  double beta, const T *bias) {
   typedef typename vl_acc<T>::type C;
   const int64_t total = batch * m * n, step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
     const int64_t b = i / (m * n), r = (i / n) % m, col = i % n;
     T *p = c + b * sc + r * ldc + col;
-    *p = beta == 0.0 ? vl_conv<T>::f((C)0) : vl_conv<T>::f((C)beta * vl_val(*p));
+    C v = beta == 0.0 ? (C)0 : (C)beta * vl_val(*p);
+    if (bias) v += vl_val(bias[col]);
+    *p = vl_conv<T>::f(v);
   }
 }
 
-static vl_status vl_gemm_k0(const vl_gemm_args *a, vl_cuda_state *st) {
+static vl_status vl_gemm_prefill(const vl_gemm_args *a, vl_cuda_state *st) {
   cudaStream_t stream = (cudaStream_t)a->ex.stream;
   unsigned g = vl_grid(a->batch * a->m * a->n, 256, st, 2);
   VL_DISPATCH_FLOAT(a->dtype, T, "gemm", {
-    vl_gemm_scale_c<T><<<g, 256, 0, stream>>>((T *)a->c, a->m, a->n, a->ldc, a->stride_c, a->batch, a->beta);
+    vl_gemm_prefill_c<T><<<g, 256, 0, stream>>>((T *)a->c, a->m, a->n, a->ldc, a->stride_c, a->batch, a->beta,
+                                                (const T *)a->bias);
   });
   VL_LAUNCH_CHECK();
   return VL_OK;
+}
+
+/* Runs the cached plan for key: candidates in heuristic order until one accepts the problem
+ * (that one is kept). *planned is false when no plan could be made (no algorithm at all). */
+static vl_status vl_gemm_run(vl_cuda_state *st, const vl_gemm_args *a, const vl_gemm_key *key, double beta_d,
+                             void *ws, bool *planned) {
+  vl_gemm_plan *p = NULL;
+  *planned = false;
+  VL_TRY(vl_gemm_plan_get(st, key, &p));
+  *planned = true;
+  if (key->epilogue_bias)
+    VL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias,
+                                                   sizeof a->bias));
+  float alpha32 = (float)a->alpha, beta32 = (float)beta_d;
+  const void *alpha = &alpha32, *beta = &beta32;
+  if (a->dtype == VL_F64) alpha = &a->alpha, beta = &beta_d;
+  cudaStream_t stream = (cudaStream_t)a->ex.stream;
+  cublasLtHandle_t h = (cublasLtHandle_t)st->lt;
+  int first = p->chosen >= 0 ? p->chosen : 0;
+  cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
+  for (int i = first; i < p->ncand; i++) {
+    if (p->cand[i].workspaceSize > VL_CUDA_WORKSPACE_BYTES) continue;
+    s = cublasLtMatmul(h, p->desc, alpha, a->b, p->la, a->a, p->lb, beta, a->c, p->lc, a->c, p->lc,
+                       &p->cand[i].algo, ws, VL_CUDA_WORKSPACE_BYTES, stream);
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      p->chosen = i;
+      return VL_OK;
+    }
+    if (p->chosen >= 0 || (s != CUBLAS_STATUS_NOT_SUPPORTED && s != CUBLAS_STATUS_INVALID_VALUE &&
+                           s != CUBLAS_STATUS_ARCH_MISMATCH))
+      break;
+  }
+  return vl_fail(VL_ECUBLAS,
+                 "%s:%d: cublasLtMatmul failed for %s m=%lld n=%lld k=%lld batch=%lld%s: %s", __FILE__,
+                 __LINE__, vl_dtype_name(a->dtype), (long long)a->m, (long long)a->n, (long long)a->k,
+                 (long long)a->batch, key->epilogue_bias ? " (bias epilogue)" : "", cublasLtGetStatusString(s));
 }
 
 vl_status vl_cuda_gemm(const vl_gemm_args *a) {
@@ -198,7 +250,8 @@ vl_status vl_cuda_gemm(const vl_gemm_args *a) {
   if (a->batch > INT32_MAX)
     return vl_fail(VL_EINVAL, "gemm: batch %lld exceeds cuBLASLt's 32-bit batch count", (long long)a->batch);
   VL_CUDA_ENTER(guard, st, a->ex);
-  if (a->k <= 0) return vl_gemm_k0(a, st);
+  if (a->bias_path) *a->bias_path = a->bias ? VL_GEMM_BIAS_PREFILL : VL_GEMM_BIAS_NONE;
+  if (a->k <= 0) return vl_gemm_prefill(a, st);
   if (!st->lt) {
     cublasLtHandle_t h = NULL;
     VL_CUBLAS_CHECK(cublasLtCreate(&h));
@@ -220,31 +273,21 @@ vl_status vl_cuda_gemm(const vl_gemm_args *a) {
   key.align_a = vl_gemm_align(a->a, a->stride_a, es, a->batch);
   key.align_b = vl_gemm_align(a->b, a->stride_b, es, a->batch);
   key.align_c = vl_gemm_align(a->c, a->stride_c, es, a->batch);
-  vl_gemm_plan *p = NULL;
-  VL_TRY(vl_gemm_plan_get(st, &key, &p));
-
-  float alpha32 = (float)a->alpha, beta32 = (float)a->beta;
-  const void *alpha = &alpha32, *beta = &beta32;
-  if (a->dtype == VL_F64) alpha = &a->alpha, beta = &a->beta;
-  cudaStream_t stream = (cudaStream_t)a->ex.stream;
-  cublasLtHandle_t h = (cublasLtHandle_t)st->lt;
-  /* Candidates are tried in heuristic order until one accepts the problem; that one is kept. */
-  int first = p->chosen >= 0 ? p->chosen : 0;
-  cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
-  for (int i = first; i < p->ncand; i++) {
-    if (p->cand[i].workspaceSize > VL_CUDA_WORKSPACE_BYTES) continue;
-    s = cublasLtMatmul(h, p->desc, alpha, a->b, p->la, a->a, p->lb, beta, a->c, p->lc, a->c, p->lc,
-                       &p->cand[i].algo, ws, VL_CUDA_WORKSPACE_BYTES, stream);
-    if (s == CUBLAS_STATUS_SUCCESS) {
-      p->chosen = i;
+  bool planned = false;
+  if (a->bias && a->dtype != VL_F64 && a->batch == 1 && a->beta == 0.0 && vl_gemm_align(a->bias, 0, es, 1) >= 16) {
+    key.epilogue_bias = 1;
+    vl_status s = vl_gemm_run(st, a, &key, 0.0, ws, &planned);
+    if (s == VL_OK) {
+      if (a->bias_path) *a->bias_path = VL_GEMM_BIAS_EPILOGUE;
       return VL_OK;
     }
-    if (p->chosen >= 0 || (s != CUBLAS_STATUS_NOT_SUPPORTED && s != CUBLAS_STATUS_INVALID_VALUE &&
-                           s != CUBLAS_STATUS_ARCH_MISMATCH))
-      break;
+    if (planned) return s; /* an algorithm failed at run time: a real error, not a missing feature */
+    key.epilogue_bias = 0; /* no algorithm with this epilogue: prefill instead */
   }
-  return vl_fail(VL_ECUBLAS,
-                 "%s:%d: cublasLtMatmul failed for %s m=%lld n=%lld k=%lld batch=%lld: %s", __FILE__,
-                 __LINE__, vl_dtype_name(a->dtype), (long long)a->m, (long long)a->n,
-                 (long long)a->k, (long long)a->batch, cublasLtGetStatusString(s));
+  double beta = a->beta;
+  if (a->bias) {
+    VL_TRY(vl_gemm_prefill(a, st));
+    beta = 1.0;
+  }
+  return vl_gemm_run(st, a, &key, beta, ws, &planned);
 }

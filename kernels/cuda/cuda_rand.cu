@@ -12,14 +12,14 @@
 template <typename T, int PER>
 __global__ void __launch_bounds__(256)
     vl_rand_kernel(T *out, int64_t numel, uint64_t seed, uint64_t offset, int kind, double a,
-                   double b, bool vec_ok) {
+                   double b, int bits, bool vec_ok) {
   const int64_t groups = (numel + PER - 1) / PER;
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   const double span = __dsub_rn(b, a);
   for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += step) {
     double v[4];
     if (kind == VL_RAND_NORMAL) vl_philox_group_normal(seed, offset + (uint64_t)g, PER == 2, v);
-    else vl_philox_group_uniform(seed, offset + (uint64_t)g, PER == 2, v);
+    else vl_philox_group_uniform(seed, offset + (uint64_t)g, PER == 2, bits, v);
     vl_vec<T, PER> r;
 #pragma unroll
     for (int j = 0; j < PER; j++) {
@@ -46,7 +46,7 @@ static vl_status vl_rand_launch(const vl_rand_args *a, const vl_cuda_state *st) 
   const unsigned g = vl_grid(groups, 256, st, 2);
   const bool vec_ok = (uintptr_t)a->out % sizeof(vl_vec<T, PER>) == 0;
   vl_rand_kernel<T, PER><<<g, 256, 0, (cudaStream_t)a->ex.stream>>>(
-      (T *)a->out, a->numel, a->seed, a->offset, (int)a->kind, a->a, a->b, vec_ok);
+      (T *)a->out, a->numel, a->seed, a->offset, (int)a->kind, a->a, a->b, vl_rand_uniform_bits(a->dtype, a->kind), vec_ok);
   VL_LAUNCH_CHECK();
   return VL_OK;
 }

@@ -21,6 +21,10 @@ v100.autograd = autograd
 v100.no_grad = autograd.no_grad
 v100.enable_grad = autograd.enable_grad
 
+-- cuDNN convolution algorithms: by cuDNN's heuristics (default) or, with benchmark on, by timing
+-- the candidates once per shape (cached; that first call synchronises). Returns the old setting.
+v100.set_cudnn_benchmark = function(on) return core._nn.set_cudnn_benchmark(on) end
+
 -- One line per library for logs: "v100lua 0.1.0, Lua 5.4.4, CUDA 12.4, cuDNN 9.1.0, NCCL 2.21.5".
 function v100.version_string()
   local v = core.versions()

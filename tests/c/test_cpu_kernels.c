@@ -378,7 +378,7 @@ static void test_rand(void) {
   float f[10];
   K->rand(&(vl_rand_args){VL_RAND_UNIFORM, VL_F32, f, 10, 42, 0, 0, 1, {0, NULL}});
   bool ok = true;
-  for (int i = 0; i < 10; i++) ok &= f[i] == (float)vl_u24(vl_philox(42, (uint64_t)i / 4).x[i % 4]);
+  for (int i = 0; i < 10; i++) ok &= f[i] == (float)vl_ubits(vl_philox(42, (uint64_t)i / 4).x[i % 4], 23);
   CHECK(ok, "uniform f32 seed 42 stream");
   double d[5];
   vl_rand_args r = rargs(VL_RAND_UNIFORM, VL_F64, d, 5, 0, 0, 1);
@@ -386,7 +386,7 @@ static void test_rand(void) {
   ok = true;
   for (int i = 0; i < 5; i++) {
     vl_philox4 p = vl_philox(42, (uint64_t)i / 2);
-    ok &= d[i] == vl_u53(p.x[2 * (i % 2)], p.x[2 * (i % 2) + 1]);
+    ok &= d[i] == vl_u52(p.x[2 * (i % 2)], p.x[2 * (i % 2) + 1]);
   }
   CHECK(ok, "uniform f64 seed 42 stream");
   float z[6];
@@ -396,7 +396,7 @@ static void test_rand(void) {
   for (int i = 0; i < 6; i++) {
     vl_philox4 p = vl_philox(42, (uint64_t)i / 4);
     int j = i % 4 & ~1;
-    double u1 = vl_u24(p.x[j]), u2 = vl_u24(p.x[j + 1]), rr = sqrt(-2 * log(u1));
+    double u1 = vl_ubits(p.x[j], 23), u2 = vl_ubits(p.x[j + 1], 23), rr = sqrt(-2 * log(u1));
     double zz = (i % 2 ? sin(6.283185307179586 * u2) : cos(6.283185307179586 * u2)) * rr;
     ok &= fabs(z[i] - (float)(0.5 + 2 * zz)) <= 1e-6f * (1 + fabsf(z[i]));
   }
@@ -407,15 +407,23 @@ static void test_rand(void) {
   K->rand(&r);
   r = rargs(VL_RAND_UNIFORM, VL_F32, h, 4, 3, -2, 3);
   K->rand(&r);
-  CHECK(memcmp(g + 12, h, sizeof h) == 0 && g[0] == (float)(-2 + 5 * vl_u24(vl_philox(42, 0).x[0])),
+  CHECK(memcmp(g + 12, h, sizeof h) == 0 && g[0] == (float)(-2 + 5 * vl_ubits(vl_philox(42, 0).x[0], 23)),
         "offset and bounds");
   uint16_t hf[8];
   r = rargs(VL_RAND_UNIFORM, VL_F16, hf, 8, 0, 0, 1);
   K->rand(&r);
   ok = true;
   for (int i = 0; i < 8; i++)
-    ok &= vl_f16_to_f32(hf[i]) == (float)vl_test_conv(vl_u24(vl_philox(42, (uint64_t)i / 4).x[i % 4]), VL_F16);
-  CHECK(ok, "uniform f16 rounding");
+    ok &= vl_f16_to_f32(hf[i]) == (float)vl_ubits(vl_philox(42, (uint64_t)i / 4).x[i % 4], 10);
+  CHECK(ok, "uniform f16: 10-bit draws, exact in f16");
+  /* The largest draw of each resolution stays below 1 after rounding to its dtype (a 24-bit
+   * draw for f32 once rounded up to 1.0, and rand's (0, 1) promise broke about once in 2^24). */
+  CHECK((float)vl_ubits(0xFFFFFFFFu, 23) < 1.0f && (float)vl_ubits(0u, 23) > 0.0f, "f32 uniform inside (0, 1)");
+  CHECK(vl_test_conv(vl_ubits(0xFFFFFFFFu, 10), VL_F16) < 1.0 && vl_test_conv(vl_ubits(0u, 10), VL_F16) > 0.0,
+        "f16 uniform inside (0, 1)");
+  CHECK(vl_test_conv(vl_ubits(0xFFFFFFFFu, 7), VL_BF16) < 1.0 && vl_test_conv(vl_ubits(0u, 7), VL_BF16) > 0.0,
+        "bf16 uniform inside (0, 1)");
+  CHECK(vl_u52(0xFFFFFFFFu, 0xFFFFFFFFu) < 1.0 && vl_u52(0u, 0u) > 0.0, "f64 uniform inside (0, 1)");
 
   /* Distributions over 100k draws. */
   enum { M = 100000 };
@@ -454,7 +462,7 @@ static void test_rand(void) {
   ok = true;
   int ones = 0;
   for (int i = 0; i < 1001; i++) {
-    int want = vl_u24(vl_philox(42, 5 + (uint64_t)i / 4).x[i % 4]) < 0.3;
+    int want = vl_ubits(vl_philox(42, 5 + (uint64_t)i / 4).x[i % 4], 23) < 0.3;
     ok &= bu[i] == want && ud[i] == want;
     ones += bu[i];
   }

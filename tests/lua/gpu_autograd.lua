@@ -32,6 +32,8 @@ local idx_g = v100.tensor({ { 0, 3 }, { 2, 2 }, { 1, 0 } })
 local idx_s = v100.tensor({ { 0, 4, 2 }, { 4, 1, 1 } })
 local idx_i = v100.tensor({ 2, 0, 2, 1 })
 local mask = v100.tensor({ true, false, false, true })
+-- rows of a 3x4 input with no, one and two zeros (prod's zero-safe gradient)
+local zmask = v100.tensor({ { 0, 0, 0, 0 }, { 0, 1, 0, 0 }, { 1, 0, 0, 1 } }):eq(1)
 
 local CASES = {
   { 'add alpha', function(a, b) return a:add(b, 0.7) end, { N { 3, 4 }, N { 4 } } },
@@ -55,6 +57,7 @@ local CASES = {
   { 'masked_fill', function(a) return a:masked_fill(mask:to(a.device), 2) end, { N { 3, 4 } } },
   { 'sum mean dims', function(a) return a:sum({ 1, 3 }, true) + a:mean(2):sum() end, { N { 2, 3, 4 } } },
   { 'prod', function(a) return a:prod(2) end, { P { 3, 4 } } },
+  { 'prod with zeros', function(a) return a:masked_fill(zmask:to(a.device), 0):prod(2) end, { P { 3, 4 } } },
   { 'max dim', function(a) return (a:max(2)) end, { D { 3, 4 } } },
   { 'min all', function(a) return a:min() end, { D { 3, 4 } } },
   { 'var std', function(a) return a:var(2) + a:std(2, false, { correction = 0 }) end, { N { 3, 4 } } },

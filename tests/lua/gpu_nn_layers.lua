@@ -133,6 +133,19 @@ for _, dtype in ipairs{ 'f32', 'f16', 'bf16' } do
   end)
 end
 
+T.test('an input on the wrong device: the error names the module path, the layer and both devices', function()
+  local net = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)):to('cuda')
+  T.raises(function() return net(v100.randn { 2, 4 }) end, { '0: linear: input is on cpu but weight is on cuda' })
+  local cnn = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2)):to('cuda')
+  T.raises(function() return cnn(v100.randn { 1, 1, 5, 5 }) end, { '0: conv2d: input is on cpu but weight is on cuda' })
+  local bn = nn.Sequential(nn.BatchNorm2d(2)):to('cuda')
+  T.raises(function() return bn(v100.randn { 1, 2, 5, 5 }) end, { '0: batch_norm: input is on cpu but weight is on cuda' })
+  local emb = nn.Sequential(nn.Embedding(10, 4)):to('cuda')
+  T.raises(function() return emb(v100.tensor { 1, 2 }) end, { '0: embedding: ids is on cpu but weight is on cuda' })
+  local ln = nn.Sequential(nn.LayerNorm(4)):to('cuda')
+  T.raises(function() return ln(v100.randn { 2, 4 }) end, { '0: layer_norm: input is on cpu but weight is on cuda' })
+end)
+
 T.test('Checkpoint on cuda: gradients equal the un-checkpointed ones', function()
   local inner = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Dropout(0.2), nn.Linear(32, 8)):to('cuda')
   local x = rnd{ 4, 16 }:cuda():requires_grad_(true)

@@ -118,6 +118,13 @@ T.test('cuda draws have the right distribution', function()
   T.near(n:std():item(), 1, 3e-3)
   local b = v100.bernoulli({ 4000000 }, 0.25, { device = 'cuda' })
   T.near(b:mean():item(), 0.25, 2e-3)
+  -- 16M draws per dtype: a mapping that can round up to 1 (as a 24-bit f32 draw once did, about
+  -- once in 2^24) shows up here with good probability
+  for _, dt in ipairs({ 'f32', 'f16', 'bf16', 'f64' }) do
+    local u = v100.rand({ 16000000 }, { device = 'cuda', dtype = dt })
+    T.ok(u:min():item() > 0 and u:max():item() < 1, 'rand ' .. dt .. ' in (0,1)')
+    T.near(u:double():mean():item(), 0.5, 2e-3, 'rand ' .. dt .. ' mean')
+  end
 end)
 
 T.run()

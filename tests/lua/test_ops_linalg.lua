@@ -116,6 +116,34 @@ T.test('addmm with beta and alpha, broadcast bias', function()
   end
 end)
 
+T.test('addmm with a row-vector bias and beta 1 hands the bias to the gemm kernel (cpu: prefilled)', function()
+  for _, dt in ipairs(FLOATS) do
+    local a, ar = T.make({ 5, 7 }, dt)
+    local b, br = T.make({ 7, 3 }, dt)
+    for _, bias_shape in ipairs({ { 3 }, { 1, 3 } }) do
+      local c, cr = T.make(bias_shape, dt)
+      local before = v100.gemm_stats()
+      local r = v100.addmm(c, a, b)
+      local after = v100.gemm_stats()
+      local msg = string.format('addmm %s bias %s', dt, T.shape_str(bias_shape))
+      T.eq(after.bias_prefill - before.bias_prefill, 1, msg .. ': bias given to the kernel')
+      T.eq(after.bias_epilogue, before.bias_epilogue, msg .. ': no epilogue on the cpu')
+      local ref = T.ref_nary(function(x, p) return x + p end, cr, T.ref_matmul(ar, br))
+      local bound = T.ref_nary(function(x, p) return math.abs(x) + p end, cr, T.ref_matmul(abs_of(ar), abs_of(br)))
+      T.within(r, ref, bound, MM_TOL[dt] * 2, msg)
+    end
+    -- beta ~= 1 and a column bias keep the copy-then-gemm path (no kernel bias)
+    local c = T.make({ 5, 1 }, dt)
+    local before = v100.gemm_stats().bias_prefill
+    v100.addmm(c, a, b)
+    v100.addmm(T.make({ 3 }, dt), a, b, { beta = 0.5 })
+    T.eq(v100.gemm_stats().bias_prefill, before, 'column bias / beta 0.5 ' .. dt)
+  end
+  -- k == 0: the result is the bias itself
+  local z = v100.addmm(v100.tensor{ 1, 2, 3 }:float(), v100.zeros{ 2, 0 }, v100.zeros{ 0, 3 })
+  T.eq(z:totable(), { { 1, 2, 3 }, { 1, 2, 3 } })
+end)
+
 T.test('allow_tf32 flag: default false, settable', function()
   T.eq(v100.get_allow_tf32(), false, 'default')
   v100.set_allow_tf32(true)

@@ -35,6 +35,15 @@ local function check_tensor(fname, what, t)
   if not v100.is_tensor(t) then fail(fname, '%s must be a tensor, got %s', what, type(t)) end
 end
 
+-- A layer's input and its parameter on different devices is the most common slip (a batch left
+-- on the cpu, a model not moved): say so in the layer's words rather than the inner op's.
+local function same_device(fname, x, xname, p, pname)
+  if p ~= nil and x.device ~= p.device then
+    fail(fname, '%s is on %s but %s is on %s (%s %s, %s %s)', xname, x.device, pname, p.device, xname, desc(x),
+      pname, desc(p))
+  end
+end
+
 local FLOATS = { f32 = true, f16 = true, bf16 = true, f64 = true }
 local INTS = { i64 = true, i32 = true }
 
@@ -58,6 +67,7 @@ function F.conv2d(x, w, b, opts)
   opts = opts or {}
   check_tensor('conv2d', 'input', x)
   check_tensor('conv2d', 'weight', w)
+  same_device('conv2d', x, 'input', w, 'weight')
   local groups = opts.groups or 1
   if not math.tointeger(groups) or groups < 1 then fail('conv2d', 'groups must be a positive integer') end
   return core_nn().conv2d(x, w, b, {
@@ -103,6 +113,8 @@ end
 -- requires training = true semantics, as in PyTorch).
 function F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
   check_tensor('batch_norm', 'input', x)
+  same_device('batch_norm', x, 'input', weight, 'weight')
+  same_device('batch_norm', x, 'input', running_mean, 'running_mean')
   if x.ndim < 2 or x.ndim > 4 then
     fail('batch_norm', 'expected a 2-D, 3-D or 4-D input (N x C [x L | x H x W]), got %s', desc(x))
   end
@@ -115,6 +127,7 @@ end
 
 function F.layer_norm(x, normalized_shape, weight, bias, eps)
   check_tensor('layer_norm', 'input', x)
+  same_device('layer_norm', x, 'input', weight, 'weight')
   local ns = type(normalized_shape) == 'number' and { normalized_shape } or normalized_shape
   if type(ns) ~= 'table' or #ns == 0 then fail('layer_norm', 'normalized_shape must be a number or a table of sizes') end
   local s = x.shape
@@ -159,6 +172,7 @@ end
 function F.embedding(ids, weight, opts)
   check_tensor('embedding', 'ids', ids)
   check_tensor('embedding', 'weight', weight)
+  same_device('embedding', ids, 'ids', weight, 'weight')
   if not INTS[ids.dtype] then fail('embedding', 'ids must be i64 or i32, got %s', desc(ids)) end
   if weight.ndim ~= 2 then fail('embedding', 'weight must be 2-D (num x dim), got %s', desc(weight)) end
   local dim = weight.shape[2]
@@ -179,6 +193,7 @@ end
 function F.linear(x, w, b)
   check_tensor('linear', 'input', x)
   check_tensor('linear', 'weight', w)
+  same_device('linear', x, 'input', w, 'weight')
   if w.ndim ~= 2 then fail('linear', 'weight must be 2-D (out x in), got %s', desc(w)) end
   local s = x.shape
   if x.ndim == 0 or s[#s] ~= w.shape[2] then
