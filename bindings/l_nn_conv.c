@@ -144,13 +144,15 @@ static int l_adaptive_avg_pool2d(lua_State *L) {
 }
 
 /* Differentiable when t requires grad: the copy is made with recorded ops (permute to N x H x W x C,
- * contiguous, permute back), so gradients flow through a layout change like any other copy. */
+ * clone, permute back), so gradients flow through a layout change like any other copy. A clone,
+ * not contiguous(): N x 1 x H x W permuted to N x H x W x 1 already counts as contiguous, and
+ * contiguous() would hand it back with its NCHW strides. */
 static vl_status to_channels_last(vl_tensor *t, vl_tensor **out) {
   if (t->ndim != 4 || vl_is_channels_last(t) || !vl_ag_needs(1, &t)) return vl_to_channels_last(t, out);
   static const int to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
   vl_tensor *a = NULL, *b = NULL;
   vl_status s = vl_ag_permute(t, 4, to_nhwc, &a);
-  if (s == VL_OK) s = vl_ag_contiguous(a, &b);
+  if (s == VL_OK) s = vl_ag_clone(a, &b);
   if (s == VL_OK) s = vl_ag_permute(b, 4, to_nchw, out);
   vl_tensor_release(a);
   vl_tensor_release(b);

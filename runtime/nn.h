@@ -16,9 +16,7 @@
 extern "C" {
 #endif
 
-/* Whether t is 4-D channels-last contiguous (and not also plain contiguous, e.g. C == 1). */
-bool vl_is_channels_last(const vl_tensor *t);
-/* A channels-last copy (or a new reference when already so) / back to NCHW-contiguous. */
+/* (vl_is_channels_last is in runtime/tensor.h.) A channels-last copy (or a new reference when already so) / back to NCHW-contiguous. */
 vl_status vl_to_channels_last(vl_tensor *t, vl_tensor **out);
 
 typedef struct vl_conv2d_params {

@@ -1,32 +1,19 @@
 /* runtime/nn_conv.c: the 2-D convolution front end (checks, layouts, bias) and the
  * channels-last layout helpers.
  *
- * Layout: an input that is channels-last (NHWC-dense, and not also plain contiguous) runs in the
- * NHWC family, anything else is made NCHW-contiguous. The weight follows the input's family
- * (KRSC-dense with NHWC, KCRS-contiguous with NCHW), converted when it differs, so a model with
- * KCRS parameters can feed channels-last activations. Outputs keep the input's family; weight
- * gradients come back in the weight's own layout (what autograd and optimizers expect). */
+ * Layout (PyTorch's rule): the convolution runs in the NHWC family when the input or the weight
+ * is channels-last (NHWC-dense, and not also plain contiguous), else NCHW-contiguous. Deciding by
+ * the input alone would leave a channels-last model fed a 1-channel image (N x 1 x H x W is both
+ * layouts at once, so it counts as NCHW) running NCHW from its first layer on, converting every
+ * weight on every call. The other operand is converted to the chosen family when it differs.
+ * Outputs and input gradients are in the family the convolution ran in, except that a
+ * channels-last input always gets channels-last results (f64 on CUDA runs NCHW, see run_nhwc);
+ * weight gradients come back in the weight's own layout (what autograd and optimizers expect). */
 #include <string.h>
 
 #include "runtime/context.h"
 #include "runtime/nn.h"
 #include "runtime/ops_internal.h"
-
-/* NHWC-dense: the strides of a contiguous N x H x W x C tensor permuted to N x C x H x W
- * (size-1 dims ignored). True also for tensors that are both (C == 1, or H == W == 1). */
-static bool nhwc_dense(const vl_tensor *t) {
-  if (t->ndim != 4) return false;
-  const int order[4] = {1, 3, 2, 0}; /* C, W, H, N: innermost first */
-  int64_t expect = 1;
-  for (int i = 0; i < 4; i++) {
-    int d = order[i];
-    if (t->size[d] != 1 && t->stride[d] != expect) return false;
-    expect *= t->size[d];
-  }
-  return true;
-}
-
-bool vl_is_channels_last(const vl_tensor *t) { return nhwc_dense(t) && !vl_tensor_is_contiguous(t); }
 
 /* An uninitialised N x C x H x W tensor, NHWC-dense when nhwc. */
 static vl_status empty_family(const int64_t *nchw, bool nhwc, vl_dtype dt, vl_device dev, vl_tensor **out) {
@@ -64,17 +51,19 @@ vl_status vl_to_channels_last(vl_tensor *t, vl_tensor **out) {
 /* t in the layout family: NHWC-dense when nhwc, else NCHW-contiguous (a new reference). */
 static vl_status in_family(vl_tensor *t, bool nhwc, vl_tensor **out) {
   if (!nhwc) return vl_contiguous(t, out);
-  if (nhwc_dense(t)) {
+  if (vl_is_nhwc_dense(t)) {
     *out = vl_tensor_retain(t);
     return VL_OK;
   }
   return vl_to_channels_last(t, out);
 }
 
-/* The layout the kernel runs in: the input's, except f64 on CUDA, which runs NCHW (cuDNN's double
- * support is for NCHW; f64 on CUDA is for gradient checks, not speed). */
-static bool run_nhwc(const vl_tensor *x) {
-  return vl_is_channels_last(x) && !(x->storage->device.type == VL_CUDA && x->dtype == VL_F64);
+/* The layout the kernel runs in: NHWC when the input or the weight is channels-last, except f64 on
+ * CUDA, which runs NCHW (cuDNN's double support is for NCHW; f64 on CUDA is for gradient checks,
+ * not speed). */
+static bool run_nhwc(const vl_tensor *x, const vl_tensor *w) {
+  return (vl_is_channels_last(x) || vl_is_channels_last(w)) &&
+         !(x->storage->device.type == VL_CUDA && x->dtype == VL_F64);
 }
 
 /* A result computed in NCHW for a channels-last input goes back to channels-last. */
@@ -188,7 +177,7 @@ vl_status vl_conv2d(vl_tensor *x, vl_tensor *w, vl_tensor *bias, const vl_conv2d
   vl_conv_args a;
   VL_TRY(vl_exec_of(op, dev, &a.ex));
   vl_exec ex = a.ex;
-  bool nhwc = run_nhwc(x);
+  bool nhwc = run_nhwc(x, w);
   vl_tensor *xin = NULL, *win = NULL, *out = NULL, *bv = NULL;
   vl_status s = in_family(x, nhwc, &xin);
   if (s == VL_OK) s = in_family(w, nhwc, &win);
@@ -238,7 +227,7 @@ vl_status vl_conv2d_backward(vl_tensor *x, vl_tensor *w, vl_tensor *dy, const vl
   vl_device dev = x->storage->device;
   vl_exec ex;
   VL_TRY(vl_exec_of(op, dev, &ex));
-  bool nhwc = run_nhwc(x);
+  bool nhwc = run_nhwc(x, w);
   const vl_conv_kernels *kern = conv_kernels(dev);
   vl_tensor *xin = NULL, *win = NULL, *dyin = NULL, *gx = NULL, *gw = NULL, *gw2 = NULL, *gb = NULL;
   vl_status s = in_family(dy, nhwc, &dyin);

@@ -25,18 +25,6 @@ static void release_all(vl_tensor **ts, int n) {
   for (int i = 0; i < n; i++) vl_tensor_release(ts[i]);
 }
 
-/* Channels-last 4-D (stride(C) = 1, stride(W) = C, stride(H) = W*C, stride(N) = H*W*C, size-1
- * dims free) and not plain contiguous as well. The same definition as vl_is_channels_last; kept
- * here so that the norms do not depend on the convolution file. */
-static bool channels_last(const vl_tensor *t) {
-  if (t->ndim != 4 || vl_tensor_is_contiguous(t)) return false;
-  int64_t C = t->size[1], H = t->size[2], W = t->size[3];
-  int64_t want[4] = {H * W * C, 1, W * C, C};
-  for (int i = 0; i < 4; i++)
-    if (t->size[i] > 1 && t->stride[i] != want[i]) return false;
-  return true;
-}
-
 /* A new uninitialised tensor of x's shape in NCHW-contiguous or channels-last layout. */
 static vl_status empty_layout(const vl_tensor *x, bool nhwc, vl_dtype dt, vl_tensor **out) {
   if (!nhwc) return vl_tensor_empty(x->ndim, x->size, dt, x->storage->device, out);
@@ -52,7 +40,7 @@ static vl_status empty_layout(const vl_tensor *x, bool nhwc, vl_dtype dt, vl_ten
 /* t with exactly the layout `nhwc` (a new reference, or a copy). */
 static vl_status to_layout(vl_tensor *t, bool nhwc, vl_tensor **out) {
   if (!nhwc) return vl_contiguous(t, out);
-  if (channels_last(t)) {
+  if (vl_is_channels_last(t)) {
     *out = vl_tensor_retain(t);
     return VL_OK;
   }
@@ -120,7 +108,7 @@ static vl_status bn_input(const char *op, const vl_tensor *x, bn_geom *g) {
   if (x->ndim < 2)
     return vl_fail(VL_ESHAPE, "%s: expected an input of 2 or more dims (N x C x ...), got x %s", op,
                    vl_tensor_desc(x, d, sizeof d));
-  g->nhwc = channels_last(x);
+  g->nhwc = vl_is_channels_last(x);
   g->n = x->size[0];
   g->c = x->size[1];
   g->hw = 1;

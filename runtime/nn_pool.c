@@ -16,22 +16,9 @@ static const char *pool_name(vl_pool_kind k) {
   return "pool2d";
 }
 
-/* See runtime/nn_conv.c: NHWC-dense, size-1 dims ignored. */
-static bool nhwc_dense(const vl_tensor *t) {
-  if (t->ndim != 4) return false;
-  const int order[4] = {1, 3, 2, 0};
-  int64_t expect = 1;
-  for (int i = 0; i < 4; i++) {
-    int d = order[i];
-    if (t->size[d] != 1 && t->stride[d] != expect) return false;
-    expect *= t->size[d];
-  }
-  return true;
-}
-
 static vl_status in_family(vl_tensor *t, bool nhwc, vl_tensor **out) {
   if (!nhwc) return vl_contiguous(t, out);
-  if (nhwc_dense(t)) {
+  if (vl_is_nhwc_dense(t)) {
     *out = vl_tensor_retain(t);
     return VL_OK;
   }

@@ -190,8 +190,9 @@ vl_status vl_to(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out) {
     *out = vl_tensor_retain(t);
     return VL_OK;
   }
+  /* The layout is kept (PyTorch's preserve_format): a channels-last tensor moved or cast stays so. */
   vl_tensor *r;
-  VL_TRY(vl_tensor_empty(t->ndim, t->size, dt, dev, &r));
+  VL_TRY(vl_empty_like(t, dt, dev, &r));
   vl_status s = vl_copy_(r, t);
   if (s != VL_OK) {
     vl_tensor_release(r);

@@ -83,13 +83,28 @@ static vl_status unary_check(const char *name, vl_unary_op op, const vl_tensor *
   return VL_OK;
 }
 
+/* The result of an elementwise op: laid out like the first input that has the result's shape and
+ * a dense layout other than contiguous (a channels-last activation stays channels-last, a
+ * transposed matrix stays transposed, as PyTorch's elementwise ops keep the memory format), else
+ * contiguous. Broadcast inputs do not count: their layout is not the result's. */
+static vl_status empty_result(int n, vl_tensor *const *ins, int nd, const int64_t *size, vl_dtype dt,
+                              vl_tensor **out) {
+  for (int i = 0; i < n; i++) {
+    vl_tensor *t = ins[i];
+    if (t->ndim == nd && memcmp(t->size, size, sizeof(int64_t) * (size_t)nd) == 0 &&
+        ((!vl_tensor_is_contiguous(t) && vl_tensor_is_dense(t)) || vl_is_channels_last(t)))
+      return vl_empty_like(t, dt, t->storage->device, out);
+  }
+  return vl_tensor_empty(nd, size, dt, ins[0]->storage->device, out);
+}
+
 static vl_status unary_out(vl_unary_op op, vl_tensor *a, double p0, double p1, vl_tensor **out) {
   VL_TRY(unary_check(unary_names[op], op, a));
   vl_dtype in_dt = unary_is_float_only(op) && !vl_dtype_is_float(a->dtype) ? VL_F32 : a->dtype;
   vl_dtype out_dt = op == VL_UN_LOGICAL_NOT ? VL_BOOL : in_dt;
   vl_tensor *in, *r = NULL;
   VL_TRY(vl_cast(a, in_dt, &in));
-  vl_status s = vl_tensor_empty(a->ndim, a->size, out_dt, a->storage->device, &r);
+  vl_status s = empty_result(1, &a, a->ndim, a->size, out_dt, &r);
   if (s == VL_OK) s = unary_run(op, r, in, p0, p1);
   vl_tensor_release(in);
   if (s != VL_OK) {
@@ -183,7 +198,7 @@ vl_status vl_binary(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha, v
   vl_tensor *ca = NULL, *cb = NULL, *r = NULL;
   vl_status s = vl_cast(a, ct, &ca);
   if (s == VL_OK) s = vl_cast(b, ct, &cb);
-  if (s == VL_OK) s = vl_tensor_empty(nd, size, out_dt, a->storage->device, &r);
+  if (s == VL_OK) s = empty_result(2, ts, nd, size, out_dt, &r);
   if (s == VL_OK) s = binary_run(op, r, ca, cb, alpha);
   vl_tensor_release(ca);
   vl_tensor_release(cb);
@@ -288,7 +303,7 @@ vl_status vl_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reverse
   vl_dtype out_dt = vl_binary_is_predicate(op) ? VL_BOOL : ct;
   vl_tensor *ca = NULL, *r = NULL;
   vl_status st = vl_cast(a, ct, &ca);
-  if (st == VL_OK) st = vl_tensor_empty(a->ndim, a->size, out_dt, a->storage->device, &r);
+  if (st == VL_OK) st = empty_result(1, &a, a->ndim, a->size, out_dt, &r);
   if (st == VL_OK) st = scalar_run(op, r, ca, s, reverse);
   vl_tensor_release(ca);
   if (st != VL_OK) {
@@ -337,7 +352,8 @@ vl_status vl_where(vl_tensor *cond, vl_tensor *a, vl_tensor *b, vl_tensor **out)
   vl_tensor *ca = NULL, *cb = NULL, *r = NULL;
   vl_status s = vl_cast(a, ct, &ca);
   if (s == VL_OK) s = vl_cast(b, ct, &cb);
-  if (s == VL_OK) s = vl_tensor_empty(nd, size, ct, a->storage->device, &r);
+  vl_tensor *lay[2] = {a, b};
+  if (s == VL_OK) s = empty_result(2, lay, nd, size, ct, &r);
   if (s == VL_OK && vl_tensor_numel(r) > 0) {
     vl_exec ex;
     s = vl_exec_of("where", r->storage->device, &ex);
@@ -377,7 +393,7 @@ vl_status vl_masked_fill(vl_tensor *a, vl_tensor *mask, double value, vl_tensor 
   int64_t size[VL_MAX_DIMS];
   VL_TRY(vl_broadcast_shapes("masked_fill", 2, ts, names, &nd, size));
   vl_tensor *r;
-  VL_TRY(vl_tensor_empty(nd, size, a->dtype, a->storage->device, &r));
+  VL_TRY(empty_result(1, &a, nd, size, a->dtype, &r));
   vl_status s = masked_run(r, a, mask, value);
   if (s != VL_OK) {
     vl_tensor_release(r);

@@ -215,8 +215,9 @@ vl_status vl_cast(vl_tensor *t, vl_dtype dt, vl_tensor **out) {
     *out = vl_tensor_retain(t);
     return VL_OK;
   }
+  /* Same layout as t when t is dense (a channels-last activation cast to f16 stays channels-last). */
   vl_tensor *c;
-  VL_TRY(vl_tensor_empty(t->ndim, t->size, dt, t->storage->device, &c));
+  VL_TRY(vl_empty_like(t, dt, t->storage->device, &c));
   vl_status s = vl_copy_same_device(c, t);
   if (s != VL_OK) {
     vl_tensor_release(c);

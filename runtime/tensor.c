@@ -147,6 +147,34 @@ bool vl_tensor_is_dense(const vl_tensor *t) {
   return true;
 }
 
+bool vl_is_nhwc_dense(const vl_tensor *t) {
+  if (t->ndim != 4) return false;
+  const int order[4] = {1, 3, 2, 0}; /* C, W, H, N: innermost first */
+  int64_t expect = 1;
+  for (int i = 0; i < 4; i++) {
+    int d = order[i];
+    if (t->size[d] != 1 && t->stride[d] != expect) return false;
+    expect *= t->size[d];
+  }
+  return true;
+}
+
+bool vl_is_channels_last(const vl_tensor *t) {
+  if (!vl_is_nhwc_dense(t) || vl_tensor_numel(t) == 0) return false;
+  /* Strides non-decreasing in the order C, W, H, N, counting those of size-1 dims; N's stride
+   * equal to C's means all of H, W, C are 1 (N x 1 x 1 x 1): NCHW by convention. */
+  const int order[4] = {1, 3, 2, 0};
+  int64_t min = 0;
+  for (int i = 0; i < 4; i++) {
+    int d = order[i];
+    if (t->stride[d] < min) return false;
+    if (d == 0 && min == t->stride[1]) return false;
+    min = t->stride[d];
+    if (t->size[d] > 1) min *= t->size[d];
+  }
+  return true;
+}
+
 bool vl_same_layout(const vl_tensor *a, const vl_tensor *b) {
   if (a->ndim != b->ndim) return false;
   for (int i = 0; i < a->ndim; i++) {
@@ -157,6 +185,17 @@ bool vl_same_layout(const vl_tensor *a, const vl_tensor *b) {
 }
 
 vl_status vl_empty_like(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out) {
+  if (vl_is_channels_last(t)) {
+    /* Canonical channels-last strides, also where C == 1 or H == W == 1 makes t look contiguous
+     * too: an N x H x W x C tensor viewed as N x C x H x W. */
+    int64_t nhwc[4] = {t->size[0], t->size[2], t->size[3], t->size[1]};
+    const int to_nchw[4] = {0, 3, 1, 2};
+    vl_tensor *base;
+    VL_TRY(vl_tensor_empty(4, nhwc, dt, dev, &base));
+    vl_status s = vl_permute(base, 4, to_nchw, out);
+    vl_tensor_release(base);
+    return s;
+  }
   if (vl_tensor_numel(t) == 0 || vl_tensor_is_contiguous(t) || !vl_tensor_is_dense(t))
     return vl_tensor_empty(t->ndim, t->size, dt, dev, out);
   /* Allocate contiguous in t's physical dim order, then view it back in the logical order. */

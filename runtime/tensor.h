@@ -68,6 +68,12 @@ bool vl_tensor_is_contiguous(const vl_tensor *t);   /* row-major dense (size-1 d
 /* Dense in some dim order (e.g. channels-last): the elements fill [data, data + numel) exactly,
  * with positive strides, so flat element-wise work over that range is valid. */
 bool vl_tensor_is_dense(const vl_tensor *t);
+/* 4-D N x C x H x W with the strides of a contiguous N x H x W x C tensor on every dim of size > 1. */
+bool vl_is_nhwc_dense(const vl_tensor *t);
+/* NHWC-dense and channels-last by its strides: where a tensor is both NCHW-contiguous and
+ * NHWC-dense (C == 1, or H == W == 1), the strides of its size-1 dims decide, as in PyTorch
+ * (N x 1 x H x W made channels-last has stride(C) = 1; made NCHW, stride(C) = H*W). */
+bool vl_is_channels_last(const vl_tensor *t);
 /* Same sizes and the same strides on every dim of size > 1. */
 bool vl_same_layout(const vl_tensor *a, const vl_tensor *b);
 void *vl_tensor_data(const vl_tensor *t);           /* address of element 0 */

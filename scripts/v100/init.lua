@@ -15,6 +15,12 @@ end
 -- PyTorch's spelling.
 Tensor.tolist = Tensor.totable
 
+-- Channels-last (NHWC memory, N x C x H x W shape), PyTorch's channels_last memory format:
+-- t:to_channels_last() is a channels-last copy (differentiable), or t itself when it already is;
+-- t:is_channels_last() says which. Convolutions, pooling, batch norm and elementwise ops keep it.
+function Tensor:to_channels_last() return core._nn.to_channels_last(self) end
+function Tensor:is_channels_last() return core._nn.is_channels_last(self) end
+
 -- Autograd (scripts/v100/autograd.lua): v100.autograd.{grad, Function, gradcheck}, grad mode.
 local autograd = require 'v100.autograd'
 v100.autograd = autograd

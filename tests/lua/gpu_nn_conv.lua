@@ -20,8 +20,10 @@ end
 v100.set_allow_tf32(false)
 v100.manual_seed(T.seed % 1000003)
 
--- fwd/dx and dw tolerances (dw sums over N*P*Q products, so it gets a little more room).
-local TOL = { f32 = { 1e-5, 5e-5 }, f16 = { 2e-3, 5e-3 }, bf16 = { 1e-2, 2e-2 }, f64 = { 1e-12, 1e-12 } }
+-- fwd/dx and dw tolerances (dw sums over N*P*Q products, so it gets more room: 'resnet 3x3' sums
+-- 100,352 per element, and cuDNN's f32 weight-gradient algorithms accumulate with atomics in an
+-- order that changes between runs; the H200 measured 5.13e-5 there once, 2026-11-30).
+local TOL = { f32 = { 1e-5, 1e-4 }, f16 = { 2e-3, 5e-3 }, bf16 = { 1e-2, 2e-2 }, f64 = { 1e-12, 1e-12 } }
 
 local function f64cpu(t) return t:to{ dtype = 'f64', device = 'cpu' } end
 

@@ -179,10 +179,57 @@ T.test('conv2d_backward raw: dbias and layouts', function()
   T.ok(dwl:is_contiguous(), 'dw keeps the weight layout')
   T.allclose(dxl, dx, 1e-12)
   T.allclose(dwl, dw, 1e-12)
+  -- a channels-last weight makes the convolution run channels-last even for an NCHW input (as
+  -- PyTorch does): a 1-channel image is both layouts, and a channels-last model must stay so
+  local wl = C.to_channels_last(w)
+  local x1 = T.make({ 2, 1, 5, 5 }, 'f64')
+  local w1 = T.make({ 4, 1, 3, 3 }, 'f64')
+  local y1 = C.conv2d(x1, C.to_channels_last(w1), nil, o)
+  T.ok(C.is_channels_last(y1), 'NCHW (1-channel) input with a channels-last weight: channels-last output')
+  T.allclose(y1, C.conv2d(x1, w1, nil, o), 1e-12)
+  local yl = C.conv2d(x, wl, nil, o)
+  T.ok(C.is_channels_last(yl), 'NCHW input, channels-last weight: channels-last output')
+  T.allclose(yl, C.conv2d(x, w, nil, o), 1e-12)
+  local dxw, dww = C.conv2d_backward(x, wl, dy, o)
+  T.ok(C.is_channels_last(dxw), 'dx in the layout the convolution ran in')
+  T.ok(C.is_channels_last(dww), 'dw keeps the (channels-last) weight layout')
+  T.allclose(dxw, dx, 1e-12)
+  T.allclose(dww, dw, 1e-12)
   -- dx is the adjoint of the forward: <conv(x), dy> == <x, dx>
   local y = C.conv2d(x, w, nil, o)
   T.near((y * dy):sum():item(), (x * dx):sum():item(), 1e-9)
   T.near((y * dy):sum():item(), (w * dw):sum():item(), 1e-9)
+end)
+
+T.test('channels-last: to_channels_last for every shape, kept by elementwise ops, casts and pooling', function()
+  for _, shape in ipairs({ { 2, 3, 4, 5 }, { 2, 1, 4, 5 }, { 2, 3, 1, 1 }, { 1, 1, 3, 3 } }) do
+    local x = T.make(shape, 'f64')
+    local xl = x:to_channels_last()
+    local tag = T.shape_str(shape)
+    T.ok(xl:is_channels_last(), tag .. ': to_channels_last gives channels-last strides')
+    T.ok(not x:is_channels_last(), tag .. ': a fresh tensor is NCHW')
+    T.eq(xl:stride()[2], 1, tag .. ': stride of C is 1')
+    T.allclose(xl, x, 0)
+    local mask = x:gt(0)
+    local bias = T.make({ 1, shape[2], 1, 1 }, 'f64')
+    for name, r in pairs({ relu = xl:relu(), add = xl + xl, scalar = xl * 2, broadcast = xl + bias,
+      cast = xl:float(), where = v100.where(mask, xl, 0.5 * xl), masked_fill = xl:masked_fill(mask, 0) }) do
+      T.ok(r:is_channels_last(), tag .. ': ' .. name .. ' keeps channels-last')
+    end
+    T.allclose(xl + bias, x + bias, 1e-15)
+    T.allclose(v100.where(mask, xl, 0.5 * xl), v100.where(mask, x, 0.5 * x), 1e-15)
+  end
+  -- a transposed matrix stays transposed through elementwise ops (PyTorch keeps strides too)
+  local a = T.make({ 4, 3 }, 'f64'):t()
+  T.eq((a + 1):stride(), a:stride())
+  T.eq((a + 1):totable(), (a:contiguous() + 1):totable())
+  -- a broadcast operand does not decide the layout: the full-shape one does
+  local row = T.make({ 1, 4 }, 'f64')
+  T.ok((row + a:contiguous()):is_contiguous(), 'contiguous full-shape operand: contiguous result')
+  -- pooling and batch norm keep it as well
+  local xl = T.make({ 2, 3, 6, 6 }, 'f64'):to_channels_last()
+  T.ok(F.max_pool2d(xl, 2):is_channels_last(), 'max_pool2d keeps channels-last')
+  T.ok(F.batch_norm(xl, nil, nil, nil, nil, true, 0.1, 1e-5):is_channels_last(), 'batch_norm keeps channels-last')
 end)
 
 -- ---------------------------------------------------------------------------------------------

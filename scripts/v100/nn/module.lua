@@ -494,8 +494,9 @@ end
 local function convert(t, dtype, device, layout)
   local u = t:to{ dtype = dtype, device = device or t.device }
   if layout == 'nhwc' and u.ndim == 4 then
-    -- N x C x H x W logical shape with NHWC-contiguous strides
-    u = u:permute{ 1, 3, 4, 2 }:contiguous():permute{ 1, 4, 2, 3 }
+    -- N x C x H x W logical shape with NHWC-contiguous strides (also for C == 1: a 1-channel
+    -- conv weight must read as channels-last for the convolutions to run NHWC)
+    u = u:to_channels_last()
   elseif layout == 'nchw' and u.ndim == 4 then
     u = u:contiguous()
   end
