@@ -16,7 +16,10 @@
 extern "C" {
 #endif
 
-/* (vl_is_channels_last is in runtime/tensor.h.) A channels-last copy (or a new reference when already so) / back to NCHW-contiguous. */
+/* t in a layout family: NHWC-dense when nhwc (t itself when it already is), else NCHW-contiguous;
+ * a new reference. (vl_is_channels_last and vl_empty_family are in runtime/tensor.h.) */
+vl_status vl_in_family(vl_tensor *t, bool nhwc, vl_tensor **out);
+/* A channels-last copy (or a new reference when already so) / back to NCHW-contiguous. */
 vl_status vl_to_channels_last(vl_tensor *t, vl_tensor **out);
 
 typedef struct vl_conv2d_params {

@@ -15,18 +15,6 @@
 #include "runtime/nn.h"
 #include "runtime/ops_internal.h"
 
-/* An uninitialised N x C x H x W tensor, NHWC-dense when nhwc. */
-static vl_status empty_family(const int64_t *nchw, bool nhwc, vl_dtype dt, vl_device dev, vl_tensor **out) {
-  if (!nhwc) return vl_tensor_empty(4, nchw, dt, dev, out);
-  int64_t nhwc_size[4] = {nchw[0], nchw[2], nchw[3], nchw[1]};
-  const int perm[4] = {0, 3, 1, 2};
-  vl_tensor *base = NULL;
-  VL_TRY(vl_tensor_empty(4, nhwc_size, dt, dev, &base));
-  vl_status s = vl_permute(base, 4, perm, out);
-  vl_tensor_release(base);
-  return s;
-}
-
 vl_status vl_to_channels_last(vl_tensor *t, vl_tensor **out) {
   if (vl_is_channels_last(t)) {
     *out = vl_tensor_retain(t);
@@ -38,7 +26,7 @@ vl_status vl_to_channels_last(vl_tensor *t, vl_tensor **out) {
                    vl_tensor_desc(t, d, sizeof d));
   }
   vl_tensor *r = NULL;
-  VL_TRY(empty_family(t->size, true, t->dtype, t->storage->device, &r));
+  VL_TRY(vl_empty_family(t->size, true, t->dtype, t->storage->device, &r));
   vl_status s = vl_copy_(r, t);
   if (s != VL_OK) {
     vl_tensor_release(r);
@@ -48,8 +36,7 @@ vl_status vl_to_channels_last(vl_tensor *t, vl_tensor **out) {
   return VL_OK;
 }
 
-/* t in the layout family: NHWC-dense when nhwc, else NCHW-contiguous (a new reference). */
-static vl_status in_family(vl_tensor *t, bool nhwc, vl_tensor **out) {
+vl_status vl_in_family(vl_tensor *t, bool nhwc, vl_tensor **out) {
   if (!nhwc) return vl_contiguous(t, out);
   if (vl_is_nhwc_dense(t)) {
     *out = vl_tensor_retain(t);
@@ -179,10 +166,10 @@ vl_status vl_conv2d(vl_tensor *x, vl_tensor *w, vl_tensor *bias, const vl_conv2d
   vl_exec ex = a.ex;
   bool nhwc = run_nhwc(x, w);
   vl_tensor *xin = NULL, *win = NULL, *out = NULL, *bv = NULL;
-  vl_status s = in_family(x, nhwc, &xin);
-  if (s == VL_OK) s = in_family(w, nhwc, &win);
+  vl_status s = vl_in_family(x, nhwc, &xin);
+  if (s == VL_OK) s = vl_in_family(w, nhwc, &win);
   int64_t ysize[4] = {x->size[0], w->size[0], P, Q};
-  if (s == VL_OK) s = empty_family(ysize, nhwc, x->dtype, dev, &out);
+  if (s == VL_OK) s = vl_empty_family(ysize, nhwc, x->dtype, dev, &out);
   if (s == VL_OK && x->size[0] > 0) {
     fill_args(&a, x, w, p, nhwc, P, Q);
     a.ex = ex;
@@ -230,14 +217,14 @@ vl_status vl_conv2d_backward(vl_tensor *x, vl_tensor *w, vl_tensor *dy, const vl
   bool nhwc = run_nhwc(x, w);
   const vl_conv_kernels *kern = conv_kernels(dev);
   vl_tensor *xin = NULL, *win = NULL, *dyin = NULL, *gx = NULL, *gw = NULL, *gw2 = NULL, *gb = NULL;
-  vl_status s = in_family(dy, nhwc, &dyin);
-  if (s == VL_OK && dx) s = in_family(w, nhwc, &win);
-  if (s == VL_OK && dw) s = in_family(x, nhwc, &xin);
+  vl_status s = vl_in_family(dy, nhwc, &dyin);
+  if (s == VL_OK && dx) s = vl_in_family(w, nhwc, &win);
+  if (s == VL_OK && dw) s = vl_in_family(x, nhwc, &xin);
   vl_conv_args a;
   fill_args(&a, x, w, p, nhwc, P, Q);
   a.ex = ex;
   if (s == VL_OK && dx) {
-    s = empty_family(x->size, nhwc, x->dtype, dev, &gx);
+    s = vl_empty_family(x->size, nhwc, x->dtype, dev, &gx);
     if (s == VL_OK && x->size[0] > 0) {
       a.wt = vl_tensor_data(win);
       a.dy = vl_tensor_data(dyin);
@@ -247,7 +234,7 @@ vl_status vl_conv2d_backward(vl_tensor *x, vl_tensor *w, vl_tensor *dy, const vl
     }
   }
   if (s == VL_OK && dw) {
-    s = empty_family(w->size, nhwc, w->dtype, dev, &gw);
+    s = vl_empty_family(w->size, nhwc, w->dtype, dev, &gw);
     if (s == VL_OK && x->size[0] == 0) s = vl_fill_(gw, 0.0); /* an empty batch: a zero gradient */
     else if (s == VL_OK) {
       a.x = vl_tensor_data(xin);

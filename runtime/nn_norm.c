@@ -28,31 +28,7 @@ static void release_all(vl_tensor **ts, int n) {
 /* A new uninitialised tensor of x's shape in NCHW-contiguous or channels-last layout. */
 static vl_status empty_layout(const vl_tensor *x, bool nhwc, vl_dtype dt, vl_tensor **out) {
   if (!nhwc) return vl_tensor_empty(x->ndim, x->size, dt, x->storage->device, out);
-  int64_t sz[4] = {x->size[0], x->size[2], x->size[3], x->size[1]};
-  vl_tensor *base;
-  VL_TRY(vl_tensor_empty(4, sz, dt, x->storage->device, &base));
-  int perm[4] = {0, 3, 1, 2};
-  vl_status s = vl_permute(base, 4, perm, out);
-  vl_tensor_release(base);
-  return s;
-}
-
-/* t with exactly the layout `nhwc` (a new reference, or a copy). */
-static vl_status to_layout(vl_tensor *t, bool nhwc, vl_tensor **out) {
-  if (!nhwc) return vl_contiguous(t, out);
-  if (vl_is_channels_last(t)) {
-    *out = vl_tensor_retain(t);
-    return VL_OK;
-  }
-  vl_tensor *r;
-  VL_TRY(empty_layout(t, true, t->dtype, &r));
-  vl_status s = vl_copy_(r, t);
-  if (s != VL_OK) {
-    vl_tensor_release(r);
-    return s;
-  }
-  *out = r;
-  return VL_OK;
+  return vl_empty_family(x->size, true, dt, x->storage->device, out);
 }
 
 static vl_status check_float(const char *op, const char *name, const vl_tensor *t) {
@@ -145,7 +121,7 @@ vl_status vl_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_ten
   vl_device dev = x->storage->device;
   /* 0 xc, 1 w, 2 b, 3 rm, 4 rv, 5 y, 6 smean, 7 sinvstd, 8 tmp */
   vl_tensor *t[9] = {0};
-  vl_status s = to_layout(x, g.nhwc, &t[0]);
+  vl_status s = vl_in_family(x, g.nhwc, &t[0]);
   if (s == VL_OK) s = param_as(weight, pdt, &t[1]);
   if (s == VL_OK) s = param_as(bias, pdt, &t[2]);
   if (s == VL_OK) s = param_as(running_mean, pdt, &t[3]);
@@ -219,8 +195,8 @@ vl_status vl_batch_norm_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight,
   vl_device dev = x->storage->device;
   /* 0 xc, 1 dyc, 2 w, 3 mean, 4 invstd, 5 dx, 6 dweight, 7 dbias */
   vl_tensor *t[8] = {0};
-  vl_status s = to_layout(x, g.nhwc, &t[0]);
-  if (s == VL_OK) s = to_layout(dy, g.nhwc, &t[1]);
+  vl_status s = vl_in_family(x, g.nhwc, &t[0]);
+  if (s == VL_OK) s = vl_in_family(dy, g.nhwc, &t[1]);
   if (s == VL_OK) s = param_as(weight, pdt, &t[2]);
   if (s == VL_OK) s = param_as(save_mean, pdt, &t[3]);
   if (s == VL_OK) s = param_as(save_invstd, pdt, &t[4]);

@@ -16,26 +16,6 @@ static const char *pool_name(vl_pool_kind k) {
   return "pool2d";
 }
 
-static vl_status in_family(vl_tensor *t, bool nhwc, vl_tensor **out) {
-  if (!nhwc) return vl_contiguous(t, out);
-  if (vl_is_nhwc_dense(t)) {
-    *out = vl_tensor_retain(t);
-    return VL_OK;
-  }
-  return vl_to_channels_last(t, out);
-}
-
-static vl_status empty_family(const int64_t *nchw, bool nhwc, vl_dtype dt, vl_device dev, vl_tensor **out) {
-  if (!nhwc) return vl_tensor_empty(4, nchw, dt, dev, out);
-  int64_t size[4] = {nchw[0], nchw[2], nchw[3], nchw[1]};
-  const int perm[4] = {0, 3, 1, 2};
-  vl_tensor *base = NULL;
-  VL_TRY(vl_tensor_empty(4, size, dt, dev, &base));
-  vl_status s = vl_permute(base, 4, perm, out);
-  vl_tensor_release(base);
-  return s;
-}
-
 static const vl_pool_kernels *pool_kernels(vl_device d) {
 #ifdef VL_HAVE_CUDA
   if (d.type == VL_CUDA) return &vl_cuda_pool_kernels;
@@ -129,9 +109,9 @@ vl_status vl_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y, vl_t
   bool nhwc = vl_is_channels_last(x);
   int64_t ysize[4] = {x->size[0], x->size[1], P, Q};
   vl_tensor *xin = NULL, *out = NULL, *idx = NULL;
-  vl_status s = in_family(x, nhwc, &xin);
-  if (s == VL_OK) s = empty_family(ysize, nhwc, x->dtype, dev, &out);
-  if (s == VL_OK && p->kind == VL_POOL_MAX) s = empty_family(ysize, nhwc, VL_I64, dev, &idx);
+  vl_status s = vl_in_family(x, nhwc, &xin);
+  if (s == VL_OK) s = vl_empty_family(ysize, nhwc, x->dtype, dev, &out);
+  if (s == VL_OK && p->kind == VL_POOL_MAX) s = vl_empty_family(ysize, nhwc, VL_I64, dev, &idx);
   if (s == VL_OK && vl_tensor_numel(out) > 0) {
     vl_pool2d_args a;
     fill_args(&a, x, p, nhwc, P, Q, ex);
@@ -182,9 +162,9 @@ vl_status vl_pool2d_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *indices, co
   VL_TRY(vl_exec_of(op, dev, &ex));
   bool nhwc = vl_is_channels_last(x);
   vl_tensor *dyin = NULL, *idx = NULL, *out = NULL;
-  vl_status s = in_family(dy, nhwc, &dyin);
-  if (s == VL_OK && p->kind == VL_POOL_MAX) s = in_family(indices, nhwc, &idx);
-  if (s == VL_OK) s = empty_family(x->size, nhwc, x->dtype, dev, &out);
+  vl_status s = vl_in_family(dy, nhwc, &dyin);
+  if (s == VL_OK && p->kind == VL_POOL_MAX) s = vl_in_family(indices, nhwc, &idx);
+  if (s == VL_OK) s = vl_empty_family(x->size, nhwc, x->dtype, dev, &out);
   if (s == VL_OK && vl_tensor_numel(out) > 0) {
     if (vl_tensor_numel(dyin) == 0) {
       s = vl_fill_(out, 0.0);

@@ -184,18 +184,20 @@ bool vl_same_layout(const vl_tensor *a, const vl_tensor *b) {
   return true;
 }
 
+vl_status vl_empty_family(const int64_t *nchw, bool nhwc, vl_dtype dt, vl_device dev, vl_tensor **out) {
+  if (!nhwc) return vl_tensor_empty(4, nchw, dt, dev, out);
+  int64_t size[4] = {nchw[0], nchw[2], nchw[3], nchw[1]};
+  const int to_nchw[4] = {0, 3, 1, 2};
+  vl_tensor *base = NULL;
+  VL_TRY(vl_tensor_empty(4, size, dt, dev, &base));
+  vl_status s = vl_permute(base, 4, to_nchw, out);
+  vl_tensor_release(base);
+  return s;
+}
+
 vl_status vl_empty_like(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out) {
-  if (vl_is_channels_last(t)) {
-    /* Canonical channels-last strides, also where C == 1 or H == W == 1 makes t look contiguous
-     * too: an N x H x W x C tensor viewed as N x C x H x W. */
-    int64_t nhwc[4] = {t->size[0], t->size[2], t->size[3], t->size[1]};
-    const int to_nchw[4] = {0, 3, 1, 2};
-    vl_tensor *base;
-    VL_TRY(vl_tensor_empty(4, nhwc, dt, dev, &base));
-    vl_status s = vl_permute(base, 4, to_nchw, out);
-    vl_tensor_release(base);
-    return s;
-  }
+  /* Canonical channels-last strides also where C == 1 or H == W == 1 makes t look contiguous too. */
+  if (vl_is_channels_last(t)) return vl_empty_family(t->size, true, dt, dev, out);
   if (vl_tensor_numel(t) == 0 || vl_tensor_is_contiguous(t) || !vl_tensor_is_dense(t))
     return vl_tensor_empty(t->ndim, t->size, dt, dev, out);
   /* Allocate contiguous in t's physical dim order, then view it back in the logical order. */

@@ -68,6 +68,9 @@ bool vl_tensor_is_contiguous(const vl_tensor *t);   /* row-major dense (size-1 d
 /* Dense in some dim order (e.g. channels-last): the elements fill [data, data + numel) exactly,
  * with positive strides, so flat element-wise work over that range is valid. */
 bool vl_tensor_is_dense(const vl_tensor *t);
+/* An uninitialised N x C x H x W tensor (sizes nchw), with canonical channels-last strides (an
+ * N x H x W x C tensor viewed as N x C x H x W) when nhwc, else contiguous. */
+vl_status vl_empty_family(const int64_t *nchw, bool nhwc, vl_dtype dt, vl_device dev, vl_tensor **out);
 /* 4-D N x C x H x W with the strides of a contiguous N x H x W x C tensor on every dim of size > 1. */
 bool vl_is_nhwc_dense(const vl_tensor *t);
 /* NHWC-dense and channels-last by its strides: where a tensor is both NCHW-contiguous and
