@@ -7,7 +7,7 @@
 --   add_f32_1GiB     c = a + b, a and b 1 GiB of f32 each, GB/s counting 3 GiB moved
 --   sum_f32_1GiB     a:sum() of 1 GiB of f32, GB/s counting the 1 GiB read
 --   empty_free_<size>  v100.empty{n} (u8, cuda) then t:free(), pairs/s (the allocator as a
---                      script sees it; bench_pool.py measures torch.empty + del the same way)
+--                      script sees it; bench_alloc.py measures torch.empty + del the same way)
 --
 -- Method: inputs from randn; `--warmup` untimed runs, then `--runs` runs (default 20) each timed
 -- with a pair of CUDA events around the op alone; the median is reported. Results are freed

@@ -8,7 +8,7 @@
 
 Inputs from randn; `--warmup` untimed runs, then `--runs` runs each timed with a pair of
 torch.cuda.Event around the op alone; the median is reported. Results are dropped after the end
-event, outside the timed region. (The empty/free loop lives in bench_pool.py.)
+event, outside the timed region. (The empty/free loop lives in bench_alloc.py.)
 """
 import argparse
 import statistics

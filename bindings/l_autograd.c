@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/autograd.h"
-#include "runtime/autograd_ops.h"
-#include "runtime/ops.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/autograd/ops.h"
+#include "runtime/ops/ops.h"
 
 /* The Lua thread running the current backward (hooks and Function backwards run on it). The
  * host runs one Lua state, so a file-level variable suffices; nested backwards save/restore it. */

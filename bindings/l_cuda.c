@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/cuda.h"
-#include "runtime/pool.h"
+#include "runtime/core/cuda.h"
+#include "runtime/alloc/alloc.h"
 
 #define STREAM_MT "v100.cuda.Stream"
 #define EVENT_MT "v100.cuda.Event"
@@ -241,9 +241,9 @@ int l_record_stream(lua_State *L) {
     return luaL_error(L, "record_stream: the tensor (%s) is not on a CUDA device", vl_tensor_desc(t, buf, sizeof buf));
   }
   if (!t->storage->block) return 0; /* zero bytes: nothing to protect */
-  vl_pool *pool = NULL;
-  check(L, vl_cuda_pool(t->storage->device.index, &pool));
-  return check(L, vl_pool_record_stream(pool, t->storage->block, s->stream));
+  vl_alloc *pool = NULL;
+  check(L, vl_cuda_alloc(t->storage->device.index, &pool));
+  return check(L, vl_alloc_record_stream(pool, t->storage->block, s->stream));
 }
 
 static const luaL_Reg stream_methods[] = {

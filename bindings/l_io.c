@@ -1,5 +1,5 @@
 /* bindings/l_io.c: v100.io, the host side of scripts: files that become tensors, and a clock.
- *   v100.io.read_idx(path) -> tensor (CPU; u8, i32, f32 or f64 as runtime/idx.h maps the type)
+ *   v100.io.read_idx(path) -> tensor (CPU; u8, i32, f32 or f64 as runtime/io/idx.h maps the type)
  *   v100.io.time() -> seconds (float) of a monotonic wall clock, for timing loops: Lua's own
  *                     os.time() counts whole seconds and os.clock() counts CPU time of all
  *                     threads (BLAS threads included), neither of which is elapsed time.
@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "bindings/vl_lua.h"
-#include "runtime/idx.h"
+#include "runtime/io/idx.h"
 
 static int l_read_idx(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);

@@ -3,13 +3,13 @@
 #include <string.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/cuda.h"
-#include "runtime/pool.h"
+#include "runtime/core/cuda.h"
+#include "runtime/alloc/alloc.h"
 
-static vl_pool *check_pool(lua_State *L, int arg, const char *fname, int *devout) {
+static vl_alloc *check_pool(lua_State *L, int arg, const char *fname, int *devout) {
   int dev = l_optcudadev(L, arg, fname);
-  vl_pool *p = NULL;
-  vl_status s = vl_cuda_pool(dev, &p);
+  vl_alloc *p = NULL;
+  vl_status s = vl_cuda_alloc(dev, &p);
   if (s != VL_OK) vl_lua_error(L, s);
   if (devout) *devout = dev;
   return p;
@@ -21,10 +21,10 @@ static void set_int(lua_State *L, const char *k, lua_Integer v) {
 }
 
 static int m_stats(lua_State *L) {
-  vl_pool *p = check_pool(L, 1, "memory.stats", NULL);
-  vl_pool_stats st;
+  vl_alloc *p = check_pool(L, 1, "memory.stats", NULL);
+  vl_alloc_stats st;
   memset(&st, 0, sizeof st);
-  vl_pool_get_stats(p, &st);
+  vl_alloc_get_stats(p, &st);
   lua_createtable(L, 0, 16);
   set_int(L, "allocated", (lua_Integer)st.allocated);
   set_int(L, "requested", (lua_Integer)st.requested);
@@ -45,12 +45,12 @@ static int m_stats(lua_State *L) {
 }
 
 static int m_empty_cache(lua_State *L) {
-  vl_pool_empty_cache(check_pool(L, 1, "memory.empty_cache", NULL));
+  vl_alloc_empty_cache(check_pool(L, 1, "memory.empty_cache", NULL));
   return 0;
 }
 
 static int m_reset_peak(lua_State *L) {
-  vl_pool_reset_peak(check_pool(L, 1, "memory.reset_peak", NULL));
+  vl_alloc_reset_peak(check_pool(L, 1, "memory.reset_peak", NULL));
   return 0;
 }
 
@@ -60,7 +60,7 @@ static int m_set_limit(lua_State *L) {
   double x = luaL_checknumber(L, 1);
   luaL_argcheck(L, x >= 0, 1, "the limit must not be negative");
   int dev = 0;
-  vl_pool *p = check_pool(L, 2, "memory.set_limit", &dev);
+  vl_alloc *p = check_pool(L, 2, "memory.set_limit", &dev);
   size_t bytes = (size_t)x;
   if (x <= 1) {
     vl_device_info info;
@@ -69,7 +69,7 @@ static int m_set_limit(lua_State *L) {
     if (s != VL_OK) return vl_lua_error(L, s);
     bytes = (size_t)(x * (double)info.total_memory);
   }
-  vl_pool_set_limit(p, bytes);
+  vl_alloc_set_limit(p, bytes);
   lua_pushinteger(L, (lua_Integer)bytes);
   return 1;
 }
@@ -77,31 +77,31 @@ static int m_set_limit(lua_State *L) {
 /* The snapshot lives in a userdata while the tables are built, so a memory error frees it. */
 #define SNAP_MT "v100.memory.snapshot"
 typedef struct snap {
-  vl_pool_segment_info *segs;
+  vl_alloc_segment_info *segs;
   size_t n;
 } snap;
 
 static int snap_gc(lua_State *L) {
   snap *h = (snap *)lua_touserdata(L, 1);
-  if (h->segs) vl_pool_snapshot_free(h->segs, h->n);
+  if (h->segs) vl_alloc_snapshot_free(h->segs, h->n);
   h->segs = NULL;
   h->n = 0;
   return 0;
 }
 
 static int m_snapshot(lua_State *L) {
-  vl_pool *p = check_pool(L, 1, "memory.snapshot", NULL);
+  vl_alloc *p = check_pool(L, 1, "memory.snapshot", NULL);
   snap *h = (snap *)lua_newuserdatauv(L, sizeof *h, 0);
   h->segs = NULL;
   h->n = 0;
   luaL_setmetatable(L, SNAP_MT);
-  vl_status s = vl_pool_snapshot(p, &h->segs, &h->n);
+  vl_status s = vl_alloc_snapshot(p, &h->segs, &h->n);
   if (s != VL_OK) return vl_lua_error(L, s);
-  vl_pool_segment_info *segs = h->segs;
+  vl_alloc_segment_info *segs = h->segs;
   size_t n = h->n;
   lua_createtable(L, (int)n, 0);
   for (size_t i = 0; i < n; i++) {
-    const vl_pool_segment_info *g = &segs[i];
+    const vl_alloc_segment_info *g = &segs[i];
     lua_createtable(L, 0, 7);
     set_int(L, "addr", (lua_Integer)g->addr);
     set_int(L, "size", (lua_Integer)g->size);
@@ -112,7 +112,7 @@ static int m_snapshot(lua_State *L) {
     set_int(L, "private_id", g->private_id);
     lua_createtable(L, (int)g->nblocks, 0);
     for (size_t j = 0; j < g->nblocks; j++) {
-      const vl_pool_block_info *b = &g->blocks[j];
+      const vl_alloc_block_info *b = &g->blocks[j];
       lua_createtable(L, 0, 5);
       set_int(L, "addr", (lua_Integer)b->addr);
       set_int(L, "size", (lua_Integer)b->size);
@@ -126,7 +126,7 @@ static int m_snapshot(lua_State *L) {
     lua_setfield(L, -2, "blocks");
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
-  vl_pool_snapshot_free(h->segs, h->n);
+  vl_alloc_snapshot_free(h->segs, h->n);
   h->segs = NULL;
   h->n = 0;
   lua_remove(L, -2);

@@ -11,10 +11,11 @@
 #include <limits.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/autograd.h"
-#include "runtime/autograd_ops.h"
-#include "runtime/context.h"
-#include "runtime/nn.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/autograd/ops.h"
+#include "runtime/core/context.h"
+#include "runtime/core/layout.h"
+#include "runtime/nn/nn.h"
 
 /* The integer or {h, w} pair at idx into out (raises naming the op and option otherwise). */
 static void check_pair(lua_State *L, int idx, const char *op, const char *what, int out[2]) {

@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/nn.h"
-#include "runtime/ops.h"
+#include "runtime/nn/nn.h"
+#include "runtime/ops/ops.h"
 
 /* A tensor or nil at idx. */
 static vl_tensor *opt_tensor(lua_State *L, int idx) {

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/nn.h"
+#include "runtime/nn/nn.h"
 
 /* The tensors of the list at idx as an array owned by a userdata pushed on the stack (collected
  * with it, so a Lua error cannot leak it). nil/false gives NULL with *n unchanged when

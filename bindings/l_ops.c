@@ -1,13 +1,13 @@
 /* bindings/l_ops.c: elementwise math, operators, reductions, linear algebra and indexing.
- * Every op is a thin translation to runtime/ops.h: 1-based dims to 0-based, numbers to the
+ * Every op is a thin translation to runtime/ops/ops.h: 1-based dims to 0-based, numbers to the
  * scalar variants, and outputs into closed userdata pushed before the runtime call. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/autograd_ops.h"
-#include "runtime/ops.h"
+#include "runtime/autograd/ops.h"
+#include "runtime/ops/ops.h"
 
 static int self_or_error(lua_State *L, vl_status s) {
   if (s != VL_OK) return vl_lua_error(L, s);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/ops.h"
+#include "runtime/ops/ops.h"
 
 #define SUMMARY_AT 1000
 #define EDGE 3

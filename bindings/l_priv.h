@@ -6,8 +6,8 @@
 #include <stdint.h>
 
 #include "bindings/vl_lua.h"
-#include "runtime/device.h"
-#include "runtime/dtype.h"
+#include "runtime/core/device.h"
+#include "runtime/core/dtype.h"
 
 typedef struct vl_lua_tensor {
   vl_tensor *t; /* NULL while closed: before the runtime filled it, and after free */

@@ -1,17 +1,17 @@
-/* bindings/l_safetensors.c: checkpoints in the safetensors format (runtime/safetensors.h).
+/* bindings/l_safetensors.c: checkpoints in the safetensors format (runtime/io/safetensors.h).
  *   v100.load_safetensors(path[, opts]) -> {name = tensor, ...}, {metadata key = value, ...}
  *     opts: {device=, dtype=} (or a bare device/dtype string): the tensors are read into host
  *     memory and then converted; without opts they stay f32/... CPU tensors as stored.
  *   v100.save_safetensors(path, {name = tensor, ...}[, {key = value, ...}])
  *     any device, dtype or strides; metadata values are strings (numbers and booleans are
  *     written as their text). A path ending in .gz is compressed.
- * Registered on the core module through l_safetensors_funcs (bindings/l_module.c). */
+ * Registered on the core module through l_safetensors_funcs (bindings/l_core.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/ops.h"
-#include "runtime/safetensors.h"
+#include "runtime/ops/ops.h"
+#include "runtime/io/safetensors.h"
 
 #define ST_HOLDER_MT "v100.safetensors_holder"
 

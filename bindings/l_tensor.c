@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/cuda.h"
-#include "runtime/autograd_ops.h"
-#include "runtime/ops.h"
+#include "runtime/core/cuda.h"
+#include "runtime/autograd/ops.h"
+#include "runtime/ops/ops.h"
 
 /* Lua's collector only sees the small userdata, not the storage bytes behind it, so a loop that
  * drops big tensors would grow without bound. New storage bytes accumulate here and a full

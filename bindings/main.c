@@ -22,8 +22,8 @@
 #include <lualib.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/context.h"
-#include "runtime/cuda.h"
+#include "runtime/core/context.h"
+#include "runtime/core/cuda.h"
 
 #ifdef VL_HAVE_READLINE
 #include <readline/history.h>

@@ -7,8 +7,8 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-#include "runtime/status.h"
-#include "runtime/tensor.h"
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
 
 #define VL_LUA_TENSOR_MT "v100.Tensor"
 

@@ -1,7 +1,7 @@
 /* kernels/kernels.h: the op table.
  *
  * One vl_kernels table per device type (kernels/cpu fills vl_cpu_kernels, kernels/cuda fills
- * vl_cuda_kernels). The runtime front end (runtime/ops*.c) does every dtype, shape and device
+ * vl_cuda_kernels). The runtime front end (runtime/ops/*.c) does every dtype, shape and device
  * check once, allocates outputs, computes broadcast strides, and then calls through the table, so
  * a kernel may assume its arguments are valid: dtypes are ones it was told it supports (see each
  * entry), pointers are on its device, sizes agree. Kernels still return a vl_status for what only
@@ -15,9 +15,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/dtype.h"
-#include "runtime/status.h"
-#include "runtime/tensor.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -214,7 +214,7 @@ typedef struct vl_index_args {
   vl_exec ex;
 } vl_index_args;
 
-/* Counter-based random numbers (runtime/philox.h defines the exact stream, shared by CPU and
+/* Counter-based random numbers (runtime/core/philox.h defines the exact stream, shared by CPU and
  * CUDA so one seed gives the same numbers on both). `out` is contiguous with numel elements of
  * dtype (float dtypes for UNIFORM/NORMAL; any dtype for BERNOULLI, which stores 0/1).
  * UNIFORM: a + (b - a) * u, u in (0, 1); NORMAL: a + b * z; BERNOULLI: u < a. */
@@ -229,7 +229,7 @@ typedef struct vl_rand_args {
   vl_exec ex;
 } vl_rand_args;
 
-/* Resolution of the uniforms a call draws (runtime/philox.h): f16 and bf16 uniforms use as many
+/* Resolution of the uniforms a call draws (runtime/core/philox.h): f16 and bf16 uniforms use as many
  * bits as the dtype holds below 1, so no draw rounds up to 1; everything else uses 23. */
 static inline int vl_rand_uniform_bits(vl_dtype dt, vl_rand_kind kind) {
   if (kind != VL_RAND_UNIFORM) return 23;

@@ -1,6 +1,6 @@
 /* kernels/nn_kernels.h: kernel tables of the neural-network layers, one table per concern and
  * device (the concern's CPU file defines vl_cpu_<x>_kernels, its CUDA file vl_cuda_<x>_kernels).
- * The front ends (runtime/nn.h) check everything first, as for kernels/kernels.h.
+ * The front ends (runtime/nn/nn.h) check everything first, as for kernels/kernels.h.
  *
  * Images are logically N x C x H x W. Physically either NCHW-contiguous or NHWC-contiguous
  * ("channels last": stride(C) = 1, stride(W) = C, stride(H) = W*C, stride(N) = H*W*C), told by
@@ -55,10 +55,10 @@ typedef struct vl_pool2d_args {
   vl_exec ex;
 } vl_pool2d_args;
 
-typedef struct vl_pool_kernels {
+typedef struct vl_pooling_kernels {
   vl_status (*forward)(const vl_pool2d_args *a);
   vl_status (*backward)(const vl_pool2d_args *a);       /* dx is zeroed by the kernel first */
-} vl_pool_kernels;
+} vl_pooling_kernels;
 
 /* ---- normalisation ---- */
 /* Batch norm over x viewed as [n, c, hw] (NCHW) or [n*hw, c] (NHWC); weight/bias/running stats
@@ -156,12 +156,12 @@ typedef struct vl_optim_kernels {
 } vl_optim_kernels;
 
 extern const vl_conv_kernels vl_cpu_conv_kernels;
-extern const vl_pool_kernels vl_cpu_pool_kernels;
+extern const vl_pooling_kernels vl_cpu_pooling_kernels;
 extern const vl_norm_kernels vl_cpu_norm_kernels;
 extern const vl_optim_kernels vl_cpu_optim_kernels;
 #ifdef VL_HAVE_CUDA
 extern const vl_conv_kernels vl_cuda_conv_kernels;
-extern const vl_pool_kernels vl_cuda_pool_kernels;
+extern const vl_pooling_kernels vl_cuda_pooling_kernels;
 extern const vl_norm_kernels vl_cuda_norm_kernels;
 extern const vl_optim_kernels vl_cuda_optim_kernels;
 /* kernels/cuda/cuda_cudnn.cu: destroys the cuDNN handles and plan caches (vl_shutdown). */

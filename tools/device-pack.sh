@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/device-pack.sh [BUILDDIR]: builds v100lua and bench_pool for sm_90 (readline off: the GPU
+# tools/device-pack.sh [BUILDDIR]: builds v100lua and bench_alloc for sm_90 (readline off: the GPU
 # machine has none) and leaves them stripped and gzip'ed in .dev/bin for tools/device-run.sh,
 # plus shared libraries the GPU machine lacks in .dev/lib. .dev/ is ignored by git; the device
 # tool carries it when asked (carry: [".dev"]).
@@ -8,10 +8,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 B="${1:-$ROOT/build-dev}"
 cmake -S "$ROOT" -B "$B" -G Ninja -DV100LUA_CUDA=ON -DV100LUA_READLINE=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C "$B" -j2 v100lua bench_pool
+ninja -C "$B" -j2 v100lua bench_alloc
 rm -rf "$ROOT/.dev/bin" "$ROOT/.dev/lib"
 mkdir -p "$ROOT/.dev/bin" "$ROOT/.dev/lib"
-for b in v100lua bench_pool; do
+for b in v100lua bench_alloc; do
   strip -o "$ROOT/.dev/bin/$b" "$B/$b"
   gzip -9f "$ROOT/.dev/bin/$b"
 done

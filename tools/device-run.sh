@@ -56,8 +56,8 @@ for step in $steps; do
       done
       ;;
     bench)
-      { "$V" bench/bench_ops.lua; [ -x "$BIN/bench_pool" ] && "$BIN/bench_pool";
-        python3 bench/bench_ops.py; python3 bench/bench_pool.py; } >"$OUT/bench.log" 2>&1
+      { "$V" bench/bench_ops.lua; [ -x "$BIN/bench_alloc" ] && "$BIN/bench_alloc";
+        python3 bench/bench_ops.py; python3 bench/bench_alloc.py; } >"$OUT/bench.log" 2>&1
       summary+=("bench rc=$?")
       ;;
     recipe:*)

@@ -4,7 +4,7 @@
 #   2. ctest -L gpu, then ctest -LE gpu (the rest)
 #   3. a subset of the GPU tests under compute-sanitizer --tool memcheck
 #   4. the first recipe on the GPU
-#   5. the benchmarks: ours (bench_ops.lua, bench_pool) and PyTorch's (bench_ops.py, bench_pool.py)
+#   5. the benchmarks: ours (bench_ops.lua, bench_alloc) and PyTorch's (bench_ops.py, bench_alloc.py)
 # Full logs go under OUTDIR; a step that fails is reported and the others still run. Printed last:
 # the step results and a table benchmark / ours / PyTorch / ratio (ours / PyTorch; every
 # benchmark is higher-is-better). Exit status 1 when any step failed.
@@ -98,15 +98,15 @@ run_step "recipe" "$OUT/recipe.log" "$BUILD/v100lua" recipes/resnet50.lua "${rec
 
 # 5. benchmarks
 run_step "bench_ops.lua" "$OUT/bench_ops.log" "$BUILD/v100lua" bench/bench_ops.lua
-if [ -x "$BUILD/bench_pool" ]; then
-  run_step "bench_pool" "$OUT/bench_pool.log" "$BUILD/bench_pool"
+if [ -x "$BUILD/bench_alloc" ]; then
+  run_step "bench_alloc" "$OUT/bench_alloc.log" "$BUILD/bench_alloc"
 else
-  record "bench_pool" 1 "not built ($BUILD/bench_pool)"
+  record "bench_alloc" 1 "not built ($BUILD/bench_alloc)"
 fi
 if "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
   "$PYTHON" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' >>"$OUT/versions.txt" 2>&1
   run_step "bench_ops.py" "$OUT/bench_ops_torch.log" "$PYTHON" bench/bench_ops.py
-  run_step "bench_pool.py" "$OUT/bench_pool_torch.log" "$PYTHON" bench/bench_pool.py
+  run_step "bench_alloc.py" "$OUT/bench_pool_torch.log" "$PYTHON" bench/bench_alloc.py
 else
   record "PyTorch benchmarks" 1 "$PYTHON cannot import torch with CUDA"
 fi
@@ -119,7 +119,7 @@ fi
   printf '%s\n' "${STEPS[@]}"
   echo
   echo "== benchmarks (ours / PyTorch; higher is better)"
-  cat "$OUT"/bench_ops.log "$OUT"/bench_pool.log 2>/dev/null | awk '$1 == "BENCH" {print "O", $2, $3, $4}' >"$OUT/.ours"
+  cat "$OUT"/bench_ops.log "$OUT"/bench_alloc.log 2>/dev/null | awk '$1 == "BENCH" {print "O", $2, $3, $4}' >"$OUT/.ours"
   cat "$OUT"/bench_ops_torch.log "$OUT"/bench_pool_torch.log 2>/dev/null | awk '$1 == "BENCH" {print "T", $2, $3, $4}' >"$OUT/.torch"
   awk '
     $1 == "O" { if (!($2 in ours)) order[n++] = $2; ours[$2] = $3; unit[$2] = $4 }

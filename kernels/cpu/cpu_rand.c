@@ -1,8 +1,8 @@
 /* kernels/cpu/cpu_rand.c: Philox random fills, element for element the stream that
- * runtime/philox.h defines (and the CUDA kernels draw), so one seed gives the same tensor on
+ * runtime/core/philox.h defines (and the CUDA kernels draw), so one seed gives the same tensor on
  * both devices. Values are computed in double and rounded once to the output dtype. */
 #include "kernels/cpu/cpu_internal.h"
-#include "runtime/philox.h"
+#include "runtime/core/philox.h"
 
 vl_status vl_cpu_rand(const vl_rand_args *a) {
   if (a->kind != VL_RAND_UNIFORM && a->kind != VL_RAND_NORMAL && a->kind != VL_RAND_BERNOULLI)

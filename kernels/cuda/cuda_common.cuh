@@ -19,7 +19,7 @@
 #include <type_traits>
 
 #include "kernels/kernels.h"
-#include "runtime/context.h"
+#include "runtime/core/context.h"
 
 /* ---- error checking: every CUDA / cuBLAS return code, with file:line ---- */
 #define VL_CUDA_CHECK(call)                                                                  \

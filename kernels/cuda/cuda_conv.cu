@@ -18,7 +18,7 @@
 
 #include "kernels/cuda/cuda_cudnn.cuh"
 #include "kernels/nn_kernels.h"
-#include "runtime/cuda.h"
+#include "runtime/core/cuda.h"
 
 /* The largest workspace an algorithm may ask for (a few algorithms want GiBs for little gain). */
 #define VL_CONV_WS_CAP ((size_t)1 << 30)
@@ -141,16 +141,16 @@ static size_t max_ws(const vl_conv_args *a, const Perf *r, int n) {
 
 /* A pool block freed when the scope ends (after the cuDNN call was enqueued on the same stream). */
 struct ws_block {
-  vl_pool *pool = NULL;
+  vl_alloc *pool = NULL;
   vl_block *blk = NULL;
   ~ws_block() {
-    if (blk) vl_pool_free(pool, blk);
+    if (blk) vl_alloc_free(pool, blk);
   }
   vl_status get(int dev, size_t bytes, void *stream, void **ptr) {
     *ptr = NULL;
     if (bytes == 0) return VL_OK;
-    VL_TRY(vl_cuda_pool(dev, &pool));
-    VL_TRY(vl_pool_alloc(pool, bytes, stream, &blk));
+    VL_TRY(vl_cuda_alloc(dev, &pool));
+    VL_TRY(vl_alloc_malloc(pool, bytes, stream, &blk));
     *ptr = vl_block_ptr(blk);
     return VL_OK;
   }

@@ -1,4 +1,4 @@
-/* kernels/cuda/cuda_rand.cu: Philox random fills with exactly runtime/philox.h's mapping.
+/* kernels/cuda/cuda_rand.cu: Philox random fills with exactly runtime/core/philox.h's mapping.
  *
  * Each thread draws whole groups (one Philox block: 4 values, or 2 for f64 uniform/normal) and
  * writes the elements the header assigns to them, so the numbers equal the CPU's for one seed
@@ -6,7 +6,7 @@
  * __dadd_rn): nvcc would otherwise contract a + (b - a) * u into an FMA and uniforms would stop
  * being bit-identical to the CPU's. */
 #include "kernels/cuda/cuda_common.cuh"
-#include "runtime/philox.h"
+#include "runtime/core/philox.h"
 
 /* PER: elements per group (2 for f64 uniform/normal, 4 otherwise). */
 template <typename T, int PER>

@@ -1,6 +1,6 @@
 -- scripts/v100/autograd.lua: the Lua side of autograd (`v100.autograd`): grad-mode helpers,
 -- hook handles, autograd.Function and gradcheck. The engine and every op's backward are in C
--- (runtime/autograd*.c); bindings/l_autograd.c provides the primitives used here.
+-- (runtime/autograd/*.c); bindings/l_autograd.c provides the primitives used here.
 local core = require 'v100.core'
 
 local C = core.autograd

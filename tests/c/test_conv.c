@@ -15,11 +15,12 @@
 #include <time.h>
 
 #include "kernels/nn_kernels.h"
-#include "runtime/autograd.h"
-#include "runtime/context.h"
-#include "runtime/nn.h"
-#include "runtime/ops.h"
-#include "runtime/tensor.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/core/context.h"
+#include "runtime/core/layout.h"
+#include "runtime/nn/nn.h"
+#include "runtime/ops/ops.h"
+#include "runtime/core/tensor.h"
 #include "vl_test.h"
 
 /* Offset of logical element (a, b, i, j) of an A x B x I x J image in NCHW or NHWC memory. */
@@ -241,7 +242,7 @@ static void test_pool_cfg(const pcfg *f, vl_dtype dt, bool nhwc, bool with_nan) 
                       .dilation = {f->dh, f->dw}, .count_include_pad = f->cip, .x = x, .dy = dy, .y = y, .dx = dx,
                       .indices = f->kind == VL_POOL_MAX ? idx : NULL};
   double tol = tol_of(dt);
-  CHECK_OK(vl_cpu_pool_kernels.forward(&a));
+  CHECK_OK(vl_cpu_pooling_kernels.forward(&a));
   /* NaN must propagate: compare NaN positions separately. */
   int nan_ok = 1;
   double worst = 0;
@@ -257,7 +258,7 @@ static void test_pool_cfg(const pcfg *f, vl_dtype dt, bool nhwc, bool with_nan) 
         f->kind, vl_dtype_name(dt), nhwc ? "nhwc" : "nchw", (long long)f->h, (long long)f->w, f->kh, f->kw, f->sh,
         f->ph, f->dh, f->ceil, f->cip, with_nan, worst, nan_ok);
   if (!with_nan) {
-    CHECK_OK(vl_cpu_pool_kernels.backward(&a));
+    CHECK_OK(vl_cpu_pooling_kernels.backward(&a));
     double e = cmp_img(dx, dt, nhwc, dxref, f->n, f->c, f->h, f->w);
     CHECK(e <= tol, "pool %d bwd %s %s k%dx%d s%d p%d ceil%d: err %g", f->kind, vl_dtype_name(dt),
           nhwc ? "nhwc" : "nchw", f->kh, f->kw, f->sh, f->ph, f->ceil, e);
@@ -382,7 +383,7 @@ static void test_front_ends(void) {
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) vl_tensor_release(ts[i]);
 }
 
-/* ---- autograd wrappers (runtime/autograd.c's engine) ---- */
+/* ---- autograd wrappers (runtime/autograd/node.c's engine) ---- */
 static void test_autograd(void) {
   vl_tensor *x = rnd(2, 4, 7, 6, VL_F64), *w = rnd(6, 2, 3, 3, VL_F64), *b = NULL, *y = NULL, *dy = NULL;
   int64_t bs[1] = {6};

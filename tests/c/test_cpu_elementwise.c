@@ -124,7 +124,7 @@ static void test_copy_rounding(void) {
   CHECK(ni == 0 && nb == 1, "NaN -> i32 %d, bool %d", ni, nb);
 }
 
-/* Every f16 / bf16 bit pattern: loads agree with runtime/dtype.c, and stores from double round
+/* Every f16 / bf16 bit pattern: loads agree with runtime/core/dtype.c, and stores from double round
  * to nearest even at every midpoint between neighbouring values (subnormals included), while
  * anything off the midpoint goes to the nearer neighbour. */
 static void test_half_exhaustive(void) {

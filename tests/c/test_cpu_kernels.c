@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-#include "runtime/philox.h"
+#include "runtime/core/philox.h"
 #include "vl_test.h"
 
 static const vl_kernels *K = &vl_cpu_kernels;
@@ -374,7 +374,7 @@ static vl_rand_args rargs(vl_rand_kind k, vl_dtype d, void *out, int64_t n, uint
 }
 
 static void test_rand(void) {
-  /* The first values for seed 42, computed here from runtime/philox.h directly. */
+  /* The first values for seed 42, computed here from runtime/core/philox.h directly. */
   float f[10];
   K->rand(&(vl_rand_args){VL_RAND_UNIFORM, VL_F32, f, 10, 42, 0, 0, 1, {0, NULL}});
   bool ok = true;

@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "runtime/idx.h"
+#include "runtime/io/idx.h"
 #include "vl_test.h"
 
 static char dir[256];

@@ -7,11 +7,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/autograd.h"
-#include "runtime/context.h"
-#include "runtime/nn.h"
-#include "runtime/ops.h"
-#include "runtime/tensor.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/core/context.h"
+#include "runtime/nn/nn.h"
+#include "runtime/ops/ops.h"
+#include "runtime/core/tensor.h"
 #include "vl_test.h"
 
 #define CPU vl_cpu_device()

@@ -5,10 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/context.h"
-#include "runtime/ops_internal.h"
-#include "runtime/ops.h"
-#include "runtime/tensor.h"
+#include "runtime/core/context.h"
+#include "runtime/core/layout.h"
+#include "runtime/ops/ops_internal.h"
+#include "runtime/ops/ops.h"
+#include "runtime/core/tensor.h"
 #include "vl_test.h"
 
 #define CPU vl_cpu_device()

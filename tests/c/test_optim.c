@@ -11,11 +11,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/context.h"
-#include "runtime/dtype.h"
-#include "runtime/nn.h"
-#include "runtime/ops.h"
-#include "runtime/tensor.h"
+#include "runtime/core/context.h"
+#include "runtime/core/dtype.h"
+#include "runtime/nn/nn.h"
+#include "runtime/ops/ops.h"
+#include "runtime/core/tensor.h"
 #include "vl_test.h"
 
 /* ---- tensors ---- */

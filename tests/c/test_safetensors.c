@@ -10,8 +10,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "runtime/ops.h"
-#include "runtime/safetensors.h"
+#include "runtime/ops/ops.h"
+#include "runtime/io/safetensors.h"
 #include "vl_test.h"
 
 static char dir[256];

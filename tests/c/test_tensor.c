@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/context.h"
-#include "runtime/ops.h"
-#include "runtime/tensor.h"
+#include "runtime/core/context.h"
+#include "runtime/ops/ops.h"
+#include "runtime/core/tensor.h"
 #include "vl_test.h"
 
 static vl_tensor *sentinel(void) { return (vl_tensor *)(uintptr_t)0x1234; }

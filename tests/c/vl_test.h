@@ -18,10 +18,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/context.h"
-#include "runtime/ops.h"
-#include "runtime/status.h"
-#include "runtime/tensor.h"
+#include "runtime/core/context.h"
+#include "runtime/ops/ops.h"
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
 
 static int vl_test_passed, vl_test_failed;
 

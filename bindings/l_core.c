@@ -1,0 +1,376 @@
+/* bindings/l_core.c: the `v100.core` module: tensor creation, the RNG, devices, versions,
+ * debug counters, and the assembly of the module table (with cuda, memory and io). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bindings/l_priv.h"
+#include "runtime/core/cuda.h"
+#include "runtime/core/layout.h"
+#include "runtime/ops/ops.h"
+
+#ifndef VL_VERSION_STRING
+#define VL_VERSION_STRING "0.0.0"
+#endif
+
+/* A size: a table {2, 3} or a single integer (1-D). Negative sizes are reported here, under the
+ * name of the function the user called (the runtime would name its own `empty`). */
+static int check_size(lua_State *L, int arg, int64_t size[VL_MAX_DIMS], const char *fname) {
+  int n;
+  if (lua_type(L, arg) == LUA_TNUMBER) {
+    size[0] = (int64_t)luaL_checkinteger(L, arg);
+    n = 1;
+  } else {
+    n = l_checksizetable(L, arg, size);
+  }
+  for (int i = 0; i < n; i++)
+    if (size[i] < 0) return luaL_error(L, "%s: negative size %d in dim %d", fname, (int)size[i], i + 1);
+  return n;
+}
+
+/* ---- v100.tensor(tbl, opts) ---- */
+
+typedef struct scan {
+  int ndim;
+  int64_t size[VL_MAX_DIMS];
+  bool has_bool, has_float, has_int;
+} scan;
+
+static void scan_table(lua_State *L, int idx, int d, scan *s) {
+  luaL_checkstack(L, 2, "tensor: table too deep");
+  int64_t n = (int64_t)lua_rawlen(L, idx);
+  if (n != s->size[d])
+    luaL_error(L, "tensor: the table is not rectangular (dim %d has sizes %I and %I)", d + 1,
+               (lua_Integer)s->size[d], (lua_Integer)n);
+  for (int64_t i = 1; i <= n; i++) {
+    int ty = lua_rawgeti(L, idx, (lua_Integer)i);
+    if (d < s->ndim - 1) {
+      if (ty != LUA_TTABLE) luaL_error(L, "tensor: expected a table at dim %d, got a %s", d + 2, lua_typename(L, ty));
+      scan_table(L, lua_gettop(L), d + 1, s);
+    } else if (ty == LUA_TBOOLEAN) {
+      s->has_bool = true;
+    } else if (ty == LUA_TNUMBER) {
+      if (lua_isinteger(L, -1)) s->has_int = true;
+      else s->has_float = true;
+    } else {
+      luaL_error(L, "tensor: expected numbers or booleans, got a %s", lua_typename(L, ty));
+    }
+    lua_pop(L, 1);
+  }
+}
+
+static void store_value(lua_State *L, int idx, char *p, vl_dtype dt) {
+  if (lua_type(L, idx) == LUA_TBOOLEAN) vl_store_from_f64(p, dt, lua_toboolean(L, idx) ? 1.0 : 0.0);
+  else if (dt == VL_I64 && lua_isinteger(L, idx)) *(int64_t *)p = (int64_t)lua_tointeger(L, idx);
+  else vl_store_from_f64(p, dt, (double)lua_tonumber(L, idx));
+}
+
+static void fill_table(lua_State *L, int idx, int d, const scan *s, char *buf, vl_dtype dt, size_t *pos) {
+  size_t esz = vl_dtype_size(dt);
+  for (int64_t i = 1; i <= s->size[d]; i++) {
+    lua_rawgeti(L, idx, (lua_Integer)i);
+    if (d < s->ndim - 1) {
+      fill_table(L, lua_gettop(L), d + 1, s, buf, dt, pos);
+    } else {
+      store_value(L, -1, buf + *pos * esz, dt);
+      (*pos)++;
+    }
+    lua_pop(L, 1);
+  }
+}
+
+static int m_tensor(lua_State *L) {
+  vl_device dev = vl_cpu_device();
+  scan s;
+  memset(&s, 0, sizeof s);
+  int ty = lua_type(L, 1);
+  if (ty == LUA_TTABLE) {
+    /* Shape from the first element of each level; scan_table checks the rest. */
+    lua_pushvalue(L, 1);
+    for (;;) {
+      if (s.ndim == VL_MAX_DIMS) return luaL_error(L, "tensor: more than %d dims", VL_MAX_DIMS);
+      s.size[s.ndim++] = (int64_t)lua_rawlen(L, -1);
+      if (s.size[s.ndim - 1] == 0 || lua_rawgeti(L, -1, 1) != LUA_TTABLE) break;
+    }
+    lua_settop(L, 2);
+    scan_table(L, 1, 0, &s);
+  } else if (ty == LUA_TBOOLEAN) {
+    s.has_bool = true;
+  } else if (ty == LUA_TNUMBER) {
+    if (lua_isinteger(L, 1)) s.has_int = true;
+    else s.has_float = true;
+  } else {
+    return luaL_typeerror(L, 1, "table, number or boolean");
+  }
+  if (s.has_bool && (s.has_int || s.has_float)) return luaL_error(L, "tensor: mixed booleans and numbers");
+  vl_dtype dt = s.has_bool ? VL_BOOL : (s.has_int && !s.has_float) ? VL_I64 : VL_F32;
+  l_opts(L, 2, &dt, &dev);
+  int64_t numel = 1;
+  for (int d = 0; d < s.ndim; d++) numel *= s.size[d];
+  char *buf = (char *)lua_newuserdatauv(L, (size_t)numel * vl_dtype_size(dt) + 8, 0);
+  if (ty == LUA_TTABLE) {
+    size_t pos = 0;
+    fill_table(L, 1, 0, &s, buf, dt, &pos);
+  } else {
+    store_value(L, 1, buf, dt);
+  }
+  vl_tensor **slot = l_slot(L);
+  l_done(L, vl_from_host(buf, s.ndim, s.size, dt, dev, slot));
+  l_opt_requires_grad(L, 2, lua_gettop(L));
+  return 1;
+}
+
+/* ---- sized creation ---- */
+
+static int m_empty(lua_State *L) {
+  int64_t size[VL_MAX_DIMS];
+  int n = check_size(L, 1, size, "empty");
+  vl_dtype dt = VL_F32;
+  vl_device dev = vl_cpu_device();
+  l_opts(L, 2, &dt, &dev);
+  vl_tensor **slot = l_slot(L);
+  l_done(L, vl_tensor_empty(n, size, dt, dev, slot));
+  l_opt_requires_grad(L, 2, lua_gettop(L));
+  return 1;
+}
+
+static int full_at(lua_State *L, const char *fname, double value, int opts) {
+  int64_t size[VL_MAX_DIMS];
+  int n = check_size(L, 1, size, fname);
+  vl_dtype dt = VL_F32;
+  vl_device dev = vl_cpu_device();
+  l_opts(L, opts, &dt, &dev);
+  vl_tensor **slot = l_slot(L);
+  l_done(L, vl_full(n, size, value, dt, dev, slot));
+  l_opt_requires_grad(L, opts, lua_gettop(L));
+  return 1;
+}
+static int m_zeros(lua_State *L) { return full_at(L, "zeros", 0.0, 2); }
+static int m_ones(lua_State *L) { return full_at(L, "ones", 1.0, 2); }
+static int m_full(lua_State *L) { return full_at(L, "full", l_toscalar(L, 2), 3); }
+
+static int m_arange(lua_State *L) {
+  int nnum = 0;
+  while (nnum < 3 && lua_type(L, nnum + 1) == LUA_TNUMBER) nnum++;
+  if (nnum == 0) return luaL_argerror(L, 1, "number expected");
+  bool integral = true;
+  for (int i = 1; i <= nnum; i++) integral = integral && lua_isinteger(L, i);
+  double start = 0, stop, step = 1;
+  if (nnum == 1) stop = lua_tonumber(L, 1);
+  else {
+    start = lua_tonumber(L, 1);
+    stop = lua_tonumber(L, 2);
+    if (nnum == 3) step = lua_tonumber(L, 3);
+  }
+  vl_dtype dt = integral ? VL_I64 : VL_F32;
+  vl_device dev = vl_cpu_device();
+  l_opts(L, nnum + 1, &dt, &dev);
+  vl_tensor **slot = l_slot(L);
+  l_done(L, vl_arange(start, stop, step, dt, dev, slot));
+  l_opt_requires_grad(L, nnum + 1, lua_gettop(L));
+  return 1;
+}
+
+static int random_sized(lua_State *L, int kind) {
+  static const char *const names[] = {"rand", "randn", "bernoulli"};
+  int64_t size[VL_MAX_DIMS];
+  int n = check_size(L, 1, size, names[kind]);
+  double p = 0.5;
+  int opts = 2;
+  if (kind == 2) {
+    p = luaL_checknumber(L, 2);
+    opts = 3;
+  }
+  vl_dtype dt = VL_F32;
+  vl_device dev = vl_cpu_device();
+  l_opts(L, opts, &dt, &dev);
+  vl_tensor **slot = l_slot(L);
+  vl_status s = kind == 0 ? vl_rand(n, size, 0.0, 1.0, dt, dev, slot)
+              : kind == 1 ? vl_randn(n, size, 0.0, 1.0, dt, dev, slot)
+                          : vl_bernoulli(n, size, p, dt, dev, slot);
+  l_done(L, s);
+  l_opt_requires_grad(L, opts, lua_gettop(L));
+  return 1;
+}
+static int m_rand(lua_State *L) { return random_sized(L, 0); }
+static int m_randn(lua_State *L) { return random_sized(L, 1); }
+static int m_bernoulli(lua_State *L) { return random_sized(L, 2); }
+
+/* *_like(t[, value], opts): 0 empty, 1 zeros, 2 ones, 3 full, 4 rand, 5 randn */
+static int like(lua_State *L, int kind) {
+  vl_tensor *t = vl_lua_checktensor(L, 1);
+  vl_dtype dt = t->dtype;
+  vl_device dev = t->storage->device;
+  double v = kind == 3 ? l_toscalar(L, 2) : kind == 2 ? 1.0 : 0.0;
+  l_opts(L, kind == 3 ? 3 : 2, &dt, &dev);
+  vl_tensor **slot = l_slot(L);
+  vl_status s;
+  /* empty/zeros/ones/full keep a dense tensor's dim order (channels-last stays channels-last),
+   * so state made like a parameter (optimizers) has the parameter's layout. */
+  switch (kind) {
+    case 0: s = vl_empty_like(t, dt, dev, slot); break;
+    case 4: s = vl_rand(t->ndim, t->size, 0.0, 1.0, dt, dev, slot); break;
+    case 5: s = vl_randn(t->ndim, t->size, 0.0, 1.0, dt, dev, slot); break;
+    default:
+      s = vl_empty_like(t, dt, dev, slot);
+      if (s == VL_OK) s = vl_fill_(*slot, v);
+      break;
+  }
+  l_done(L, s);
+  l_opt_requires_grad(L, kind == 3 ? 3 : 2, lua_gettop(L));
+  return 1;
+}
+static int m_empty_like(lua_State *L) { return like(L, 0); }
+static int m_zeros_like(lua_State *L) { return like(L, 1); }
+static int m_ones_like(lua_State *L) { return like(L, 2); }
+static int m_full_like(lua_State *L) { return like(L, 3); }
+static int m_rand_like(lua_State *L) { return like(L, 4); }
+static int m_randn_like(lua_State *L) { return like(L, 5); }
+
+/* ---- RNG ---- */
+
+static int m_manual_seed(lua_State *L) {
+  vl_manual_seed((uint64_t)luaL_checkinteger(L, 1));
+  return 0;
+}
+static int m_rng_state(lua_State *L) {
+  uint64_t seed, off;
+  vl_rng_get_state(&seed, &off);
+  lua_pushinteger(L, (lua_Integer)seed);
+  lua_pushinteger(L, (lua_Integer)off);
+  return 2;
+}
+static int m_set_rng_state(lua_State *L) {
+  vl_rng_set_state((uint64_t)luaL_checkinteger(L, 1), (uint64_t)luaL_checkinteger(L, 2));
+  return 0;
+}
+
+/* ---- devices, versions, debug ---- */
+
+static int m_device(lua_State *L) {
+  int n = vl_cuda_device_count();
+  if (n == 0) {
+    lua_pushliteral(L, "cpu");
+    return 1;
+  }
+  const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  int r = lr ? atoi(lr) : 0;
+  /* More local ranks than GPUs (oversubscription) share devices round-robin. */
+  lua_pushfstring(L, "cuda:%d", (r < 0 ? 0 : r) % n);
+  return 1;
+}
+
+static int m_versions(lua_State *L) {
+  vl_versions v;
+  memset(&v, 0, sizeof v);
+  vl_get_versions(&v);
+  lua_createtable(L, 0, 10);
+  lua_pushliteral(L, VL_VERSION_STRING);
+  lua_setfield(L, -2, "v100lua");
+  lua_pushliteral(L, LUA_RELEASE);
+  lua_setfield(L, -2, "lua");
+  lua_pushinteger(L, v.cuda_runtime);
+  lua_setfield(L, -2, "cuda_runtime");
+  lua_pushinteger(L, v.cuda_driver);
+  lua_setfield(L, -2, "cuda_driver");
+  lua_pushinteger(L, v.cublas);
+  lua_setfield(L, -2, "cublas");
+  lua_pushinteger(L, (lua_Integer)v.cudnn);
+  lua_setfield(L, -2, "cudnn");
+  lua_pushinteger(L, (lua_Integer)v.cudnn_compiled);
+  lua_setfield(L, -2, "cudnn_compiled");
+  lua_pushinteger(L, v.nccl);
+  lua_setfield(L, -2, "nccl");
+  lua_pushstring(L, v.mpi);
+  lua_setfield(L, -2, "mpi");
+  lua_pushboolean(L, vl_have_cuda());
+  lua_setfield(L, -2, "built_with_cuda");
+  return 1;
+}
+
+/* A tensor userdata, freed or not. */
+static int m_is_tensor(lua_State *L) {
+  lua_pushboolean(L, luaL_testudata(L, 1, VL_LUA_TENSOR_MT) != NULL);
+  return 1;
+}
+
+static int d_live_tensors(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)l_live_tensors());
+  return 1;
+}
+static int d_gc_debt(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)l_gc_debt());
+  return 1;
+}
+/* gc_threshold([bytes]) -> the previous threshold */
+static int d_gc_threshold(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)l_gc_threshold());
+  if (!lua_isnoneornil(L, 1)) {
+    lua_Integer b = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, b > 0, 1, "threshold must be positive");
+    l_set_gc_threshold((size_t)b);
+  }
+  return 1;
+}
+
+static const luaL_Reg module_funcs[] = {
+    {"tensor", m_tensor},
+    {"empty", m_empty},
+    {"zeros", m_zeros},
+    {"ones", m_ones},
+    {"full", m_full},
+    {"arange", m_arange},
+    {"rand", m_rand},
+    {"randn", m_randn},
+    {"bernoulli", m_bernoulli},
+    {"empty_like", m_empty_like},
+    {"zeros_like", m_zeros_like},
+    {"ones_like", m_ones_like},
+    {"full_like", m_full_like},
+    {"rand_like", m_rand_like},
+    {"randn_like", m_randn_like},
+    {"manual_seed", m_manual_seed},
+    {"rng_state", m_rng_state},
+    {"set_rng_state", m_set_rng_state},
+    {"device", m_device},
+    {"versions", m_versions},
+    {"is_tensor", m_is_tensor},
+    {NULL, NULL},
+};
+
+static const luaL_Reg debug_funcs[] = {
+    {"live_tensors", d_live_tensors},
+    {"gc_debt", d_gc_debt},
+    {"gc_threshold", d_gc_threshold},
+    {NULL, NULL},
+};
+
+static void set_submodule(lua_State *L, lua_CFunction open, const char *name) {
+  lua_pushcfunction(L, open);
+  lua_call(L, 0, 1);
+  lua_setfield(L, -2, name);
+}
+
+int luaopen_v100_core(lua_State *L) {
+  lua_newtable(L); /* the methods table, shared by __index and exposed as Tensor */
+  l_register_tensor_methods(L);
+  l_register_ops(L);
+  l_register_autograd_methods(L);
+  l_tensor_metatable(L);
+  luaL_newlib(L, module_funcs);
+  l_register_ops_module(L);
+  l_register_autograd_module(L);
+  luaL_setfuncs(L, l_safetensors_funcs, 0);
+  lua_pushvalue(L, -2);
+  lua_setfield(L, -2, "Tensor");
+  lua_remove(L, -2);
+  lua_pushliteral(L, VL_VERSION_STRING);
+  lua_setfield(L, -2, "version");
+  luaL_newlib(L, debug_funcs);
+  lua_setfield(L, -2, "debug");
+  set_submodule(L, luaopen_v100_cuda, "cuda");
+  set_submodule(L, luaopen_v100_memory, "memory");
+  set_submodule(L, luaopen_v100_io, "io");
+  set_submodule(L, luaopen_v100_nn_ops, "_nn");
+  return 1;
+}

@@ -1,0 +1,163 @@
+/* runtime/autograd/autograd.h: reverse-mode automatic differentiation (the tape).
+ *
+ * Recording: the autograd-aware op wrappers (runtime/autograd/ops.h, vl_ag_*) call the raw op
+ * (runtime/ops/ops.h, tensor.h, nn.h) and, when grad mode is on and an input requires grad, create a
+ * vl_node whose edges point at the producers of the inputs, save what the backward formula needs,
+ * and attach the node to the outputs (meta->grad_fn, output_nr). Raw ops never record, so the
+ * backward formulas, written with raw ops, build no graph (no double backward).
+ *
+ * Leaves (tensors with requires_grad and no grad_fn) receive gradients through an accumulator
+ * node (cached, non-owning, in the leaf's meta; the node owns a reference to the leaf).
+ * vl_backward runs the graph from the roots in dependency order: a node runs once all gradients
+ * for its outputs have arrived (summed), then its saved tensors are dropped unless retain_graph.
+ * Version counters (vl_storage.version, bumped by every in-place raw op) detect a saved tensor
+ * modified in place after it was saved: backward then fails naming the node.
+ *
+ * Hooks: a tensor hook runs when the gradient w.r.t. that tensor is complete and may replace it;
+ * a post-accumulate hook runs on a leaf right after its .grad was updated (data parallel training
+ * starts bucketed all-reduces from it). All state is per process (vl_ctx()->grad_enabled). */
+#ifndef VL_AUTOGRAD_H
+#define VL_AUTOGRAD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vl_node vl_node;
+
+typedef struct vl_edge {
+  vl_node *node; /* owning reference; NULL when the input needs no gradient */
+  int input_nr;  /* which output of `node` the input was */
+} vl_edge;
+
+/* grads_out[i]: gradient w.r.t. output i, or NULL when none flowed into it (zeros). The function
+ * writes grads_in[j] for every input j: a new reference, or NULL for "no gradient" (it must be
+ * NULL when next[j].node is NULL; it may be NULL otherwise). Shapes and dtypes must equal the
+ * input's (the engine checks, naming the node). */
+typedef vl_status (*vl_backward_fn)(vl_node *n, vl_tensor *const *grads_out, vl_tensor **grads_in);
+
+/* A gradient hook: given the gradient, may return a replacement (new reference) in *replace, or
+ * leave it NULL to keep it. */
+typedef vl_status (*vl_grad_hook_fn)(void *ud, vl_tensor *grad, vl_tensor **replace);
+/* Called on a leaf after its .grad was updated. */
+typedef vl_status (*vl_post_hook_fn)(void *ud, vl_tensor *leaf);
+
+typedef struct vl_hook {
+  struct vl_hook *next;
+  int id;
+  int output_nr;              /* for hooks kept on a node: which output */
+  vl_grad_hook_fn fn;         /* one of fn / post is set */
+  vl_post_hook_fn post;
+  void *ud;
+  void (*ud_free)(void *ud);  /* called when the hook is removed or its owner dies; may be NULL */
+} vl_hook;
+
+#define VL_NODE_MAX_SAVED 8
+
+struct vl_node {
+  int refcount;
+  const char *name;           /* "MulBackward", "AccumulateGrad", a Lua Function's name */
+  vl_backward_fn backward;
+  int nin, nout;
+  vl_edge *next;              /* nin edges */
+  /* Output metadata, to make zero gradients and check shapes: */
+  int64_t (*out_size)[VL_MAX_DIMS];
+  int *out_ndim;
+  vl_dtype *out_dtype;
+  vl_device out_device;
+  /* Saved tensors, with the storage version at save time. */
+  int nsaved;
+  vl_tensor *saved[VL_NODE_MAX_SAVED];
+  uint32_t saved_version[VL_NODE_MAX_SAVED];
+  bool saved_released;        /* after a backward without retain_graph */
+  double scalars[8];          /* op parameters (alpha, dims, eps, ...) */
+  int64_t ints[16];
+  void *ctx;                  /* op- or binding-specific state */
+  void (*ctx_free)(vl_node *n);
+  vl_tensor *leaf;            /* AccumulateGrad only: owning reference to the leaf */
+  vl_hook *hooks;             /* tensor hooks of outputs (non-leaf tensors) */
+  uint64_t seq;               /* creation order; among ready nodes, the newest runs first */
+};
+
+/* Autograd state of one tensor object (vl_tensor.autograd). Created on demand. */
+typedef struct vl_autograd_meta {
+  bool requires_grad;
+  bool retains_grad;          /* a non-leaf that keeps .grad */
+  vl_tensor *grad;            /* owning reference, or NULL */
+  vl_node *grad_fn;           /* owning reference; NULL for leaves */
+  int output_nr;
+  vl_node *accumulator;       /* non-owning cache of a leaf's AccumulateGrad node */
+  vl_hook *hooks;             /* leaf hooks (fn) and post-accumulate hooks (post) */
+  char *name;                 /* optional, for messages (parameter names) */
+  bool is_view;               /* a recorded view of a tensor that requires grad (in-place ops on
+                                 it are refused rather than computing wrong gradients) */
+} vl_autograd_meta;
+
+/* ---- grad mode ---- */
+bool vl_grad_enabled(void);
+void vl_set_grad_enabled(bool on);
+
+/* ---- per-tensor state ---- */
+bool vl_requires_grad(const vl_tensor *t);
+/* Only floating tensors can require grad (VL_EDTYPE otherwise); only leaves can be switched off
+ * (a non-leaf: VL_EINVAL "set requires_grad=false on a non-leaf: use detach()"). */
+vl_status vl_set_requires_grad(vl_tensor *t, bool on);
+bool vl_is_leaf(const vl_tensor *t);                 /* no grad_fn */
+vl_tensor *vl_grad(const vl_tensor *t);              /* borrowed; NULL if none */
+/* Replaces .grad (NULL clears it); shape/dtype/device must match t (checked). */
+vl_status vl_set_grad(vl_tensor *t, vl_tensor *grad);
+vl_status vl_retain_grad(vl_tensor *t);
+vl_node *vl_grad_fn(const vl_tensor *t);             /* borrowed */
+/* A new tensor sharing storage with t that requires no grad and has no grad_fn. */
+vl_status vl_detach(vl_tensor *t, vl_tensor **out);
+/* Detaches t in place: it becomes a leaf that does not require grad (its history is dropped). */
+vl_status vl_detach_(vl_tensor *t);
+/* Frees the autograd meta of a tensor object (called by vl_tensor_release when the object dies). */
+void vl_autograd_meta_free(vl_tensor *t);
+
+/* ---- hooks ---- */
+vl_status vl_register_hook(vl_tensor *t, vl_grad_hook_fn fn, void *ud, void (*ud_free)(void *), int *id);
+vl_status vl_register_post_accumulate_hook(vl_tensor *t, vl_post_hook_fn fn, void *ud, void (*ud_free)(void *), int *id);
+vl_status vl_remove_hook(vl_tensor *t, int id);
+
+/* ---- building graphs (used by vl_ag_* and by the bindings for Lua-defined Functions) ---- */
+/* Whether an op over these inputs must record (grad mode on and some input requires grad). */
+bool vl_ag_needs(int n, vl_tensor *const *inputs);
+/* A node with edges to the inputs' producers (accumulators for leaves that require grad). */
+vl_status vl_node_create(const char *name, vl_backward_fn fn, int nin, vl_tensor *const *inputs, int nout,
+                         vl_node **out);
+/* Makes outputs[i] (fresh tensors, no grad_fn) results of node n: requires_grad, grad_fn, nr. */
+vl_status vl_node_set_outputs(vl_node *n, int nout, vl_tensor *const *outputs);
+/* Saves t (a new reference and its storage version) in slot n->nsaved++. */
+vl_status vl_node_save(vl_node *n, vl_tensor *t);
+/* Saved tensor i, failing with VL_EINVAL "<node>: a tensor saved for backward was modified in
+ * place (version v1, now v2)" or "... already freed: use retain_graph=true ...". Borrowed. */
+vl_status vl_node_saved(vl_node *n, int i, vl_tensor **out);
+vl_node *vl_node_retain(vl_node *n);
+void vl_node_release(vl_node *n);
+
+/* Autograd nodes alive in this process (tests check that graphs are freed). */
+int64_t vl_autograd_live_nodes(void);
+
+/* ---- running ---- */
+/* Backpropagates from roots. grads[i] may be NULL only for a one-element root (then ones). */
+vl_status vl_backward(int n, vl_tensor *const *roots, vl_tensor *const *grads, bool retain_graph);
+/* Gradients of outputs w.r.t. inputs without touching .grad (torch.autograd.grad); results[i] is
+ * a new reference or NULL when an input is unreachable. */
+vl_status vl_autograd_grad(int nout, vl_tensor *const *outputs, vl_tensor *const *grad_outputs, int nin,
+                           vl_tensor *const *inputs, bool retain_graph, vl_tensor **results);
+
+/* ---- helpers for backward formulas ---- */
+/* Sums grad over broadcast dims so it has shape (ndim, size): the gradient of an expand. */
+vl_status vl_sum_to_size(vl_tensor *grad, int ndim, const int64_t *size, vl_tensor **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,106 @@
+/* runtime/autograd/ops.h: autograd-recording versions of the differentiable ops of
+ * runtime/ops/ops.h and runtime/core/tensor.h. Each vl_ag_X has the raw vl_X's signature and semantics,
+ * calls it, and records a node (runtime/autograd/autograd.h) only when grad mode is on and an input
+ * requires grad: otherwise the cost is one check. Outputs of non-float dtype never record.
+ *
+ * In-place versions (trailing _) with grad mode on: on a leaf that requires grad they fail
+ * ("a leaf tensor that requires grad is used in an in-place operation (add_)"); on a recorded
+ * view of a tensor that requires grad they fail as unsupported; otherwise they write in place
+ * and, when recording, rebase the tensor's history onto the new node (as PyTorch does).
+ *
+ * Files: ops_util.c (helpers, in-place checks), ops_ew.c (elementwise),
+ * ops_reduce.c (reductions, softmax), ops_linalg.c (matmul, indexing, joining),
+ * ops_view.c (views, copies, conversions). */
+#ifndef VL_AUTOGRAD_OPS_H
+#define VL_AUTOGRAD_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/autograd/autograd.h"
+#include "runtime/ops/ops.h"
+#include "runtime/core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- elementwise ---- */
+vl_status vl_ag_unary(vl_unary_op op, vl_tensor *a, vl_tensor **out);
+vl_status vl_ag_unary_(vl_unary_op op, vl_tensor *a);
+vl_status vl_ag_clamp(vl_tensor *a, double lo, double hi, vl_tensor **out);
+vl_status vl_ag_clamp_(vl_tensor *a, double lo, double hi);
+vl_status vl_ag_binary(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha, vl_tensor **out);
+vl_status vl_ag_binary_(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha);
+vl_status vl_ag_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reverse, vl_tensor **out);
+vl_status vl_ag_binary_scalar_(vl_binary_op op, vl_tensor *a, double s);
+vl_status vl_ag_where(vl_tensor *cond, vl_tensor *a, vl_tensor *b, vl_tensor **out);
+vl_status vl_ag_masked_fill(vl_tensor *a, vl_tensor *mask, double value, vl_tensor **out);
+vl_status vl_ag_masked_fill_(vl_tensor *a, vl_tensor *mask, double value);
+/* Fills: the old value of t no longer matters (its history is cut: a zero gradient). */
+vl_status vl_ag_fill_(vl_tensor *t, double value);
+vl_status vl_ag_uniform_(vl_tensor *t, double lo, double hi);
+vl_status vl_ag_normal_(vl_tensor *t, double mean, double std);
+vl_status vl_ag_bernoulli_(vl_tensor *t, double p);
+/* dst <- src: src's gradient is dst's (summed over broadcast dims, converted back). */
+vl_status vl_ag_copy_(vl_tensor *dst, vl_tensor *src);
+
+/* ---- reductions ---- */
+vl_status vl_ag_reduce(vl_reduce_op op, vl_tensor *a, int ndims, const int *dims, bool keepdim, double param,
+                       vl_tensor **out, vl_tensor **indices);
+vl_status vl_ag_softmax(vl_tensor *a, int dim, bool log, vl_tensor **out);
+
+/* ---- linear algebra ---- */
+vl_status vl_ag_matmul(vl_tensor *a, vl_tensor *b, vl_tensor **out);
+vl_status vl_ag_mm(vl_tensor *a, vl_tensor *b, vl_tensor **out);
+vl_status vl_ag_bmm(vl_tensor *a, vl_tensor *b, vl_tensor **out);
+vl_status vl_ag_addmm(vl_tensor *bias, vl_tensor *a, vl_tensor *b, double beta, double alpha, vl_tensor **out);
+
+/* ---- indexing and joining ---- */
+vl_status vl_ag_gather(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
+vl_status vl_ag_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out);
+vl_status vl_ag_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
+vl_status vl_ag_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
+vl_status vl_ag_cat(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
+vl_status vl_ag_stack(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
+vl_status vl_ag_split(vl_tensor *t, int64_t split_size, int dim, vl_tensor ***outs, int *n);
+vl_status vl_ag_chunk(vl_tensor *t, int chunks, int dim, vl_tensor ***outs, int *n);
+
+/* ---- views, copies, conversions ---- */
+vl_status vl_ag_view(vl_tensor *t, int ndim, const int64_t *size, vl_tensor **out);
+vl_status vl_ag_reshape(vl_tensor *t, int ndim, const int64_t *size, vl_tensor **out);
+vl_status vl_ag_narrow(vl_tensor *t, int dim, int64_t start, int64_t length, vl_tensor **out);
+vl_status vl_ag_select(vl_tensor *t, int dim, int64_t index, vl_tensor **out);
+vl_status vl_ag_transpose(vl_tensor *t, int d0, int d1, vl_tensor **out);
+vl_status vl_ag_permute(vl_tensor *t, int ndim, const int *perm, vl_tensor **out);
+vl_status vl_ag_expand(vl_tensor *t, int ndim, const int64_t *size, vl_tensor **out);
+vl_status vl_ag_squeeze(vl_tensor *t, int dim, vl_tensor **out);
+vl_status vl_ag_squeeze_all(vl_tensor *t, vl_tensor **out);
+vl_status vl_ag_unsqueeze(vl_tensor *t, int dim, vl_tensor **out);
+/* Return t itself (a new reference, same history) when nothing changes, as the raw ops do. */
+vl_status vl_ag_contiguous(vl_tensor *t, vl_tensor **out);
+vl_status vl_ag_to(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out);
+vl_status vl_ag_clone(vl_tensor *t, vl_tensor **out);
+
+/* ---- helpers for writing recorded ops (also used by runtime/autograd/nn_*.c) ---- */
+/* Whether backward must produce a gradient for input j of n. */
+static inline bool vl_ag_wants(const vl_node *n, int j) { return n->next[j].node != NULL; }
+/* Makes outputs[0..nout) results of n and drops the caller's creation reference to n (also when
+ * it fails). Non-float outputs are skipped. */
+vl_status vl_ag_finish(vl_node *n, int nout, vl_tensor *const *outputs);
+/* grads_in[j] = g fitted to input j (summed over broadcast dims, converted to the input's dtype
+ * and device); consumes g (NULL is fine: no gradient). */
+vl_status vl_ag_give(vl_node *n, int j, vl_tensor *g, vl_tensor **grads_in);
+/* The zero gradient of output i of n (for outputs that received none). */
+vl_status vl_ag_zeros_out(const vl_node *n, int i, vl_tensor **out);
+/* Zeros with the shape, dtype and device of input j of n (which must want a gradient). */
+vl_status vl_ag_zeros_in(const vl_node *n, int j, vl_tensor **out);
+/* Checks for an in-place op `op` writing into a; `recording` says whether it will record. */
+vl_status vl_ag_check_inplace(const char *op, vl_tensor *a, bool recording);
+/* Marks out (a fresh view made by a recorded view op) as a view (in-place ops on it are refused). */
+void vl_ag_mark_view(vl_tensor *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

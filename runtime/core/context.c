@@ -1,0 +1,50 @@
+/* runtime/core/context.c: the process-wide context (devices, pools, streams, RNG, flags). */
+#include "runtime/core/context.h"
+
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/nn_kernels.h"
+#include "runtime/core/cuda.h"
+
+#define VL_DEFAULT_SEED 67280421310721ULL
+
+/* Statically initialised so that the RNG and flags have their defaults before vl_init. */
+static vl_context g_ctx = {.seed = VL_DEFAULT_SEED, .grad_enabled = true};
+
+vl_context *vl_ctx(void) { return &g_ctx; }
+
+vl_status vl_init(void) {
+  if (g_ctx.initialized) return VL_OK;
+  int n = vl_cuda_device_count();
+  if (n < 0) n = 0;
+  if (n > VL_MAX_DEVICES) n = VL_MAX_DEVICES;
+  g_ctx.ndevices = n;
+  g_ctx.grad_enabled = true; /* autograd records by default (also before vl_init: see g_ctx) */
+  g_ctx.initialized = true;
+  return VL_OK;
+}
+
+void vl_shutdown(void) {
+#ifdef VL_HAVE_CUDA
+  if (vl_cuda_kernels.shutdown) vl_cuda_kernels.shutdown();
+  vl_cudnn_teardown();
+  vl_cuda_teardown();
+#endif
+  /* The RNG state, flags and the reclaim hook survive a shutdown/init cycle; device state not. */
+  g_ctx.initialized = false;
+  g_ctx.ndevices = 0;
+  memset(g_ctx.pool, 0, sizeof g_ctx.pool);
+  g_ctx.host_pool = NULL;
+  memset(g_ctx.default_stream, 0, sizeof g_ctx.default_stream);
+  memset(g_ctx.current_stream, 0, sizeof g_ctx.current_stream);
+  memset(g_ctx.kernel_state, 0, sizeof g_ctx.kernel_state);
+}
+
+void vl_set_reclaim_hook(int (*reclaim)(void *ud), void *ud) {
+  g_ctx.reclaim = reclaim;
+  g_ctx.reclaim_ud = ud;
+  for (int i = 0; i < VL_MAX_DEVICES; i++)
+    if (g_ctx.pool[i]) vl_alloc_set_reclaim(g_ctx.pool[i], reclaim, ud);
+  if (g_ctx.host_pool) vl_alloc_set_reclaim(g_ctx.host_pool, reclaim, ud);
+}

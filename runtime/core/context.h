@@ -1,0 +1,50 @@
+/* runtime/core/context.h: the one process-wide context. All mutable runtime state lives here
+ * (devices, pools, current streams, the RNG, flags, per-device kernel state): there are no other
+ * mutable globals, except the thread-local error buffer. */
+#ifndef VL_CONTEXT_H
+#define VL_CONTEXT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/core/device.h"
+#include "runtime/alloc/alloc.h"
+#include "runtime/core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vl_context {
+  bool initialized;
+  int ndevices;                              /* CUDA devices visible (0 without CUDA) */
+  uint64_t seed, rng_offset;                 /* the Philox generator (runtime/core/philox.h) */
+  bool allow_tf32;                           /* f32 GEMMs may use TF32 (default off) */
+  bool grad_enabled;                         /* autograd records (default on; vl_init sets it) */
+  uint64_t node_seq;                         /* autograd node creation counter */
+  int64_t live_nodes;                        /* autograd nodes not yet freed (a debug count) */
+  bool cudnn_benchmark;                      /* conv algorithms by timing on first use (default off) */
+  uint64_t gemm_bias_epilogue;               /* addmm biases added in the GEMM's epilogue ... */
+  uint64_t gemm_bias_prefill;                /* ... or written into C before it (see kernels.h) */
+  vl_alloc *pool[VL_MAX_DEVICES];             /* caching allocator per device, made on first use */
+  vl_alloc *host_pool;                        /* pinned host memory, made on first use */
+  void *default_stream[VL_MAX_DEVICES];      /* cudaStream_t, created (non-blocking) on first use */
+  void *current_stream[VL_MAX_DEVICES];      /* what kernels are enqueued on */
+  void *kernel_state[VL_MAX_DEVICES];        /* owned by kernels/cuda: handles, workspace, flags */
+  void *cudnn_state[VL_MAX_DEVICES];         /* owned by kernels/cuda/cuda_cudnn.cu: cuDNN handles, plans */
+  int (*reclaim)(void *ud);                  /* host GC hook for the OOM path (bindings set it) */
+  void *reclaim_ud;
+} vl_context;
+
+/* Idempotent. Counts CUDA devices (touching nothing else on them). */
+vl_status vl_init(void);
+/* Frees pools, streams and kernel state. Tensors still alive must not be used afterwards. */
+void vl_shutdown(void);
+vl_context *vl_ctx(void);
+/* Sets the reclaim hook on the context and every pool (present and future). */
+void vl_set_reclaim_hook(int (*reclaim)(void *ud), void *ud);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

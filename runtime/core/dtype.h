@@ -1,0 +1,54 @@
+/* runtime/core/dtype.h: the one dtype enum, sizes, names, promotion and scalar conversions.
+ * Kernels are generic over these; there are no per-type copies of ops. */
+#ifndef VL_DTYPE_H
+#define VL_DTYPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum vl_dtype {
+  VL_F32 = 0,
+  VL_F16,
+  VL_BF16,
+  VL_F64,
+  VL_I32,
+  VL_I64,
+  VL_U8,
+  VL_BOOL,
+  VL_NDTYPES
+} vl_dtype;
+
+size_t vl_dtype_size(vl_dtype dt);            /* bytes per element */
+const char *vl_dtype_name(vl_dtype dt);       /* "f32", "f16", "bf16", "f64", "i32", "i64", "u8", "bool" */
+/* Accepts the short names above and the aliases float32/float, float16/half, bfloat16,
+ * float64/double, int32/int, int64/long, uint8/byte. */
+vl_status vl_dtype_parse(const char *name, vl_dtype *out);
+bool vl_dtype_is_float(vl_dtype dt);          /* f32, f16, bf16, f64 */
+bool vl_dtype_is_int(vl_dtype dt);            /* i32, i64, u8, bool */
+/* Result dtype of a binary op between two tensors (PyTorch's rules: floats win over ints,
+ * f64 > f32 > {f16, bf16}; f16 with bf16 gives f32; i64 > i32 > u8 > bool). */
+vl_dtype vl_dtype_promote(vl_dtype a, vl_dtype b);
+
+/* IEEE half and bfloat16 conversions on the host, round to nearest even; NaN stays NaN. */
+uint16_t vl_f32_to_f16(float f);
+float vl_f16_to_f32(uint16_t h);
+uint16_t vl_f32_to_bf16(float f);
+float vl_bf16_to_f32(uint16_t h);
+
+/* One element at `p` of dtype `dt`, as a double / stored from a double (with the dtype's own
+ * rounding; bool stores v != 0; integers truncate toward zero as C casts do). For host memory
+ * only; the slow generic path for printing, item() and tests. */
+double vl_load_as_f64(const void *p, vl_dtype dt);
+void vl_store_from_f64(void *p, vl_dtype dt, double v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,106 @@
+/* runtime/core/philox.h: the Philox4x32-10 counter-based generator and the exact mapping from
+ * (seed, offset, element index) to a random value. Header-only and compiled by both the C
+ * compiler (kernels/cpu) and nvcc (kernels/cuda), so CPU and CUDA draw the same numbers.
+ *
+ * The stream: group g of a call uses counter = offset + g (c0 = low 32 bits, c1 = high, c2 = c3
+ * = 0) and key = seed (k0 low, k1 high); one Philox block gives 4 words x0..x3.
+ *   f32/f16/bf16 (and BERNOULLI of any dtype): element i = 4g + j takes word j.
+ *     uniform u = ((x >> (32 - b)) + 0.5) * 2^-b with b = 23 (f32, and bernoulli), 10 (f16) or
+ *     7 (bf16): u = (2k + 1) * 2^-(b+1) is exactly representable in the output dtype, so the
+ *     uniforms stay inside the open (0, 1) after rounding. (With b one larger, the top value
+ *     1 - 2^-(b+1) is halfway between the dtype's last number below 1 and 1, and rounds to 1.)
+ *     normal: words (x0, x1) give elements 4g, 4g+1 and (x2, x3) give 4g+2, 4g+3 by Box-Muller:
+ *       r = sqrt(-2 ln u(x_even)), z_even = r cos(2 pi u(x_odd)), z_odd = r sin(2 pi u(x_odd)),
+ *       with b = 23 whatever the dtype.
+ *   f64: element i = 2g + j takes words (x_2j, x_2j+1) as 52 bits: u = (v + 0.5) * 2^-52 (exact);
+ *     normal: elements 2g, 2g+1 from u1 = u(x0, x1), u2 = u(x2, x3) by Box-Muller as above.
+ * Box-Muller is evaluated in double on both devices, then rounded to the output dtype, so CPU
+ * and CUDA results agree to the last bit for uniforms and to within an ulp of the transcendental
+ * functions for normals. A call consumes vl_philox_groups(dtype, numel) counters. */
+#ifndef VL_PHILOX_H
+#define VL_PHILOX_H
+
+#include <math.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define VL_HD __host__ __device__ __forceinline__
+#else
+#define VL_HD static inline
+#endif
+
+typedef struct vl_philox4 { uint32_t x[4]; } vl_philox4;
+
+VL_HD uint32_t vl_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi) {
+  uint64_t p = (uint64_t)a * (uint64_t)b;
+  *hi = (uint32_t)(p >> 32);
+  return (uint32_t)p;
+}
+
+VL_HD vl_philox4 vl_philox(uint64_t seed, uint64_t counter) {
+  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int r = 0; r < 10; r++) {
+    uint32_t hi0, hi1;
+    uint32_t lo0 = vl_mulhilo32(0xD2511F53u, c0, &hi0);
+    uint32_t lo1 = vl_mulhilo32(0xCD9E8D57u, c2, &hi1);
+    uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  vl_philox4 out;
+  out.x[0] = c0; out.x[1] = c1; out.x[2] = c2; out.x[3] = c3;
+  return out;
+}
+
+/* The uniform of one word at b bits of resolution (1 <= b <= 31): in (0, 1), exact in a dtype
+ * whose numbers in [0.5, 1) are 2^-(b+1) apart. */
+VL_HD double vl_ubits(uint32_t x, int bits) {
+  return ((double)(x >> (32 - bits)) + 0.5) * (1.0 / (double)(1u << bits));
+}
+/* The f64 uniform of two words: 52 bits, exact in double. */
+VL_HD double vl_u52(uint32_t hi, uint32_t lo) {
+  uint64_t v = (((uint64_t)hi << 32) | lo) >> 12;
+  return ((double)v + 0.5) * (1.0 / 4503599627370496.0);
+}
+#define VL_PHILOX_BITS 23 /* f32 uniforms, bernoulli draws and Box-Muller inputs */
+
+/* Counters (groups) used by a call drawing numel values of a dtype; is_f64 selects the f64
+ * mapping (2 elements per group) rather than 4. */
+VL_HD uint64_t vl_philox_groups(int is_f64, int64_t numel) {
+  int per = is_f64 ? 2 : 4;
+  return (uint64_t)((numel + per - 1) / per);
+}
+
+/* The 4 (or 2 for f64) values of group g. kind: 0 uniform, 1 normal (Box-Muller), 2 bernoulli
+ * uses uniform. Writes u/z as doubles; the caller scales and rounds to the dtype. */
+VL_HD void vl_philox_group_uniform(uint64_t seed, uint64_t counter, int is_f64, int bits, double v[4]) {
+  vl_philox4 p = vl_philox(seed, counter);
+  if (is_f64) {
+    v[0] = vl_u52(p.x[0], p.x[1]);
+    v[1] = vl_u52(p.x[2], p.x[3]);
+  } else {
+    for (int j = 0; j < 4; j++) v[j] = vl_ubits(p.x[j], bits);
+  }
+}
+
+VL_HD void vl_philox_group_normal(uint64_t seed, uint64_t counter, int is_f64, double v[4]) {
+  const double two_pi = 6.283185307179586476925286766559;
+  vl_philox4 p = vl_philox(seed, counter);
+  if (is_f64) {
+    double u1 = vl_u52(p.x[0], p.x[1]), u2 = vl_u52(p.x[2], p.x[3]);
+    double r = sqrt(-2.0 * log(u1));
+    v[0] = r * cos(two_pi * u2);
+    v[1] = r * sin(two_pi * u2);
+  } else {
+    for (int j = 0; j < 4; j += 2) {
+      double u1 = vl_ubits(p.x[j], VL_PHILOX_BITS), u2 = vl_ubits(p.x[j + 1], VL_PHILOX_BITS);
+      double r = sqrt(-2.0 * log(u1));
+      v[j] = r * cos(two_pi * u2);
+      v[j + 1] = r * sin(two_pi * u2);
+    }
+  }
+}
+
+#endif

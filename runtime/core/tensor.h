@@ -1,0 +1,100 @@
+/* runtime/core/tensor.h: refcounted storage and strided tensor views (Torch7's model).
+ *
+ * A vl_storage owns bytes on one device (host memory from the allocator below, or a block of the
+ * device's caching pool). A vl_tensor is a view: storage + offset + sizes + strides + dtype.
+ * Both are refcounted; a view holds one reference to its storage. All dims here are 0-based and
+ * negative dims count from the end (-1 = last); the Lua bindings translate 1-based dims.
+ *
+ * Ownership: every function returning a vl_tensor** hands the caller one new reference; release
+ * it with vl_tensor_release. Functions never steal references to their inputs. */
+#ifndef VL_TENSOR_H
+#define VL_TENSOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/core/device.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VL_MAX_DIMS 8
+
+struct vl_block; /* runtime/alloc/alloc.h */
+
+typedef struct vl_storage {
+  int refcount;
+  vl_device device;
+  void *data;              /* base address; NULL for a zero-byte storage */
+  size_t nbytes;
+  struct vl_block *block;  /* CUDA: the pool block that owns `data`; NULL on the CPU */
+  uint32_t version;        /* bumped by every in-place write (autograd checks saved tensors) */
+} vl_storage;
+
+typedef struct vl_tensor {
+  int refcount;
+  vl_storage *storage;
+  int64_t offset;                /* in elements from storage->data */
+  int ndim;                      /* 0 = a scalar (one element) */
+  int64_t size[VL_MAX_DIMS];
+  int64_t stride[VL_MAX_DIMS];   /* in elements; 0 for expanded (broadcast) dims */
+  vl_dtype dtype;
+  void *autograd;                /* vl_autograd_meta (runtime/autograd/autograd.h), NULL until needed */
+} vl_tensor;
+
+/* ---- storage and lifetime ---- */
+/* New uninitialised contiguous tensor. ndim in 0..VL_MAX_DIMS, sizes >= 0. On CUDA the bytes come
+ * from the device's caching pool on the device's current stream (VL_EOOM with a message naming
+ * requested/free/reserved/allocated bytes when even a GC and retry cannot satisfy it). */
+vl_status vl_tensor_empty(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl_tensor **out);
+vl_tensor *vl_tensor_retain(vl_tensor *t);     /* returns t */
+void vl_tensor_release(vl_tensor *t);          /* NULL is fine */
+/* Makes the tensor object t a view of src's data (storage, offset, sizes, strides, dtype),
+ * keeping t's identity and autograd state (requires_grad, hooks; .grad is dropped when it no
+ * longer fits). What Module:to() uses so that optimizers holding parameters stay valid. */
+vl_status vl_tensor_set_(vl_tensor *t, vl_tensor *src);
+/* Bytes held by the storage (what the bindings report to Lua's collector). */
+size_t vl_tensor_storage_nbytes(const vl_tensor *t);
+
+/* ---- properties ---- */
+int64_t vl_tensor_numel(const vl_tensor *t);
+bool vl_tensor_is_contiguous(const vl_tensor *t);   /* row-major dense (size-1 dims ignored) */
+void *vl_tensor_data(const vl_tensor *t);           /* address of element 0 */
+/* Normalises a possibly negative dim against ndim (for ops that add a dim, pass ndim+1);
+ * VL_EINVAL "<op>: dim D out of range for a tensor of N dims" otherwise. */
+vl_status vl_wrap_dim(const char *op, int dim, int ndim, int *out);
+/* "2x3" (or "scalar") into buf; returns buf. For error messages. */
+const char *vl_shape_str(const vl_tensor *t, char *buf, size_t n);
+/* "2x3 f32 cuda:0" into buf; returns buf. */
+const char *vl_tensor_desc(const vl_tensor *t, char *buf, size_t n);
+void vl_contiguous_strides(int ndim, const int64_t *size, int64_t *stride);
+
+/* ---- views (share storage; no data is copied) ---- */
+/* size may hold one -1 (inferred). Fails with VL_ESHAPE if the numel differs or the strides of
+ * t cannot express the new shape (then use vl_reshape). */
+vl_status vl_view(vl_tensor *t, int ndim, const int64_t *size, vl_tensor **out);
+/* A view when possible, otherwise a contiguous copy. */
+vl_status vl_reshape(vl_tensor *t, int ndim, const int64_t *size, vl_tensor **out);
+vl_status vl_narrow(vl_tensor *t, int dim, int64_t start, int64_t length, vl_tensor **out);
+vl_status vl_select(vl_tensor *t, int dim, int64_t index, vl_tensor **out); /* drops dim */
+vl_status vl_transpose(vl_tensor *t, int d0, int d1, vl_tensor **out);
+vl_status vl_permute(vl_tensor *t, int ndim, const int *perm, vl_tensor **out);
+/* Broadcast to `size` (ndim >= t->ndim; -1 keeps a size); size-1 dims get stride 0. */
+vl_status vl_expand(vl_tensor *t, int ndim, const int64_t *size, vl_tensor **out);
+vl_status vl_squeeze(vl_tensor *t, int dim, vl_tensor **out);      /* no-op if size(dim) != 1 */
+vl_status vl_squeeze_all(vl_tensor *t, vl_tensor **out);
+vl_status vl_unsqueeze(vl_tensor *t, int dim, vl_tensor **out);    /* dim in [-ndim-1, ndim] */
+vl_status vl_as_strided(vl_tensor *t, int ndim, const int64_t *size, const int64_t *stride,
+                        int64_t offset, vl_tensor **out);          /* checked against storage */
+
+/* ---- copies ---- */
+vl_status vl_contiguous(vl_tensor *t, vl_tensor **out); /* retains t when already contiguous */
+vl_status vl_clone(vl_tensor *t, vl_tensor **out);      /* always a new contiguous tensor */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

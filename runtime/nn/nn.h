@@ -1,0 +1,87 @@
+/* runtime/nn/nn.h: raw front ends of the neural-network layer ops (no autograd recording; the
+ * vl_ag_* wrappers in runtime/autograd/ops.h record). Same rules as runtime/ops/ops.h: every check
+ * first, errors name the op and operands, outputs untouched on failure. Images are N x C x H x W
+ * tensors, NCHW-contiguous or channels-last (NHWC-contiguous); outputs keep the input's layout.
+ * Other layouts are made contiguous (NCHW) first. */
+#ifndef VL_NN_H
+#define VL_NN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/nn_kernels.h"
+#include "runtime/core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+
+typedef struct vl_conv2d_params {
+  int stride[2], pad[2], dilation[2], groups;
+} vl_conv2d_params;
+
+/* y = conv2d(x, w) + bias (bias [K] or NULL). w is K x C/groups x R x S in the same layout family
+ * as x (converted if not). Errors name the channel mismatch, e.g. "conv2d: input has 3 channels
+ * but weight expects 64 (input 8x3x224x224 f16, weight 64x64x3x3 f16)". */
+vl_status vl_conv2d(vl_tensor *x, vl_tensor *w, vl_tensor *bias, const vl_conv2d_params *p, vl_tensor **y);
+/* Gradients; any of dx/dw/dbias may be NULL (not wanted). */
+vl_status vl_conv2d_backward(vl_tensor *x, vl_tensor *w, vl_tensor *dy, const vl_conv2d_params *p, vl_tensor **dx,
+                             vl_tensor **dw, vl_tensor **dbias);
+
+typedef struct vl_pool2d_params {
+  vl_pool_kind kind;
+  int kernel[2], stride[2], pad[2], dilation[2];
+  bool ceil_mode, count_include_pad;
+  int64_t out_h, out_w;        /* ADAPTIVE_AVG only */
+} vl_pool2d_params;
+/* indices (MAX only, may be NULL for other kinds): i64 positions for the backward. */
+vl_status vl_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y, vl_tensor **indices);
+vl_status vl_pool2d_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *indices, const vl_pool2d_params *p,
+                             vl_tensor **dx);
+
+/* Batch norm over dim 2 (channels) of a 2-D (N x C), 3-D (N x C x L) or 4-D input. In training,
+ * save_mean/save_invstd (new tensors [C], param dtype) are returned for the backward and the
+ * running stats (may be NULL) updated in place. */
+vl_status vl_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
+                        vl_tensor *running_var, bool training, double momentum, double eps, vl_tensor **y,
+                        vl_tensor **save_mean, vl_tensor **save_invstd);
+vl_status vl_batch_norm_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight, vl_tensor *save_mean,
+                                 vl_tensor *save_invstd, double eps, vl_tensor **dx, vl_tensor **dweight,
+                                 vl_tensor **dbias);
+/* Layer norm over the last `nnorm` dims; weight/bias of that shape or NULL. */
+vl_status vl_layer_norm(vl_tensor *x, int nnorm, vl_tensor *weight, vl_tensor *bias, double eps, vl_tensor **y,
+                        vl_tensor **mean, vl_tensor **rstd);
+vl_status vl_layer_norm_backward(vl_tensor *x, vl_tensor *dy, int nnorm, vl_tensor *weight, vl_tensor *mean,
+                                 vl_tensor *rstd, vl_tensor **dx, vl_tensor **dweight, vl_tensor **dbias);
+/* y is the softmax (log_softmax when log) output of the forward. */
+vl_status vl_softmax_backward(vl_tensor *y, vl_tensor *dy, int dim, bool log, vl_tensor **dx);
+
+/* Fused optimizer step over n parameters of one dtype group on one device (see vl_optim_args).
+ * state1/state2 arrays may be NULL when the kind keeps no such state. */
+typedef struct vl_optim_hparams {
+  double lr, momentum, dampening, weight_decay, beta1, beta2, eps, trust_coef;
+  bool nesterov, first_step;
+  int64_t step;
+} vl_optim_hparams;
+vl_status vl_optim_step(vl_optim_kind kind, int n, vl_tensor *const *params, vl_tensor *const *grads,
+                        vl_tensor *const *state1, vl_tensor *const *state2, const vl_optim_hparams *h,
+                        vl_tensor *found_inf, vl_tensor *inv_scale);
+/* Per-tensor L2 norms as a new f32 tensor [n] on the tensors' device (no host sync). */
+vl_status vl_l2norms(int n, vl_tensor *const *ts, vl_tensor **out);
+/* AMP: multiply every tensor by inv_scale[0] in place and set found_inf[0] = 1 on inf/NaN. */
+vl_status vl_unscale_(int n, vl_tensor *const *ts, vl_tensor *inv_scale, vl_tensor *found_inf);
+
+/* ---- autograd-recording versions (runtime/autograd/nn_*.c): same arguments, record a node
+ * when grad mode is on and an input requires grad (runtime/autograd/autograd.h). ---- */
+vl_status vl_ag_conv2d(vl_tensor *x, vl_tensor *w, vl_tensor *bias, const vl_conv2d_params *p, vl_tensor **y);
+vl_status vl_ag_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y);
+/* Running stats are updated in training mode (never recorded). */
+vl_status vl_ag_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
+                           vl_tensor *running_var, bool training, double momentum, double eps, vl_tensor **y);
+vl_status vl_ag_layer_norm(vl_tensor *x, int nnorm, vl_tensor *weight, vl_tensor *bias, double eps, vl_tensor **y);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,316 @@
+/* runtime/ops/create.c: creation, random numbers, conversions and copies. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/core/context.h"
+#include "runtime/core/cuda.h"
+#include "runtime/core/layout.h"
+#include "runtime/ops/ops_internal.h"
+#include "runtime/core/philox.h"
+
+/* In-place front ends bump the storage's version once they wrote (autograd's saved-tensor check). */
+static vl_status bumped(vl_tensor *t, vl_status s) {
+  if (s == VL_OK) t->storage->version++;
+  return s;
+}
+
+/* ---- creation ---- */
+
+static vl_status fill_tensor(const char *op, vl_tensor *t, double value) {
+  if (vl_tensor_numel(t) == 0) return VL_OK;
+  vl_exec ex;
+  VL_TRY(vl_exec_of(op, t->storage->device, &ex));
+  vl_iter it;
+  vl_iter_make(&it, 1, &t, t->ndim, t->size);
+  return vl_kernels_of(t->storage->device)->fill(&it, value);
+}
+
+vl_status vl_full(int ndim, const int64_t *size, double value, vl_dtype dt, vl_device dev, vl_tensor **out) {
+  vl_tensor *t;
+  VL_TRY(vl_tensor_empty(ndim, size, dt, dev, &t));
+  vl_status s = fill_tensor("full", t, value);
+  if (s != VL_OK) {
+    vl_tensor_release(t);
+    return s;
+  }
+  *out = t;
+  return VL_OK;
+}
+
+vl_status vl_zeros(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl_tensor **out) {
+  return vl_full(ndim, size, 0.0, dt, dev, out);
+}
+
+vl_status vl_ones(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl_tensor **out) {
+  return vl_full(ndim, size, 1.0, dt, dev, out);
+}
+
+vl_status vl_arange(double start, double end, double step, vl_dtype dt, vl_device dev, vl_tensor **out) {
+  if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
+    return vl_fail(VL_EINVAL, "arange: start %g, end %g and step %g must be finite with step != 0", start, end, step);
+  if (dt == VL_BOOL) return vl_fail(VL_EDTYPE, "arange: dtype bool is not supported");
+  double n = ceil((end - start) / step);
+  if (n < 0) n = 0;
+  if (n > 9.0e15) return vl_fail(VL_EINVAL, "arange: %g elements are too many", n);
+  int64_t numel = (int64_t)n;
+  vl_tensor *t;
+  VL_TRY(vl_tensor_empty(1, &numel, dt, dev, &t));
+  vl_status s = VL_OK;
+  vl_exec ex;
+  if (numel > 0) {
+    s = vl_exec_of("arange", dev, &ex);
+    if (s == VL_OK) s = vl_kernels_of(dev)->arange(vl_tensor_data(t), dt, numel, start, step, ex);
+  }
+  if (s != VL_OK) {
+    vl_tensor_release(t);
+    return s;
+  }
+  *out = t;
+  return VL_OK;
+}
+
+vl_status vl_from_host(const void *host, int ndim, const int64_t *size, vl_dtype dt, vl_device dev,
+                       vl_tensor **out) {
+  vl_tensor *t;
+  VL_TRY(vl_tensor_empty(ndim, size, dt, dev, &t));
+  size_t nbytes = (size_t)vl_tensor_numel(t) * vl_dtype_size(dt);
+  vl_status s = VL_OK;
+  if (nbytes > 0) {
+    if (dev.type == VL_CPU) {
+      memcpy(vl_tensor_data(t), host, nbytes);
+    } else {
+      vl_exec ex;
+      s = vl_exec_of("from_host", dev, &ex);
+      /* Pageable host memory: the copy must finish before the caller may reuse it. */
+      if (s == VL_OK) s = vl_memcpy(vl_tensor_data(t), dev, host, vl_cpu_device(), nbytes, ex.stream, true);
+      if (s != VL_OK) s = vl_fail_prefix(s, "from_host: ");
+    }
+  }
+  if (s != VL_OK) {
+    vl_tensor_release(t);
+    return s;
+  }
+  *out = t;
+  return VL_OK;
+}
+
+/* ---- random numbers ---- */
+
+static vl_status rand_check(const char *op, vl_rand_kind kind, vl_dtype dt, double a, double b) {
+  if ((unsigned)dt >= VL_NDTYPES) return vl_fail(VL_EDTYPE, "%s: invalid dtype %d", op, (int)dt);
+  if (kind != VL_RAND_BERNOULLI && !vl_dtype_is_float(dt))
+    return vl_fail(VL_EDTYPE, "%s: expected a float dtype (f32, f16, bf16, f64), got %s", op, vl_dtype_name(dt));
+  if (kind == VL_RAND_UNIFORM && !(a <= b && isfinite(a) && isfinite(b)))
+    return vl_fail(VL_EINVAL, "%s: expected finite lo <= hi, got lo %g, hi %g", op, a, b);
+  if (kind == VL_RAND_NORMAL && !(b >= 0 && isfinite(a) && isfinite(b)))
+    return vl_fail(VL_EINVAL, "%s: expected a finite mean and std >= 0, got mean %g, std %g", op, a, b);
+  if (kind == VL_RAND_BERNOULLI && !(a >= 0 && a <= 1))
+    return vl_fail(VL_EINVAL, "%s: expected p in [0, 1], got %g", op, a);
+  return VL_OK;
+}
+
+/* Fills contiguous t from the generator and advances the offset by the counters used. */
+static vl_status rand_fill(const char *op, vl_rand_kind kind, vl_tensor *t, double a, double b) {
+  int64_t numel = vl_tensor_numel(t);
+  if (numel == 0) return VL_OK;
+  vl_context *ctx = vl_ctx();
+  vl_rand_args ra = {kind, t->dtype, vl_tensor_data(t), numel, ctx->seed, ctx->rng_offset, a, b, {0, NULL}};
+  VL_TRY(vl_exec_of(op, t->storage->device, &ra.ex));
+  VL_TRY(vl_kernels_of(t->storage->device)->rand(&ra));
+  /* runtime/core/philox.h: only f64 UNIFORM/NORMAL take 2 elements per counter. */
+  ctx->rng_offset += vl_philox_groups(t->dtype == VL_F64 && kind != VL_RAND_BERNOULLI, numel);
+  return VL_OK;
+}
+
+static vl_status rand_new(const char *op, vl_rand_kind kind, int ndim, const int64_t *size, double a, double b,
+                          vl_dtype dt, vl_device dev, vl_tensor **out) {
+  VL_TRY(rand_check(op, kind, dt, a, b));
+  vl_tensor *t;
+  VL_TRY(vl_tensor_empty(ndim, size, dt, dev, &t));
+  vl_status s = rand_fill(op, kind, t, a, b);
+  if (s != VL_OK) {
+    vl_tensor_release(t);
+    return s;
+  }
+  *out = t;
+  return VL_OK;
+}
+
+static vl_status rand_inplace(const char *op, vl_rand_kind kind, vl_tensor *t, double a, double b) {
+  VL_TRY(rand_check(op, kind, t->dtype, a, b));
+  VL_TRY(vl_check_writable(op, t));
+  if (vl_tensor_is_contiguous(t)) return rand_fill(op, kind, t, a, b);
+  vl_tensor *tmp;
+  VL_TRY(vl_tensor_empty(t->ndim, t->size, t->dtype, t->storage->device, &tmp));
+  vl_status s = rand_fill(op, kind, tmp, a, b);
+  if (s == VL_OK) s = vl_copy_same_device(t, tmp);
+  vl_tensor_release(tmp);
+  return s;
+}
+
+vl_status vl_rand(int ndim, const int64_t *size, double lo, double hi, vl_dtype dt, vl_device dev, vl_tensor **out) {
+  return rand_new("rand", VL_RAND_UNIFORM, ndim, size, lo, hi, dt, dev, out);
+}
+vl_status vl_randn(int ndim, const int64_t *size, double mean, double std, vl_dtype dt, vl_device dev,
+                   vl_tensor **out) {
+  return rand_new("randn", VL_RAND_NORMAL, ndim, size, mean, std, dt, dev, out);
+}
+vl_status vl_bernoulli(int ndim, const int64_t *size, double p, vl_dtype dt, vl_device dev, vl_tensor **out) {
+  return rand_new("bernoulli", VL_RAND_BERNOULLI, ndim, size, p, 0, dt, dev, out);
+}
+vl_status vl_uniform_(vl_tensor *t, double lo, double hi) {
+  return bumped(t, rand_inplace("uniform_", VL_RAND_UNIFORM, t, lo, hi));
+}
+vl_status vl_normal_(vl_tensor *t, double mean, double std) {
+  return bumped(t, rand_inplace("normal_", VL_RAND_NORMAL, t, mean, std));
+}
+vl_status vl_bernoulli_(vl_tensor *t, double p) {
+  return bumped(t, rand_inplace("bernoulli_", VL_RAND_BERNOULLI, t, p, 0));
+}
+
+void vl_manual_seed(uint64_t seed) {
+  vl_ctx()->seed = seed;
+  vl_ctx()->rng_offset = 0;
+}
+
+void vl_rng_get_state(uint64_t *seed, uint64_t *offset) {
+  *seed = vl_ctx()->seed;
+  *offset = vl_ctx()->rng_offset;
+}
+
+void vl_rng_set_state(uint64_t seed, uint64_t offset) {
+  vl_ctx()->seed = seed;
+  vl_ctx()->rng_offset = offset;
+}
+
+/* ---- conversion and copies ---- */
+
+vl_status vl_to(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out) {
+  if (t->dtype == dt && vl_device_eq(t->storage->device, dev)) {
+    *out = vl_tensor_retain(t);
+    return VL_OK;
+  }
+  /* The layout is kept (PyTorch's preserve_format): a channels-last tensor moved or cast stays so. */
+  vl_tensor *r;
+  VL_TRY(vl_empty_like(t, dt, dev, &r));
+  vl_status s = vl_copy_(r, t);
+  if (s != VL_OK) {
+    vl_tensor_release(r);
+    return s;
+  }
+  *out = r;
+  return VL_OK;
+}
+
+/* CUDA side of a cross-device copy: its current stream. */
+static vl_status cuda_side_stream(vl_device a, vl_device b, void **stream) {
+  vl_device d = a.type == VL_CUDA ? a : b;
+  vl_exec ex;
+  VL_TRY(vl_exec_of("copy_", d, &ex));
+  *stream = ex.stream;
+  return VL_OK;
+}
+
+/* Both contiguous, same dtype and shape. Synchronous: host memory may be pageable or about to be
+ * read, and a source block freed right after must not be reused while a peer copy still reads it. */
+static vl_status raw_copy(vl_tensor *dst, vl_tensor *src) {
+  size_t nbytes = (size_t)vl_tensor_numel(dst) * vl_dtype_size(dst->dtype);
+  vl_device dd = dst->storage->device, sd = src->storage->device;
+  void *stream;
+  VL_TRY(cuda_side_stream(dd, sd, &stream));
+  if (dd.type == VL_CUDA && sd.type == VL_CUDA && dd.index != sd.index) {
+    /* The source may still be written on its own stream. */
+    void *sstream;
+    VL_TRY(cuda_side_stream(sd, sd, &sstream));
+    vl_status s = vl_stream_synchronize(sd.index, sstream);
+    if (s != VL_OK) return vl_fail_prefix(s, "copy_: ");
+  }
+  vl_status s = vl_memcpy(vl_tensor_data(dst), dd, vl_tensor_data(src), sd, nbytes, stream, true);
+  if (s != VL_OK) return vl_fail_prefix(s, "copy_: ");
+  return VL_OK;
+}
+
+static vl_status copy_cross_device(vl_tensor *dst, vl_tensor *src) {
+  /* Convert and make contiguous on the source side, move the bytes, then scatter into dst's
+   * layout on the destination side when dst is not contiguous. */
+  vl_tensor *ex = NULL, *a = NULL, *b = NULL;
+  vl_status s = vl_expand(src, dst->ndim, dst->size, &ex);
+  if (s != VL_OK) return s;
+  if (ex->dtype == dst->dtype && vl_tensor_is_contiguous(ex)) {
+    a = vl_tensor_retain(ex);
+  } else {
+    s = vl_tensor_empty(dst->ndim, dst->size, dst->dtype, src->storage->device, &a);
+    if (s == VL_OK) s = vl_copy_same_device(a, ex);
+  }
+  if (s == VL_OK) {
+    if (vl_tensor_is_contiguous(dst)) {
+      s = raw_copy(dst, a);
+    } else {
+      s = vl_tensor_empty(dst->ndim, dst->size, dst->dtype, dst->storage->device, &b);
+      if (s == VL_OK) s = raw_copy(b, a);
+      if (s == VL_OK) s = vl_copy_same_device(dst, b);
+    }
+  }
+  vl_tensor_release(b);
+  vl_tensor_release(a);
+  vl_tensor_release(ex);
+  return s;
+}
+
+vl_status vl_copy_(vl_tensor *dst, vl_tensor *src) {
+  VL_TRY(vl_check_writable("copy_", dst));
+  if (!vl_broadcasts_to(src, dst->ndim, dst->size)) {
+    char a[VL_DESC_LEN], b[VL_DESC_LEN], c[VL_DESC_LEN], d[VL_DESC_LEN];
+    return vl_fail(VL_ESHAPE, "copy_: src of shape %s cannot be broadcast to dst of shape %s (dst %s, src %s)",
+                   vl_shape_str(src, a, sizeof a), vl_shape_str(dst, b, sizeof b), vl_tensor_desc(dst, c, sizeof c),
+                   vl_tensor_desc(src, d, sizeof d));
+  }
+  if (vl_tensor_numel(dst) == 0) return VL_OK;
+  if (!vl_device_eq(dst->storage->device, src->storage->device)) return bumped(dst, copy_cross_device(dst, src));
+  vl_tensor *in;
+  VL_TRY(vl_unalias(dst, src, &in));
+  vl_status s = vl_copy_same_device(dst, in);
+  vl_tensor_release(in);
+  return bumped(dst, s);
+}
+
+vl_status vl_fill_(vl_tensor *t, double value) {
+  VL_TRY(vl_check_writable("fill_", t));
+  return bumped(t, fill_tensor("fill_", t, value));
+}
+
+vl_status vl_to_host(vl_tensor *t, void *buf) {
+  int64_t numel = vl_tensor_numel(t);
+  if (numel == 0) return VL_OK;
+  vl_storage hs;
+  vl_tensor ht;
+  vl_wrap_host(&ht, &hs, buf, t->ndim, t->size, t->dtype);
+  VL_TRY(vl_copy_(&ht, t));
+  vl_device dev = t->storage->device;
+  if (dev.type == VL_CUDA) {
+    vl_exec ex;
+    VL_TRY(vl_exec_of("to_host", dev, &ex));
+    vl_status s = vl_stream_synchronize(dev.index, ex.stream);
+    if (s != VL_OK) return vl_fail_prefix(s, "to_host: ");
+    const vl_kernels *k = vl_kernels_of(dev);
+    if (k->check_async) VL_TRY(k->check_async(dev.index));
+  }
+  return VL_OK;
+}
+
+vl_status vl_item(vl_tensor *t, double *out) {
+  if (vl_tensor_numel(t) != 1) {
+    char d[VL_DESC_LEN];
+    return vl_fail(VL_EINVAL, "item: expected a tensor with one element, got %lld elements (%s)",
+                   (long long)vl_tensor_numel(t), vl_tensor_desc(t, d, sizeof d));
+  }
+  if (t->storage->device.type == VL_CPU) {
+    *out = vl_load_as_f64(vl_tensor_data(t), t->dtype);
+    return VL_OK;
+  }
+  unsigned char buf[16];
+  VL_TRY(vl_to_host(t, buf));
+  *out = vl_load_as_f64(buf, t->dtype);
+  return VL_OK;
+}

@@ -1,0 +1,274 @@
+/* runtime/ops/index.c: gather / scatter_add / index_select and cat / stack / split / chunk. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/ops/ops_internal.h"
+
+/* In-place front ends bump the storage's version once they wrote (autograd's saved-tensor check). */
+static vl_status bumped(vl_tensor *t, vl_status s) {
+  if (s == VL_OK) t->storage->version++;
+  return s;
+}
+
+static void strided_of(const vl_tensor *t, vl_strided *s) {
+  s->data = vl_tensor_data(t);
+  s->dtype = t->dtype;
+  s->ndim = t->ndim;
+  for (int i = 0; i < t->ndim; i++) {
+    s->size[i] = t->size[i];
+    s->stride[i] = t->stride[i];
+  }
+}
+
+static vl_status check_index(const char *op, const vl_tensor *src, const vl_tensor *index) {
+  char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+  VL_TRY(vl_check_same_device(op, src, "self", index, "index"));
+  if (index->dtype != VL_I64 && index->dtype != VL_I32)
+    return vl_fail(VL_EDTYPE, "%s: index must be i64 or i32, got %s (self %s, index %s)", op,
+                   vl_dtype_name(index->dtype), vl_tensor_desc(src, d1, sizeof d1), vl_tensor_desc(index, d2, sizeof d2));
+  return VL_OK;
+}
+
+static vl_status run_index(const char *op, vl_status (*fn)(const vl_index_args *), vl_tensor *out, vl_tensor *src,
+                           vl_tensor *index, int dim) {
+  if (vl_tensor_numel(index) == 0) return VL_OK;
+  vl_index_args ia;
+  memset(&ia, 0, sizeof ia);
+  ia.op = op;
+  strided_of(out, &ia.out);
+  strided_of(src, &ia.src);
+  strided_of(index, &ia.index);
+  ia.dim = dim;
+  VL_TRY(vl_exec_of(op, out->storage->device, &ia.ex));
+  return fn(&ia);
+}
+
+vl_status vl_gather(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
+  char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+  int d;
+  VL_TRY(check_index("gather", src, index));
+  VL_TRY(vl_wrap_dim("gather", dim, src->ndim, &d));
+  if (index->ndim != src->ndim)
+    return vl_fail(VL_ESHAPE, "gather: index has %d dims but self has %d (self %s, index %s)", index->ndim, src->ndim,
+                   vl_tensor_desc(src, d1, sizeof d1), vl_tensor_desc(index, d2, sizeof d2));
+  for (int i = 0; i < src->ndim; i++)
+    if (i != d && index->size[i] > src->size[i])
+      return vl_fail(VL_ESHAPE, "gather: index size %lld exceeds self size %lld in dim %d (self %s, index %s)",
+                     (long long)index->size[i], (long long)src->size[i], i + 1, vl_tensor_desc(src, d1, sizeof d1),
+                     vl_tensor_desc(index, d2, sizeof d2));
+  vl_tensor *r;
+  VL_TRY(vl_tensor_empty(index->ndim, index->size, src->dtype, src->storage->device, &r));
+  vl_status s = run_index("gather", vl_kernels_of(src->storage->device)->gather, r, src, index, d);
+  if (s != VL_OK) {
+    vl_tensor_release(r);
+    return s;
+  }
+  *out = r;
+  return VL_OK;
+}
+
+static vl_status scatter_check(const char *op, vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, int *d) {
+  char d1[VL_DESC_LEN], d2[VL_DESC_LEN], d3[VL_DESC_LEN];
+  VL_TRY(check_index(op, self, index));
+  VL_TRY(vl_check_same_device(op, self, "self", src, "src"));
+  VL_TRY(vl_wrap_dim(op, dim, self->ndim, d));
+  if (src->dtype != self->dtype)
+    return vl_fail(VL_EDTYPE, "%s: src dtype %s differs from self dtype %s (self %s, src %s)", op,
+                   vl_dtype_name(src->dtype), vl_dtype_name(self->dtype), vl_tensor_desc(self, d1, sizeof d1),
+                   vl_tensor_desc(src, d3, sizeof d3));
+  if (index->ndim != self->ndim || src->ndim != self->ndim)
+    return vl_fail(VL_ESHAPE, "%s: self, index and src need the same number of dims (self %s, index %s, src %s)", op,
+                   vl_tensor_desc(self, d1, sizeof d1), vl_tensor_desc(index, d2, sizeof d2),
+                   vl_tensor_desc(src, d3, sizeof d3));
+  for (int i = 0; i < self->ndim; i++) {
+    if (index->size[i] > src->size[i] || (i != *d && index->size[i] > self->size[i]))
+      return vl_fail(VL_ESHAPE,
+                     "%s: index size %lld in dim %d exceeds src size %lld or self size %lld (self %s, index %s, src %s)",
+                     op, (long long)index->size[i], i + 1, (long long)src->size[i], (long long)self->size[i],
+                     vl_tensor_desc(self, d1, sizeof d1), vl_tensor_desc(index, d2, sizeof d2),
+                     vl_tensor_desc(src, d3, sizeof d3));
+  }
+  return VL_OK;
+}
+
+vl_status vl_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out) {
+  int d;
+  VL_TRY(scatter_check("scatter_add", self, dim, index, src, &d));
+  vl_tensor *r;
+  VL_TRY(vl_clone(self, &r));
+  vl_status s = run_index("scatter_add", vl_kernels_of(self->storage->device)->scatter_add, r, src, index, d);
+  if (s != VL_OK) {
+    vl_tensor_release(r);
+    return s;
+  }
+  *out = r;
+  return VL_OK;
+}
+
+vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src) {
+  int d;
+  VL_TRY(scatter_check("scatter_add_", self, dim, index, src, &d));
+  VL_TRY(vl_check_writable("scatter_add_", self));
+  /* Reads of src/index must not see the updates: copy them when they share self's memory. */
+  vl_tensor *us = NULL, *ui = NULL;
+  vl_status s = vl_tensor_numel(index) ? vl_unalias(self, src, &us) : VL_OK;
+  if (s == VL_OK && us) s = vl_unalias(self, index, &ui);
+  if (s == VL_OK && ui) s = run_index("scatter_add_", vl_kernels_of(self->storage->device)->scatter_add, self, us, ui, d);
+  vl_tensor_release(us);
+  vl_tensor_release(ui);
+  return bumped(self, s);
+}
+
+vl_status vl_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
+  char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+  int d;
+  VL_TRY(check_index("index_select", src, index));
+  VL_TRY(vl_wrap_dim("index_select", dim, src->ndim, &d));
+  if (index->ndim > 1)
+    return vl_fail(VL_ESHAPE, "index_select: index must be 1-D (self %s, index %s)", vl_tensor_desc(src, d1, sizeof d1),
+                   vl_tensor_desc(index, d2, sizeof d2));
+  int64_t osize[VL_MAX_DIMS];
+  memcpy(osize, src->size, sizeof(int64_t) * (size_t)src->ndim);
+  osize[d] = vl_tensor_numel(index);
+  vl_tensor *idx = NULL, *r = NULL;
+  /* The kernel sees a 1-D index; a 0-dim one is a view of one element. */
+  int64_t one = 1;
+  vl_status s = index->ndim == 0 ? vl_view(index, 1, &one, &idx) : (idx = vl_tensor_retain(index), VL_OK);
+  if (s == VL_OK) s = vl_tensor_empty(src->ndim, osize, src->dtype, src->storage->device, &r);
+  if (s == VL_OK && vl_tensor_numel(r) > 0)
+    s = run_index("index_select", vl_kernels_of(src->storage->device)->index_select, r, src, idx, d);
+  vl_tensor_release(idx);
+  if (s != VL_OK) {
+    vl_tensor_release(r);
+    return s;
+  }
+  *out = r;
+  return VL_OK;
+}
+
+/* ---- joining and splitting ---- */
+
+/* PyTorch's legacy rule: 1-D empty tensors take no part in the shape checks of cat. */
+static bool cat_skipped(const vl_tensor *t) { return t->ndim == 1 && t->size[0] == 0; }
+
+vl_status vl_cat(int n, vl_tensor *const *ts, int dim, vl_tensor **out) {
+  char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+  if (n <= 0) return vl_fail(VL_EINVAL, "cat: expected a non-empty list of tensors");
+  int ref = -1;
+  vl_dtype dt = ts[0]->dtype;
+  for (int i = 0; i < n; i++) {
+    /* Tensor positions are printed 1-based like the Lua list they came from. */
+    char nm[32];
+    snprintf(nm, sizeof nm, "tensor %d", i + 1);
+    if (i > 0) VL_TRY(vl_check_same_device("cat", ts[0], "tensor 1", ts[i], nm));
+    dt = vl_dtype_promote(dt, ts[i]->dtype);
+    if (ref < 0 && !cat_skipped(ts[i])) ref = i;
+  }
+  const vl_tensor *r0 = ref >= 0 ? ts[ref] : ts[0];
+  if (r0->ndim == 0) return vl_fail(VL_ESHAPE, "cat: zero-dimensional tensor %d cannot be concatenated", ref + 1);
+  int d;
+  VL_TRY(vl_wrap_dim("cat", dim, r0->ndim, &d));
+  int64_t osize[VL_MAX_DIMS];
+  memcpy(osize, r0->size, sizeof(int64_t) * (size_t)r0->ndim);
+  osize[d] = 0;
+  for (int i = 0; i < n; i++) {
+    const vl_tensor *t = ts[i];
+    if (ref >= 0 && cat_skipped(t)) continue;
+    if (t->ndim != r0->ndim)
+      return vl_fail(VL_ESHAPE, "cat: tensor %d has %d dims but tensor %d has %d (%s, %s)", i + 1, t->ndim, ref + 1,
+                     r0->ndim, vl_tensor_desc(t, d1, sizeof d1), vl_tensor_desc(r0, d2, sizeof d2));
+    for (int j = 0; j < t->ndim; j++)
+      if (j != d && t->size[j] != r0->size[j])
+        return vl_fail(VL_ESHAPE, "cat: sizes must match except in dim %d: tensor %d is %s, tensor %d is %s", d + 1,
+                       i + 1, vl_shape_str(t, d1, sizeof d1), ref + 1, vl_shape_str(r0, d2, sizeof d2));
+    osize[d] += t->size[d];
+  }
+  vl_tensor *r;
+  VL_TRY(vl_tensor_empty(r0->ndim, osize, dt, r0->storage->device, &r));
+  vl_status s = VL_OK;
+  int64_t at = 0;
+  for (int i = 0; i < n && s == VL_OK; i++) {
+    vl_tensor *t = ts[i];
+    if ((ref >= 0 && cat_skipped(t)) || t->size[d] == 0) continue;
+    vl_tensor *piece;
+    s = vl_narrow(r, d, at, t->size[d], &piece);
+    if (s == VL_OK) {
+      s = vl_copy_same_device(piece, t);
+      vl_tensor_release(piece);
+    }
+    at += t->size[d];
+  }
+  if (s != VL_OK) {
+    vl_tensor_release(r);
+    return s;
+  }
+  *out = r;
+  return VL_OK;
+}
+
+vl_status vl_stack(int n, vl_tensor *const *ts, int dim, vl_tensor **out) {
+  char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+  if (n <= 0) return vl_fail(VL_EINVAL, "stack: expected a non-empty list of tensors");
+  int d;
+  if (ts[0]->ndim >= VL_MAX_DIMS) return vl_fail(VL_EINVAL, "stack: tensors already have %d dims", VL_MAX_DIMS);
+  VL_TRY(vl_wrap_dim("stack", dim, ts[0]->ndim + 1, &d));
+  for (int i = 1; i < n; i++) {
+    bool same = ts[i]->ndim == ts[0]->ndim;
+    for (int j = 0; same && j < ts[0]->ndim; j++) same = ts[i]->size[j] == ts[0]->size[j];
+    if (!same)
+      return vl_fail(VL_ESHAPE, "stack: tensor %d has shape %s but tensor 1 has shape %s", i + 1,
+                     vl_shape_str(ts[i], d1, sizeof d1), vl_shape_str(ts[0], d2, sizeof d2));
+  }
+  vl_tensor **us = calloc((size_t)n, sizeof *us);
+  if (!us) return vl_fail(VL_EOOM, "stack: out of host memory");
+  vl_status s = VL_OK;
+  for (int i = 0; i < n && s == VL_OK; i++) s = vl_unsqueeze(ts[i], d, &us[i]);
+  if (s == VL_OK) s = vl_cat(n, us, d, out);
+  for (int i = 0; i < n; i++) vl_tensor_release(us[i]);
+  free(us);
+  return s;
+}
+
+static vl_status split_views(const char *op, vl_tensor *t, int64_t piece, int count, int d, vl_tensor ***outs, int *n) {
+  vl_tensor **arr = calloc((size_t)(count > 0 ? count : 1), sizeof *arr);
+  if (!arr) return vl_fail(VL_EOOM, "%s: out of host memory", op);
+  vl_status s = VL_OK;
+  int64_t size = t->size[d];
+  for (int i = 0; i < count && s == VL_OK; i++) {
+    int64_t start = (int64_t)i * piece;
+    if (start > size) start = size;
+    int64_t len = size - start < piece ? size - start : piece;
+    s = vl_narrow(t, d, start, len, &arr[i]);
+  }
+  if (s != VL_OK) {
+    for (int i = 0; i < count; i++) vl_tensor_release(arr[i]);
+    free(arr);
+    return s;
+  }
+  *outs = arr;
+  *n = count;
+  return VL_OK;
+}
+
+vl_status vl_split(vl_tensor *t, int64_t split_size, int dim, vl_tensor ***outs, int *n) {
+  int d;
+  VL_TRY(vl_wrap_dim("split", dim, t->ndim, &d));
+  int64_t size = t->size[d];
+  if (split_size < 0 || (split_size == 0 && size > 0))
+    return vl_fail(VL_EINVAL, "split: split_size must be positive, got %lld", (long long)split_size);
+  int64_t count = size == 0 ? 1 : (size + split_size - 1) / split_size;
+  if (count > 1 << 24) return vl_fail(VL_EINVAL, "split: %lld pieces are too many", (long long)count);
+  return split_views("split", t, split_size, (int)count, d, outs, n);
+}
+
+vl_status vl_chunk(vl_tensor *t, int chunks, int dim, vl_tensor ***outs, int *n) {
+  int d;
+  if (chunks <= 0) return vl_fail(VL_EINVAL, "chunk: the number of chunks must be positive, got %d", chunks);
+  VL_TRY(vl_wrap_dim("chunk", dim, t->ndim, &d));
+  int64_t size = t->size[d];
+  if (size == 0) return split_views("chunk", t, 0, chunks, d, outs, n);
+  int64_t piece = (size + chunks - 1) / chunks;
+  int count = (int)((size + piece - 1) / piece); /* as PyTorch: possibly fewer than `chunks` */
+  return split_views("chunk", t, piece, count, d, outs, n);
+}

@@ -1,0 +1,115 @@
+/* runtime/ops/ops.h: the op front end. Each function checks dtypes, shapes and devices once, names
+ * the op and the operands in its error message (e.g. "add: shapes 2x3 and 4x3 cannot be
+ * broadcast (a 2x3 f32 cpu, b 4x3 f32 cpu)"), allocates the output, and dispatches through the
+ * op table (kernels/kernels.h) of the operands' device. On failure the outputs are untouched and
+ * in-place targets unmodified (all checks happen before any write).
+ *
+ * Dims are 0-based, negative from the end. Tensors passed in are borrowed; tensors returned
+ * through vl_tensor** are new references. All inputs of one op must be on one device
+ * (VL_EDEVICE otherwise, naming both). */
+#ifndef VL_OPS_H
+#define VL_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "runtime/core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- creation ---- */
+vl_status vl_full(int ndim, const int64_t *size, double value, vl_dtype dt, vl_device dev, vl_tensor **out);
+vl_status vl_zeros(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl_tensor **out);
+vl_status vl_ones(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl_tensor **out);
+/* [start, end) by step (step != 0); numel = ceil((end - start) / step). */
+vl_status vl_arange(double start, double end, double step, vl_dtype dt, vl_device dev, vl_tensor **out);
+/* Copies numel(size) host elements of dtype `dt` (contiguous) into a new tensor on dev. */
+vl_status vl_from_host(const void *host, int ndim, const int64_t *size, vl_dtype dt, vl_device dev,
+                       vl_tensor **out);
+/* Philox draws from the process generator (see vl_manual_seed). */
+vl_status vl_rand(int ndim, const int64_t *size, double lo, double hi, vl_dtype dt, vl_device dev, vl_tensor **out);
+vl_status vl_randn(int ndim, const int64_t *size, double mean, double std, vl_dtype dt, vl_device dev, vl_tensor **out);
+vl_status vl_bernoulli(int ndim, const int64_t *size, double p, vl_dtype dt, vl_device dev, vl_tensor **out);
+/* In-place fills of an existing tensor (any strides). */
+vl_status vl_uniform_(vl_tensor *t, double lo, double hi);
+vl_status vl_normal_(vl_tensor *t, double mean, double std);
+vl_status vl_bernoulli_(vl_tensor *t, double p);
+void vl_manual_seed(uint64_t seed); /* also resets the offset */
+void vl_rng_get_state(uint64_t *seed, uint64_t *offset);
+void vl_rng_set_state(uint64_t seed, uint64_t offset);
+
+/* ---- conversion and copies ---- */
+/* dtype and/or device change; returns a new reference to t itself when nothing changes. */
+vl_status vl_to(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out);
+/* dst[...] = src broadcast to dst's shape, converting dtype and crossing devices as needed. */
+vl_status vl_copy_(vl_tensor *dst, vl_tensor *src);
+vl_status vl_fill_(vl_tensor *t, double value);
+/* The single element of a numel-1 tensor as a double (synchronises a CUDA tensor's stream). */
+vl_status vl_item(vl_tensor *t, double *out);
+/* Copies t (any device/strides) to host memory as contiguous elements of t's dtype.
+ * buf must hold numel * dtype size bytes. Synchronises. */
+vl_status vl_to_host(vl_tensor *t, void *buf);
+
+/* ---- elementwise ---- */
+vl_status vl_unary(vl_unary_op op, vl_tensor *a, vl_tensor **out);
+vl_status vl_unary_(vl_unary_op op, vl_tensor *a);                     /* in place */
+vl_status vl_clamp(vl_tensor *a, double lo, double hi, vl_tensor **out); /* +-INFINITY = none */
+vl_status vl_clamp_(vl_tensor *a, double lo, double hi);
+/* a op alpha*b for ADD/SUB (alpha ignored otherwise), broadcasting, dtype promotion. */
+vl_status vl_binary(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha, vl_tensor **out);
+/* In place into a: b is broadcast to a's shape; the result dtype must be a's (VL_EDTYPE
+ * otherwise, e.g. f32 into an i32 tensor). Predicates in place store 0/1 in a's dtype. */
+vl_status vl_binary_(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha);
+/* a op s (s op a when reverse). An integer tensor with a non-integral s gives f32. */
+vl_status vl_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reverse, vl_tensor **out);
+vl_status vl_binary_scalar_(vl_binary_op op, vl_tensor *a, double s);
+/* cond (bool) ? a : b with broadcasting of all three. */
+vl_status vl_where(vl_tensor *cond, vl_tensor *a, vl_tensor *b, vl_tensor **out);
+vl_status vl_masked_fill(vl_tensor *a, vl_tensor *mask, double value, vl_tensor **out);
+vl_status vl_masked_fill_(vl_tensor *a, vl_tensor *mask, double value);
+
+/* ---- reductions ---- */
+/* Reduce over `ndims` dims listed in `dims` (ndims == 0: every dim, giving a 0-dim tensor unless
+ * keepdim). MAX/MIN: `indices` (may be NULL) receives the i64 positions; they need exactly one
+ * dim unless both reduce everything (then the flat index). VAR param = correction, NORM param = p. */
+vl_status vl_reduce(vl_reduce_op op, vl_tensor *a, int ndims, const int *dims, bool keepdim,
+                    double param, vl_tensor **out, vl_tensor **indices);
+/* Pass as the dim of argmax/argmin to reduce over every element (the flat index). */
+#define VL_DIM_ALL INT32_MIN
+vl_status vl_argmax(vl_tensor *a, int dim, bool keepdim, vl_tensor **out); /* dim ignored if all */
+vl_status vl_argmin(vl_tensor *a, int dim, bool keepdim, vl_tensor **out);
+vl_status vl_softmax(vl_tensor *a, int dim, bool log, vl_tensor **out);
+
+/* ---- linear algebra (float dtypes; a and b share a dtype) ---- */
+/* torch.matmul semantics: 1-D x 1-D dot, 2-D x 2-D, 1-D promoted and removed, batch dims
+ * broadcast. */
+vl_status vl_matmul(vl_tensor *a, vl_tensor *b, vl_tensor **out);
+vl_status vl_mm(vl_tensor *a, vl_tensor *b, vl_tensor **out);                 /* 2-D only */
+vl_status vl_bmm(vl_tensor *a, vl_tensor *b, vl_tensor **out);                /* 3-D only */
+/* beta * bias + alpha * (a @ b); a, b 2-D; bias broadcastable to the result. */
+/* How many addmm biases were added inside the GEMM (cuBLASLt's epilogue) and how many were written
+ * into the result before it (CPU, f64, unaligned bias), since the process started. */
+void vl_gemm_bias_stats(uint64_t *epilogue, uint64_t *prefill);
+vl_status vl_addmm(vl_tensor *bias, vl_tensor *a, vl_tensor *b, double beta, double alpha, vl_tensor **out);
+void vl_set_allow_tf32(bool on);
+bool vl_get_allow_tf32(void);
+
+/* ---- indexing and joining ---- */
+vl_status vl_gather(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
+vl_status vl_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out);
+vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
+vl_status vl_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
+vl_status vl_cat(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
+vl_status vl_stack(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
+/* Views of consecutive pieces of `split_size` along dim (last may be shorter); *outs is a
+ * malloc'd array of *n new references (free the array with free()). */
+vl_status vl_split(vl_tensor *t, int64_t split_size, int dim, vl_tensor ***outs, int *n);
+vl_status vl_chunk(vl_tensor *t, int chunks, int dim, vl_tensor ***outs, int *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
