@@ -3,7 +3,8 @@
  *   v100lua [options] [script.lua [args...]]
  *
  * Differences from lua.c: the v100 runtime is initialised before and shut down after the Lua
- * state; `v100.core` is preloaded and the v100 scripts directory is put first on package.path;
+ * state; `v100.core` is preloaded, the v100 scripts directory is put first on package.path and
+ * Lua's system module folders are kept on it (set_package_path);
  * the allocator's out-of-memory path can ask Lua for a full collection; -v also lists library
  * versions and GPUs; under MPI every error line carries "[rank N] " so interleaved output from
  * many ranks stays attributable. */
@@ -429,10 +430,17 @@ static bool is_dir(const char *p) {
   return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* The scripts directory: installed next to the binary, else the source tree's. */
+/* package.path, in search order:
+ *   1. the v100 scripts directory: installed next to the binary, else the source tree's;
+ *   2. LUA_PATH (or Lua's default when it is unset or holds ";;");
+ *   3. the absolute entries of Lua's default (LUA_PATH_DEFAULT: /usr/local/share/lua/5.4,
+ *      /usr/share/lua/5.4, ...) that 2 left out: the library needs Debian's lua-argparse, found
+ *      there, even when LUA_PATH names only a test folder;
+ *   4. <binary's folder>/../lua when it exists: pure-Lua modules packed with a binary for a machine
+ *      without Lua (tools/device-pack.sh puts argparse.lua in .dev/lua beside .dev/run). */
 static void set_package_path(lua_State *L) {
-  char exe[PATH_MAX], dir[PATH_MAX + 64];
-  const char *scripts = NULL;
+  char exe[PATH_MAX], dir[PATH_MAX + 64], mods[PATH_MAX + 16];
+  const char *scripts = NULL, *packed = NULL;
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n > 0) {
     exe[n] = '\0';
@@ -440,14 +448,40 @@ static void set_package_path(lua_State *L) {
     if (slash) *slash = '\0';
     snprintf(dir, sizeof dir, "%s/../%s", exe, VL_INSTALL_SCRIPTS_REL);
     if (is_dir(dir)) scripts = dir;
+    snprintf(mods, sizeof mods, "%s/../lua", exe);
+    if (is_dir(mods)) packed = mods;
   }
 #ifdef VL_SOURCE_SCRIPTS_DIR
   if (!scripts && is_dir(VL_SOURCE_SCRIPTS_DIR)) scripts = VL_SOURCE_SCRIPTS_DIR;
 #endif
-  if (!scripts) return;
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
-  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", scripts, scripts, lua_tostring(L, -1));
+  const char *path = lua_tostring(L, -1);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  if (scripts) lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", scripts, scripts), luaL_addvalue(&b);
+  luaL_addstring(&b, path);
+  size_t plen = strlen(path);
+  bool sep = plen > 0 && path[plen - 1] != ';'; /* whether an entry added next needs a ';' first */
+  for (const char *def = LUA_PATH_DEFAULT; *def;) {
+    size_t len = strcspn(def, ";");
+    char entry[256];
+    if (def[0] == '/' && len < sizeof entry) {
+      memcpy(entry, def, len);
+      entry[len] = '\0';
+      bool have = false; /* a whole entry of path: bounded by ';' or its ends */
+      for (const char *at = strstr(path, entry); at && !have; at = strstr(at + 1, entry))
+        have = (at == path || at[-1] == ';') && (at[len] == ';' || at[len] == '\0');
+      if (!have) {
+        if (sep) luaL_addchar(&b, ';');
+        luaL_addstring(&b, entry);
+        sep = true;
+      }
+    }
+    def += len + (def[len] == ';');
+  }
+  if (packed) lua_pushfstring(L, "%s%s/?.lua;%s/?/init.lua", sep ? ";" : "", packed, packed), luaL_addvalue(&b);
+  luaL_pushresult(&b);
   lua_setfield(L, -3, "path");
   lua_pop(L, 2);
 }

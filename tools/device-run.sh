@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/device-run.sh: the GPU check on a lent H200 machine that has no build tools for us (no Lua,
 # no OpenBLAS): binaries built elsewhere for sm_90 arrive gzip'ed in .dev/bin (made by
-# tools/device-pack.sh). Runs every tests/lua/gpu_*.lua (in parallel), a subset under
+# tools/device-pack.sh; the host finds the Lua modules packed in .dev/lua, argparse for the
+# recipes, from .dev/run/../lua). Runs every tests/lua/gpu_*.lua (in parallel), a subset under
 # compute-sanitizer memcheck, the benchmarks (ours and PyTorch's), and optional extra commands.
 # Usage: tools/device-run.sh OUTDIR [step...]; steps: tests memcheck bench recipe:<args...>
 set -uo pipefail
@@ -25,6 +26,8 @@ for z in .dev/bin/*.gz; do
   # that may be executing (ETXTBSY); unpack only when the archive is newer.
   [ "$b" -nt "$z" ] || { gzip -dc "$z" >"$b.tmp" && chmod +x "$b.tmp" && mv -f "$b.tmp" "$b"; }
 done
+[ -f .dev/lua/argparse.lua ] ||
+  echo "device-run.sh: no .dev/lua/argparse.lua (re-run tools/device-pack.sh): recipes will fail" >&2
 [ -d .dev/lib ] && export LD_LIBRARY_PATH="$ROOT/.dev/lib:${LD_LIBRARY_PATH:-}"
 V="$BIN/v100lua"
 "$V" --version 2>&1 | tee "$OUT/versions.txt"
