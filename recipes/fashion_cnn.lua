@@ -4,42 +4,40 @@
 --   conv 3x3 (2W) -> BN -> ReLU -> max-pool 2  14x14 -> 7x7
 --   flatten -> linear 128 -> ReLU -> dropout -> linear 10
 --
--- usage: v100lua recipes/fashion_cnn.lua [--epochs N] [--batch N] [--lr X] [--momentum X]
---          [--width W] [--dropout P] [--train-subset N] [--test-subset N] [--device cpu|cuda|cuda:N]
---          [--seed N] [--root DIR] [--schedule cosine|constant]
--- Prints one line per epoch (mean training loss, test accuracy, training images/s) and a final
--- line `test accuracy: 0.xxxx`. The same seed gives the same run (initialisation, shuffling and
--- dropout all come from seeded generators).
+-- usage: v100lua recipes/fashion_cnn.lua [options]; --help lists them with their defaults.
+-- Prints one line per epoch (mean training loss, test accuracy, time, training images/s), the
+-- total time and a final line `test accuracy: 0.xxxx`. The same seed gives the same run
+-- (initialisation, shuffling and dropout all come from seeded generators).
 local v100 = require 'v100'
 local nn = require 'v100.nn'
 local optim = require 'v100.optim'
 local data = require 'v100.data'
 local recipe = require 'v100.recipe'
+local train = require 'v100.train'
 
-local opts, usage = recipe.options{
+local opts = recipe.options{
   name = 'fashion_cnn.lua',
-  defaults = { epochs = 2, batch = 64, lr = 0.05, momentum = 0.9, width = 32, dropout = 0.25,
-    ['train-subset'] = 0, ['test-subset'] = 0, seed = 1, schedule = 'cosine' },
-  optional = { device = true, root = true },
-  numeric = { epochs = true, batch = true, lr = true, momentum = true, width = true, dropout = true,
-    ['train-subset'] = true, ['test-subset'] = true, seed = true },
-  choices = { schedule = { 'cosine', 'constant' } },
-  usage = 'usage: v100lua recipes/fashion_cnn.lua [--epochs N] [--batch N] [--lr X] [--momentum X]\n' ..
-    '         [--width W (first conv channels)] [--dropout P] [--train-subset N (0 = all 60000)]\n' ..
-    '         [--test-subset N (0 = all 10000)] [--device cpu|cuda|cuda:N] [--seed N] [--root DIR]\n' ..
-    '         [--schedule cosine|constant (per-step cosine decay of the lr to 0, or a constant lr)]\n',
+  description = 'A small CNN (conv-BN-ReLU-pool x2, dropout, linear) on Fashion-MNIST, SGD with momentum.',
+  epilog = 'Prints one line per epoch and ends with "test accuracy: 0.xxxx".',
+  { '--epochs', 2, 'training epochs', recipe.integer{ min = 1 } },
+  { '--batch', 64, 'batch size', recipe.integer{ min = 1 } },
+  { '--lr', 0.05, 'peak learning rate', recipe.number{ gt = 0 } },
+  { '--momentum', 0.9, 'SGD momentum', recipe.number{ min = 0, lt = 1 } },
+  { '--width', 32, 'channels of the first convolution (the second has twice as many)', recipe.integer{ min = 1 } },
+  { '--dropout', 0.25, 'dropout probability before the last layer', recipe.number{ min = 0, lt = 1 } },
+  { '--train-subset', 0, 'train on the first N images (0 = all 60000)', recipe.integer{ min = 0 } },
+  { '--test-subset', 0, 'test on the first N images (0 = all 10000)', recipe.integer{ min = 0 } },
+  { '--schedule', 'cosine', 'per-step cosine decay of the lr to 0, or a constant lr', { 'cosine', 'constant' } },
+  { '--device', nil, 'cpu, cuda or cuda:N (default: cuda:0 when a GPU is present, else cpu)', recipe.device },
+  { '--seed', 1, 'seed of initialisation, shuffling and dropout', recipe.integer{ min = 0 } },
+  { '--root', nil, 'Fashion-MNIST folder (default: ' .. data.FASHION_MNIST_ROOT .. ')', argname = '<DIR>' },
 }
-recipe.check_integers(opts, usage, { 'epochs', 'batch', 'width', 'train-subset', 'test-subset', 'seed' },
-  { ['train-subset'] = true, ['test-subset'] = true, seed = true })
-if opts.lr <= 0 then usage('--lr must be positive') end
-if opts.dropout < 0 or opts.dropout >= 1 then usage('--dropout must be in [0, 1)') end
 
 local dev = opts.device or v100.device()
-local clock, sync = recipe.clock, recipe.syncer(dev)
 
 -- u8 N x 28 x 28 -> standardised f32 N x 1 x 28 x 28 on the device; labels -> i64.
-local train_img, train_lbl = recipe.fashion_mnist('train', opts.root, opts['train-subset'])
-local test_img, test_lbl = recipe.fashion_mnist('test', opts.root, opts['test-subset'])
+local train_img, train_lbl = recipe.fashion_mnist('train', opts.root, opts.train_subset)
+local test_img, test_lbl = recipe.fashion_mnist('test', opts.root, opts.test_subset)
 local xtr, ytr = recipe.to_device(train_img, train_lbl, dev, 'image')
 local xte, yte = recipe.to_device(test_img, test_lbl, dev, 'image')
 local ntrain, ntest = xtr.shape[1], xte.shape[1]
@@ -56,38 +54,14 @@ local steps_per_epoch = (ntrain + opts.batch - 1) // opts.batch
 local sched = opts.schedule == 'cosine' and optim.schedule.warmup_cosine{ total = opts.epochs * steps_per_epoch }
   or optim.schedule.constant{}
 
-print(string.format('fashion_cnn: %d train / %d test images, device %s, %d parameters, batch %d, lr %g',
-  ntrain, ntest, dev, model:num_parameters(), opts.batch, opts.lr))
+recipe.printf('fashion_cnn: %d train / %d test images, device %s, %d parameters, batch %d, lr %g',
+  ntrain, ntest, dev, model:num_parameters(), opts.batch, opts.lr)
 
--- Accuracy on the test images in eval mode, without recording.
-local function evaluate()
-  model:eval()
-  local acc = recipe.accuracy(function(xb) return model(xb) end, xte, yte)
-  model:train()
-  return acc
-end
-
-local acc = 0
-for epoch = 1, opts.epochs do
-  model:train()
-  -- the loss sum stays on the device: one host read per epoch
-  local loss_sum = v100.zeros({}, { device = dev })
-  local nb = 0
-  sync()
-  local t0 = clock()
-  for xb, yb in data.batches(xtr, ytr, opts.batch, { shuffle = true, seed = opts.seed * 1000 + epoch }) do
-    local loss = nn.cross_entropy(model(xb), yb)
-    opt:zero_grad()
-    loss:backward()
-    sched:step(opt)
-    opt:step()
-    loss_sum = loss_sum + loss:detach()
-    nb = nb + 1
-  end
-  sync()
-  local dt = clock() - t0
-  acc = evaluate()
-  recipe.printf('epoch %d/%d  loss %.4f  test acc %.4f  images/s %d', epoch, opts.epochs,
-    loss_sum:item() / nb, acc, math.floor(ntrain / dt + 0.5))
-end
-print(string.format('test accuracy: %.4f', acc))
+train.fit{
+  epochs = opts.epochs, device = dev, model = model, opt = opt, sched = sched,
+  batches = function(epoch)
+    return data.batches(xtr, ytr, opts.batch, { shuffle = true, seed = opts.seed * 1000 + epoch })
+  end,
+  loss = function(xb, yb) return nn.cross_entropy(model(xb), yb) end,
+  test = { x = xte, y = yte, forward = function(xb) return model(xb) end },
+}

@@ -3,12 +3,9 @@
 -- biases, label smoothing, linear warmup then cosine decay, and random-crop (pad 2) +
 -- horizontal-flip augmentation done on the device with tensor ops.
 --
--- usage: v100lua recipes/fashion_resnet.lua [--epochs 15] [--batch 256] [--lr 0.1] [--wd 5e-4]
---          [--smoothing 0.1] [--warmup-epochs 1] [--device cpu|cuda|cuda:N] [--seed 1]
---          [--layout nchw|nhwc] [--train-subset N] [--test-subset N] [--eval-every 1] [--root DIR]
---          [--tf32 on|off] [--cudnn-benchmark on|off]
+-- usage: v100lua recipes/fashion_resnet.lua [options]; --help lists them with their defaults.
 -- Prints one line per epoch (mean training loss, test accuracy when evaluated, epoch time,
--- training images/s), then `test accuracy: 0.xxxx` and `total time: N s`. Measured on an H200
+-- training images/s), then `total time: N s (...)` and `test accuracy: 0.xxxx`. Measured on an H200
 -- with the defaults (2026-11-30): 0.9479 and 0.9451 (nchw, two runs), 0.9462 (--layout nhwc); ~40 s
 -- for 15 epochs in NCHW (docs/MODELS.md has the channels-last figures).
 local v100 = require 'v100'
@@ -17,34 +14,34 @@ local optim = require 'v100.optim'
 local data = require 'v100.data'
 local resnet = require 'v100.models.resnet'
 local recipe = require 'v100.recipe'
+local train = require 'v100.train'
 
-local opts, usage = recipe.options{
+local opts, parser = recipe.options{
   name = 'fashion_resnet.lua',
-  defaults = { epochs = 15, batch = 256, lr = 0.1, wd = 5e-4, smoothing = 0.1, ['warmup-epochs'] = 1,
-    seed = 1, layout = 'nchw', ['train-subset'] = 0, ['test-subset'] = 0, ['eval-every'] = 1, tf32 = 'on',
-    ['cudnn-benchmark'] = 'off' },
-  choices = { tf32 = { 'on', 'off' }, ['cudnn-benchmark'] = { 'on', 'off' } },
-  optional = { device = true, root = true },
-  numeric = { epochs = true, batch = true, lr = true, wd = true, smoothing = true, ['warmup-epochs'] = true,
-    seed = true, ['train-subset'] = true, ['test-subset'] = true, ['eval-every'] = true },
-  usage = 'usage: v100lua recipes/fashion_resnet.lua [--epochs N] [--batch N] [--lr X] [--wd X]\n' ..
-    '         [--smoothing X] [--warmup-epochs X] [--device cpu|cuda|cuda:N] [--seed N]\n' ..
-    '         [--layout nhwc|nchw] [--train-subset N (0 = all 60000)] [--test-subset N (0 = all 10000)]\n' ..
-    '         [--eval-every N] [--root DIR] [--tf32 on|off (f32 convs and GEMMs on TF32 tensor cores; cuda only)]\n' ..
-    '         [--cudnn-benchmark on|off (convolution algorithms by timing on first use; cuda only)]\n',
+  description = 'ResNet-18 (small-image stem) on Fashion-MNIST: SGD + Nesterov, label smoothing, ' ..
+    'warmup + cosine, random-crop and flip augmentation on the device.',
+  epilog = 'Prints one line per epoch and ends with "test accuracy: 0.xxxx".',
+  { '--epochs', 15, 'training epochs', recipe.integer{ min = 1 } },
+  { '--batch', 256, 'batch size (the last partial batch of an epoch is dropped)', recipe.integer{ min = 1 } },
+  { '--lr', 0.1, 'peak learning rate', recipe.number{ gt = 0 } },
+  { '--wd', '5e-4', 'weight decay (not on batch norm and biases)', recipe.number{ min = 0 } },
+  { '--smoothing', 0.1, 'label smoothing', recipe.number{ min = 0, lt = 1 } },
+  { '--warmup-epochs', 1, 'epochs of linear lr warmup (fractions allowed)', recipe.number{ min = 0 } },
+  { '--device', nil, 'cpu, cuda or cuda:N (default: cuda:0 when a GPU is present, else cpu)', recipe.device },
+  { '--seed', 1, 'seed of initialisation, shuffling and augmentation', recipe.integer{ min = 0 } },
+  { '--layout', 'nchw', 'memory layout of activations and convolution weights', { 'nchw', 'nhwc' } },
+  { '--train-subset', 0, 'train on the first N images (0 = all 60000)', recipe.integer{ min = 0 } },
+  { '--test-subset', 0, 'test on the first N images (0 = all 10000)', recipe.integer{ min = 0 } },
+  { '--eval-every', 1, 'test every N epochs (and after the last)', recipe.integer{ min = 1 } },
+  { '--root', nil, 'Fashion-MNIST folder (default: ' .. data.FASHION_MNIST_ROOT .. ')', argname = '<DIR>' },
+  { '--tf32', 'on', 'f32 convolutions and GEMMs on TF32 tensor cores (cuda only)', { 'on', 'off' } },
+  { '--cudnn-benchmark', 'off', 'convolution algorithms by timing on first use (cuda only)', { 'on', 'off' } },
 }
-recipe.check_integers(opts, usage, { 'epochs', 'batch', 'eval-every' })
-recipe.check_integers(opts, usage, { 'train-subset', 'test-subset' }, { ['train-subset'] = true, ['test-subset'] = true })
-if opts.layout ~= 'nhwc' and opts.layout ~= 'nchw' then usage('--layout is nhwc or nchw, got ' .. opts.layout) end
-if opts.lr <= 0 or opts.wd < 0 or opts.smoothing < 0 or opts.smoothing >= 1 or opts['warmup-epochs'] < 0 then
-  usage('--lr must be positive, --wd and --warmup-epochs non-negative, --smoothing in [0, 1)')
-end
 
 local dev = opts.device or v100.device()
 -- As PyTorch does for convolutions by default: f32 convolutions and GEMMs may use TF32 tensor cores.
 v100.set_allow_tf32(opts.tf32 == 'on')
-v100.set_cudnn_benchmark(opts['cudnn-benchmark'] == 'on')
-local clock, sync = recipe.clock, recipe.syncer(dev)
+v100.set_cudnn_benchmark(opts.cudnn_benchmark == 'on')
 local PAD, SIZE = 2, 28
 
 -- u8 N x 28 x 28 -> standardised f32 N x 1 x (28 + 2 pad) x ... on the device. The padding is
@@ -59,11 +56,15 @@ local function prepare(images, pad)
   return recipe.standardise(x:to(dev)):unsqueeze(2):contiguous()
 end
 
-local train_img, train_lbl = recipe.fashion_mnist('train', opts.root, opts['train-subset'])
-local test_img, test_lbl = recipe.fashion_mnist('test', opts.root, opts['test-subset'])
+local train_img, train_lbl = recipe.fashion_mnist('train', opts.root, opts.train_subset)
+local test_img, test_lbl = recipe.fashion_mnist('test', opts.root, opts.test_subset)
 local xtr, ytr = prepare(train_img, PAD), train_lbl:long():to(dev)
 local xte, yte = prepare(test_img, 0), test_lbl:long():to(dev)
 local ntrain, ntest = xtr.shape[1], xte.shape[1]
+local steps_per_epoch = ntrain // opts.batch -- drop_last: every batch is full (BN statistics)
+if steps_per_epoch == 0 then
+  parser:error(('option \'--batch\' (%d) is larger than the training set (%d images)'):format(opts.batch, ntrain))
+end
 
 -- Per-sample random 28x28 crop of the padded batch and a horizontal flip of half the samples,
 -- as two gathers: columns first (offset dx, reversed when flipped), then rows (offset dy).
@@ -89,51 +90,20 @@ local model = resnet.resnet18{ classes = 10, small_input = true, in_channels = 1
 model:to{ device = dev, layout = opts.layout }
 local opt = optim.SGD(model:named_parameters(), { lr = opts.lr, momentum = 0.9, nesterov = true,
   weight_decay = opts.wd, no_decay = optim.no_decay_bias_and_norm })
-local steps_per_epoch = ntrain // opts.batch -- drop_last: every batch is full (BN statistics)
-if steps_per_epoch == 0 then usage('--batch is larger than the training set') end
-local sched = optim.schedule.warmup_cosine{ warmup = math.floor(opts['warmup-epochs'] * steps_per_epoch + 0.5),
+local sched = optim.schedule.warmup_cosine{ warmup = math.floor(opts.warmup_epochs * steps_per_epoch + 0.5),
   total = opts.epochs * steps_per_epoch }
 
-print(string.format('fashion_resnet: resnet18 small_input, %d train / %d test images, device %s, layout %s, ' ..
+recipe.printf('fashion_resnet: resnet18 small_input, %d train / %d test images, device %s, layout %s, ' ..
   '%d parameters, batch %d, lr %g, wd %g, smoothing %g, %d epochs, tf32 %s', ntrain, ntest, dev, opts.layout,
-  model:num_parameters(), opts.batch, opts.lr, opts.wd, opts.smoothing, opts.epochs, opts.tf32))
-io.stdout:flush()
+  model:num_parameters(), opts.batch, opts.lr, opts.wd, opts.smoothing, opts.epochs, opts.tf32)
 
-local function evaluate()
-  model:eval()
-  local acc = recipe.accuracy(function(xb) return model(to_layout(xb)) end, xte, yte)
-  model:train()
-  return acc
-end
-
-local acc
-sync()
-local t_start = clock()
-for epoch = 1, opts.epochs do
-  model:train()
-  local loss_sum = v100.zeros({}, { device = dev }) -- on the device: one host read per epoch
-  local nb = 0
-  sync()
-  local t0 = clock()
-  for xb, yb in data.batches(xtr, ytr, opts.batch, { shuffle = true, drop_last = true,
-    seed = opts.seed * 1000 + epoch }) do
-    local loss = nn.cross_entropy(model(to_layout(augment(xb))), yb, { smoothing = opts.smoothing })
-    opt:zero_grad()
-    loss:backward()
-    sched:step(opt)
-    opt:step()
-    loss_sum = loss_sum + loss:detach()
-    nb = nb + 1
-  end
-  sync()
-  local dt = clock() - t0
-  local line = string.format('epoch %d/%d  loss %.4f', epoch, opts.epochs, loss_sum:item() / nb)
-  if epoch % opts['eval-every'] == 0 or epoch == opts.epochs then
-    acc = evaluate()
-    line = line .. string.format('  test acc %.4f', acc)
-  end
-  recipe.printf('%s  time %.1f s  images/s %d', line, dt, math.floor(nb * opts.batch / dt + 0.5))
-end
-sync()
-print(string.format('test accuracy: %.4f', acc))
-print(string.format('total time: %d s', math.floor(clock() - t_start + 0.5)))
+train.fit{
+  epochs = opts.epochs, device = dev, model = model, opt = opt, sched = sched, eval_every = opts.eval_every,
+  batches = function(epoch)
+    return data.batches(xtr, ytr, opts.batch, { shuffle = true, drop_last = true, seed = opts.seed * 1000 + epoch })
+  end,
+  loss = function(xb, yb)
+    return nn.cross_entropy(model(to_layout(augment(xb))), yb, { smoothing = opts.smoothing })
+  end,
+  test = { x = xte, y = yte, forward = function(xb) return model(to_layout(xb)) end },
+}

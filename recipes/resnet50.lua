@@ -8,29 +8,30 @@
 -- on the full 10k test set with the defaults) and it exercises the data reader, the op table on
 -- the chosen device, and the memory behaviour of a training loop. It is not ResNet-50.
 --
--- usage: v100lua recipes/resnet50.lua [--epochs N] [--batch N] [--lr X] [--momentum X]
---          [--hidden N] [--train-subset N] [--device cpu|cuda|cuda:N] [--seed N] [--root DIR]
---          [--schedule cosine|constant]
--- Prints one line per epoch (mean training loss, test accuracy, training images/s) and a final
--- line `test accuracy: 0.xxxx`.
+-- usage: v100lua recipes/resnet50.lua [options]; --help lists them with their defaults.
+-- Prints one line per epoch (mean training loss, test accuracy, time, training images/s), the
+-- total time and a final line `test accuracy: 0.xxxx`.
 local v100 = require 'v100'
 local data = require 'v100.data'
 local recipe = require 'v100.recipe'
+local train = require 'v100.train'
 
-local opts, usage = recipe.options{
+local opts = recipe.options{
   name = 'resnet50.lua',
-  defaults = {epochs = 6, batch = 100, lr = 0.05, momentum = 0.9, hidden = 256,
-              ['train-subset'] = 0, seed = 1, schedule = 'cosine'},
-  optional = {device = true, root = true},
-  numeric = {epochs = true, batch = true, lr = true, momentum = true, hidden = true,
-             ['train-subset'] = true, seed = true},
-  choices = {schedule = {'cosine', 'constant'}},
-  usage = 'usage: v100lua recipes/resnet50.lua [--epochs N] [--batch N] [--lr X] [--momentum X]\n' ..
-          '         [--hidden N] [--train-subset N (0 = all 60000)] [--device cpu|cuda|cuda:N]\n' ..
-          '         [--seed N] [--root DIR (Fashion-MNIST folder)] [--schedule cosine|constant]\n',
+  description = 'For now a stand-in: a 784-H-10 MLP on Fashion-MNIST with a hand-written backward ' ..
+    'and SGD with momentum.',
+  epilog = 'Prints one line per epoch and ends with "test accuracy: 0.xxxx".',
+  { '--epochs', 6, 'training epochs', recipe.integer{ min = 1 } },
+  { '--batch', 100, 'batch size', recipe.integer{ min = 1 } },
+  { '--lr', 0.05, 'peak learning rate', recipe.number{ gt = 0 } },
+  { '--momentum', 0.9, 'SGD momentum', recipe.number{ min = 0, lt = 1 } },
+  { '--hidden', 256, 'width H of the hidden layer', recipe.integer{ min = 1 } },
+  { '--train-subset', 0, 'train on the first N images (0 = all 60000)', recipe.integer{ min = 0 } },
+  { '--device', nil, 'cpu, cuda or cuda:N (default: cuda:0 when a GPU is present, else cpu)', recipe.device },
+  { '--seed', 1, 'seed of the initialisation and the shuffling', recipe.integer{ min = 0 } },
+  { '--root', nil, 'Fashion-MNIST folder (default: ' .. data.FASHION_MNIST_ROOT .. ')', argname = '<DIR>' },
+  { '--schedule', 'cosine', 'per-step cosine decay of the lr to 0, or a constant lr', { 'cosine', 'constant' } },
 }
-recipe.check_integers(opts, usage, {'epochs', 'batch', 'hidden', 'train-subset', 'seed'},
-                      {['train-subset'] = true, seed = true})
 
 local dev = opts.device or v100.device()
 local clock = recipe.clock
@@ -38,7 +39,7 @@ local H, C, D = opts.hidden, 10, 28 * 28
 
 -- u8 N x 28 x 28 -> standardised f32 N x 784 on the device; labels -> i64 on the device.
 local t_load = clock()
-local train_img, train_lbl = recipe.fashion_mnist('train', opts.root, opts['train-subset'])
+local train_img, train_lbl = recipe.fashion_mnist('train', opts.root, opts.train_subset)
 local test_img, test_lbl = recipe.fashion_mnist('test', opts.root)
 local xtrain, ytrain = recipe.to_device(train_img, train_lbl, dev, 'flat')
 local xtest, ytest = recipe.to_device(test_img, test_lbl, dev, 'flat')
@@ -92,8 +93,6 @@ local function train_step(x, y, lr)
   return loss
 end
 
-local function evaluate() return recipe.accuracy(forward, xtest, ytest) end
-
 -- Cosine decay of the learning rate over all steps (to 0 at the end): it buys about a point of
 -- test accuracy over a constant rate for the same number of epochs.
 local steps_per_epoch = (ntrain + opts.batch - 1) // opts.batch
@@ -103,27 +102,15 @@ local function lr_at(t)
   return opts.lr * 0.5 * (1 + math.cos(math.pi * t / total_steps))
 end
 
-local acc = 0
-local t_train = 0
-for epoch = 1, opts.epochs do
-  local t0 = clock()
-  local loss_sum = v100.zeros({}, f32)
-  local nbatches = 0
-  for xb, yb in data.batches(xtrain, ytrain, opts.batch, {shuffle = true, seed = opts.seed * 1000 + epoch}) do
-    local loss <close> = train_step(xb, yb, lr_at(step))
+train.fit{
+  epochs = opts.epochs, device = dev, loss_digits = 6,
+  batches = function(epoch)
+    return data.batches(xtrain, ytrain, opts.batch, { shuffle = true, seed = opts.seed * 1000 + epoch })
+  end,
+  step = function(xb, yb)
+    local loss = train_step(xb, yb, lr_at(step))
     step = step + 1
-    loss_sum:add_(loss)
-    nbatches = nbatches + 1
-    xb:free()
-    yb:free()
-  end
-  local mean_loss = loss_sum:item() / nbatches -- item() waits for the device
-  local dt = clock() - t0
-  t_train = t_train + dt
-  acc = evaluate()
-  print(string.format('epoch %d/%d  loss %.6f  test accuracy %.4f  images/s %.0f  (%.1fs)',
-    epoch, opts.epochs, mean_loss, acc, ntrain / dt, dt))
-  io.stdout:flush()
-end
-print(string.format('# training time %.1fs (%.0f images/s)', t_train, ntrain * opts.epochs / t_train))
-print(string.format('test accuracy: %.4f', acc))
+    return loss
+  end,
+  test = { x = xtest, y = ytest, forward = forward },
+}

@@ -1,73 +1,127 @@
--- v100.recipe: the pieces every training recipe (recipes/*.lua) repeats: command-line options,
--- Fashion-MNIST as standardised tensors, a test-accuracy loop, and timing/printing.
+-- v100.recipe: the pieces every training recipe (recipes/*.lua) repeats: command-line options
+-- (declared once, parsed by lua-argparse), Fashion-MNIST as standardised tensors, a test-accuracy
+-- loop, and timing/printing. The epoch loop itself is v100.train.
 --
 -- The recipes' output lines are parsed by tests and quoted in docs, so nothing here prints on its
--- own: the recipe keeps every line it writes, and these helpers only do the work around them.
+-- own (bar argparse's --help and errors): the recipe, or v100.train's loop, writes every line.
 local v100 = require 'v100'
 local data = require 'v100.data'
 
 local recipe = {}
 
--- recipe.options{ name = 'x.lua', usage = text, defaults = {...}, numeric = {key = true},
---                 optional = {key = true}, choices = {key = {'a', 'b'}} }
--- Parses the global `arg` (--key value or --key=value) over a copy of defaults and returns
--- (opts, usage). Keys in `optional` are accepted although their default is nil (--device,
--- --root); `numeric` values become numbers (integers when integral); a `choices` value must be
--- one of its list. usage(msg) prints "name: msg" and the usage text to stderr and exits 2;
--- usage() (also --help/-h) prints the usage text to stdout and exits 0.
-function recipe.options(spec)
-  local opts = {}
-  for k, v in pairs(spec.defaults) do opts[k] = v end
-  local numeric, optional, choices = spec.numeric or {}, spec.optional or {}, spec.choices or {}
+-- ---- command-line options (lua-argparse) ----
+--
+-- A recipe declares each option once, as one row, and recipe.options turns every row into one
+-- argparse option: the row's default becomes the option's default (shown in --help as
+-- "(default: x)"), its check becomes the converter (or the choices), its text the help line.
+--
+--   local opts = recipe.options{
+--     name = 'x.lua', description = 'what it trains', epilog = 'what it prints',
+--     { '--epochs', 2, 'training epochs', recipe.integer{ min = 1 } },
+--     { '--schedule', 'cosine', 'cosine decay or a constant lr', { 'cosine', 'constant' } },
+--     { '--root', nil, 'data folder (default: ...)', argname = '<DIR>' },
+--   }
+--
+-- The check is a list of choices or a table from recipe.integer / recipe.number / recipe.device;
+-- a row without one takes any string (--root). Rows with a nil default are nil in opts unless
+-- given (their help text states what nil means). Keys of opts are the names without '--', '-'
+-- becoming '_' (opts.train_subset). Bad values, unknown options and stray arguments end the run through
+-- argparse: its usage line and "Error: option '--x' ..." on stderr, exit status 1; --help / -h
+-- prints every option and exits 0.
 
-  local function usage(msg)
-    local out = msg and io.stderr or io.stdout
-    if msg then out:write(spec.name, ': ', msg, '\n') end
-    out:write(spec.usage)
-    os.exit(msg and 2 or 0)
-  end
+local function quote(s) return "'" .. tostring(s) .. "'" end
 
-  local argv = arg or {}
-  local i = 1
-  while i <= #argv do
-    local a = argv[i]
-    if a == '--help' or a == '-h' then usage() end
-    local key, val = a:match('^%-%-([%w%-]+)=(.*)$')
-    if not key then
-      key = a:match('^%-%-([%w%-]+)$')
-      if not key then usage('unexpected argument ' .. a) end
-      i = i + 1
-      val = argv[i]
-      if val == nil then usage('missing value for --' .. key) end
-    end
-    if opts[key] == nil and not optional[key] then usage('unknown option --' .. key) end
-    local allowed = choices[key]
-    if allowed then
-      local ok = false
-      for _, c in ipairs(allowed) do ok = ok or val == c end
-      if not ok then usage('--' .. key .. ' is ' .. table.concat(allowed, ' or ') .. ', got ' .. val) end
-    end
-    if numeric[key] then
-      local n = tonumber(val)
-      if not n then usage('--' .. key .. ' needs a number, got ' .. val) end
-      val = math.tointeger(n) or n
-    end
-    opts[key] = val
-    i = i + 1
-  end
-  return opts, usage
+-- An integer option, optionally bounded: recipe.integer{ min = 1 } ("a positive integer").
+function recipe.integer(range)
+  local min, max = range and range.min, range and range.max
+  return {
+    argname = '<N>',
+    convert = function(s)
+      local n = math.tointeger(tonumber(s))
+      if not n or (min and n < min) or (max and n > max) then
+        local want = 'an integer'
+        if min == 1 and not max then want = 'a positive integer'
+        elseif min == 0 and not max then want = 'a non-negative integer'
+        elseif min and max then want = ('an integer in [%d, %d]'):format(min, max)
+        elseif min then want = 'an integer >= ' .. min
+        elseif max then want = 'an integer <= ' .. max end
+        return nil, 'needs ' .. want .. ', got ' .. quote(s)
+      end
+      return n
+    end,
+  }
 end
 
--- Each of keys (in order) must be an integer >= 1, or >= 0 when listed in nonneg; the first that
--- is not ends the run through usage ("--k must be a positive integer" / "non-negative").
-function recipe.check_integers(opts, usage, keys, nonneg)
-  nonneg = nonneg or {}
-  for _, k in ipairs(keys) do
-    local v = opts[k]
-    if not math.tointeger(v) or v < 0 or (not nonneg[k] and v == 0) then
-      usage('--' .. k .. ' must be a ' .. (nonneg[k] and 'non-negative' or 'positive') .. ' integer')
+-- A finite number option: range fields gt / min (>=) / lt / max (<=), e.g.
+-- recipe.number{ min = 0, lt = 1 }.
+-- The value keeps Lua's reading of the text (tonumber: "1" is an integer, "0.1" a float), as the
+-- literal defaults of the recipes did.
+function recipe.number(range)
+  range = range or {}
+  local want = {}
+  if range.gt then want[#want + 1] = '> ' .. range.gt end
+  if range.min then want[#want + 1] = '>= ' .. range.min end
+  if range.lt then want[#want + 1] = '< ' .. range.lt end
+  if range.max then want[#want + 1] = '<= ' .. range.max end
+  local what = #want > 0 and 'a finite number ' .. table.concat(want, ' and ') or 'a finite number'
+  return {
+    argname = '<X>',
+    convert = function(s)
+      local x = tonumber(s)
+      if not x or x ~= x or x == math.huge or x == -math.huge or
+        (range.gt and x <= range.gt) or (range.min and x < range.min) or
+        (range.lt and x >= range.lt) or (range.max and x > range.max) then
+        return nil, 'needs ' .. what .. ', got ' .. quote(s)
+      end
+      return x
+    end,
+  }
+end
+
+-- A device name: cpu, cuda or cuda:N (whether that device exists is the runtime's to say).
+recipe.device = {
+  argname = '<DEV>',
+  convert = function(s)
+    if s == 'cpu' or s == 'cuda' or s:match('^cuda:%d+$') then return s end
+    return nil, 'is cpu, cuda or cuda:N, got ' .. quote(s)
+  end,
+}
+
+-- The argparse parser of a spec (see above); recipe.options parses arg with it, tests call
+-- parser:pparse(argv) to see an error without the exit.
+function recipe.parser(spec)
+  local argparse = require 'argparse'
+  local p = argparse(spec.name, spec.description, spec.epilog)
+  for _, row in ipairs(spec) do
+    local name, default, help, check = row[1], row[2], row[3], row[4]
+    assert(type(name) == 'string' and name:match('^%-%-%w[%w%-]*$') and type(help) == 'string',
+      'recipe.options: a row is { "--name", default, "help text", check }')
+    local o = p:option(name, help, default ~= nil and tostring(default) or nil)
+    local argname = row.argname
+    if type(check) == 'table' and check.convert then
+      local convert = check.convert
+      o:convert(function(s)
+        local v, why = convert(s)
+        if v == nil then return nil, ('option %s %s'):format(quote(name), why) end
+        return v
+      end)
+      argname = argname or check.argname
+    elseif type(check) == 'table' then
+      o:choices(check)
+    else
+      assert(check == nil, 'recipe.options: the check of ' .. name .. ' is a list of choices or a converter')
     end
+    if argname then o:argname(argname) end
   end
+  return p
+end
+
+-- Parses `argv` (default: the global arg) with recipe.parser(spec); see above for errors. Returns
+-- opts and the parser, whose :error(msg) ends the run the same way for a check that involves more
+-- than one option or the data.
+function recipe.options(spec, argv)
+  local p = recipe.parser(spec)
+  return p:parse(argv or arg or {}), p
 end
 
 -- ---- data ----
