@@ -83,9 +83,29 @@ vl_status vl_ag_to(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out);
 vl_status vl_ag_clone(vl_tensor *t, vl_tensor **out);
 
 /* ---- helpers for writing recorded ops (also used by runtime/autograd/nn_*.c) ----
- * A recorded op is: the raw op, one VL_AG_RECORD (runtime/autograd/autograd.h) declaring the
+ * A recorded op is the raw op, one VL_AG_RECORD (runtime/autograd/autograd.h) declaring the
  * node, and vl_ag_out; its backward reads VL_AG_CTX and vl_node_saved and hands each gradient
- * to vl_ag_give / vl_ag_give_n. */
+ * to vl_ag_give / vl_ag_give_n. For example (y = x^k, k a scalar):
+ *
+ *   typedef struct powk_ctx { double k; } powk_ctx;
+ *   static vl_status powk_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
+ *     double k = VL_AG_CTX(n, powk_ctx)->k;
+ *     vl_tensor *x, *t[2] = {0}, *r = NULL;
+ *     VL_TRY(vl_node_saved(n, 0, &x));
+ *     vl_status s = vl_binary_scalar(VL_BIN_POW, x, k - 1, false, &t[0]);       // x^(k-1)
+ *     if (s == VL_OK) s = vl_binary_scalar(VL_BIN_MUL, t[0], k, false, &t[1]);  // k x^(k-1)
+ *     if (s == VL_OK) s = vl_binary(VL_BIN_MUL, go[0], t[1], 1.0, &r);
+ *     vl_ag_drop(2, t);
+ *     return vl_ag_give_n(n, s, 1, &r, gi);   // consumes r, on failure too
+ *   }
+ *   vl_status vl_ag_powk(vl_tensor *x, double k, vl_tensor **out) {
+ *     vl_tensor *r;
+ *     VL_TRY(vl_binary_scalar(VL_BIN_POW, x, k, false, &r));
+ *     powk_ctx c = {k};
+ *     return vl_ag_out(VL_AG_RECORD(.name = "PowkBackward", .backward = powk_bw, .nin = 1, .in = &x,
+ *                                   .out = &r, .save = {x}, VL_AG_CTX_OF(c)), r, out);
+ *   }
+ */
 /* Releases the temporaries t[0..k) of a formula. */
 static inline void vl_ag_drop(int k, vl_tensor **t) {
   for (int i = 0; i < k; i++) {
