@@ -39,9 +39,11 @@ static void ref_free(void *ud) {
 
 static lua_State *run_L(lua_State *main) { return cur_L ? cur_L : main; }
 
-/* Turns a caught Lua error (at the top of L) into a runtime failure. */
+/* Turns a caught Lua error (at the top of L) into a runtime failure; the prefix is left out when
+ * the message already starts with it (a backward nested in a backward fails through each level). */
 static vl_status lua_failure(lua_State *L, const char *prefix) {
   const char *msg = lua_tostring(L, -1);
+  if (msg && strncmp(msg, prefix, strlen(prefix)) == 0) prefix = "";
   vl_status s = vl_fail(VL_EINVAL, "%s%s", prefix, msg ? msg : "(error object is not a string)");
   lua_pop(L, 1);
   return s;
@@ -282,18 +284,18 @@ static int a_grad(lua_State *L) {
 
 /* ---- autograd.Function: the C side ---- */
 
+/* The context of a Lua Function's node (copied into the node by vl_ag_record). */
 typedef struct fn_ctx {
   lua_ref backward; /* the Lua backward function */
   int ctx_ref;      /* the ctx table */
-  char *name;
+  char *name;       /* the node's name */
 } fn_ctx;
 
-static void fn_ctx_free(vl_node *n) {
-  fn_ctx *c = (fn_ctx *)n->ctx;
+static void fn_ctx_free(void *ud) {
+  fn_ctx *c = (fn_ctx *)ud;
   luaL_unref(c->backward.main, LUA_REGISTRYINDEX, c->backward.ref);
   luaL_unref(c->backward.main, LUA_REGISTRYINDEX, c->ctx_ref);
   free(c->name);
-  free(c);
 }
 
 static vl_status raise_status(lua_State *L, vl_status s) { return (vl_status)vl_lua_error(L, s); }
@@ -303,7 +305,7 @@ static int fn_backward_tramp(lua_State *L) {
   vl_node *n = (vl_node *)lua_touserdata(L, 1);
   vl_tensor *const *go = (vl_tensor *const *)lua_touserdata(L, 2);
   vl_tensor **gi = (vl_tensor **)lua_touserdata(L, 3);
-  fn_ctx *c = (fn_ctx *)n->ctx;
+  const fn_ctx *c = VL_AG_CTX(n, fn_ctx);
   lua_settop(L, 0);
   luaL_checkstack(L, n->nout + n->nin + 8, "autograd.Function: too many values");
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->backward.ref);
@@ -341,7 +343,7 @@ static int fn_backward_tramp(lua_State *L) {
 }
 
 static vl_status fn_backward(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  fn_ctx *c = (fn_ctx *)n->ctx;
+  const fn_ctx *c = VL_AG_CTX(n, fn_ctx);
   lua_State *L = run_L(c->backward.main);
   if (!lua_checkstack(L, 5)) return vl_fail(VL_EOOM, "%s.backward: Lua stack overflow", c->name);
   lua_pushcfunction(L, fn_backward_tramp);
@@ -395,39 +397,37 @@ static int a_function_record(lua_State *L) {
     }
     out[o] = t;
   }
-  fn_ctx *c = (fn_ctx *)calloc(1, sizeof *c);
-  if (!c) return luaL_error(L, "%s: out of host memory", name);
-  size_t len = strlen(name) + 1;
-  c->name = (char *)malloc(len);
-  if (c->name) memcpy(c->name, name, len);
-  vl_node *n;
-  vl_status s = c->name ? vl_node_create(c->name, fn_backward, nargs, in, nout, &n)
-                        : vl_fail(VL_EOOM, "%s: out of host memory", name);
-  if (s != VL_OK) {
-    free(c->name);
-    free(c);
-    return vl_lua_error(L, s);
-  }
-  c->backward.main = main_thread(L);
-  lua_pushvalue(L, 2);
-  c->backward.ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_pushvalue(L, 3);
-  c->ctx_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  n->ctx = c;
-  n->ctx_free = fn_ctx_free;
+  /* The saved tensors first: a bad one raises before anything is owned by the recording. */
+  vl_ag_rec rec = {.backward = fn_backward, .nin = nargs, .in = in, .nout = nout, .out = out};
   int nsave = (int)lua_rawlen(L, 7);
-  for (int i = 0; i < nsave && s == VL_OK; i++) {
+  if (nsave > VL_NODE_MAX_SAVED)
+    return luaL_error(L, "%s: save_for_backward: at most %d tensors can be saved (got %d)", name, VL_NODE_MAX_SAVED,
+                      nsave);
+  for (int i = 0; i < nsave; i++) {
     lua_rawgeti(L, 7, i + 1);
-    vl_tensor *t = vl_lua_testtensor(L, -1);
+    rec.save[i] = vl_lua_testtensor(L, -1);
+    if (!rec.save[i] && luaL_testudata(L, -1, VL_LUA_TENSOR_MT))
+      return luaL_error(L, "%s: save_for_backward: argument %d: tensor used after free", name, i + 1);
+    if (!rec.save[i])
+      return luaL_error(L, "%s: save_for_backward: argument %d is a %s, not a tensor", name, i + 1,
+                        luaL_typename(L, -1));
     lua_pop(L, 1);
-    if (!t) s = vl_fail(VL_EINVAL, "%s: save_for_backward argument %d is not a tensor", name, i + 1);
-    else s = vl_node_save(n, t);
   }
-  if (s != VL_OK) {
-    vl_node_release(n);
-    return vl_lua_error(L, s);
-  }
-  s = vl_ag_finish(n, nout, out);
+  if (nout == 0) return 0; /* no outputs: nothing to attach a node to */
+  fn_ctx c = {{main_thread(L), LUA_NOREF}, LUA_NOREF, NULL};
+  size_t len = strlen(name) + 1;
+  c.name = (char *)malloc(len);
+  if (!c.name) return luaL_error(L, "%s: out of host memory", name);
+  memcpy(c.name, name, len);
+  lua_pushvalue(L, 2);
+  c.backward.ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushvalue(L, 3);
+  c.ctx_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  rec.name = c.name;
+  rec.ctx = &c;
+  rec.ctx_size = sizeof c;
+  rec.ctx_free = fn_ctx_free; /* from here on the references belong to the recording */
+  vl_status s = vl_ag_record(&rec);
   if (s != VL_OK) return vl_lua_error(L, s);
   return 0;
 }

@@ -1,10 +1,12 @@
 /* runtime/autograd/autograd.h: reverse-mode automatic differentiation (the tape).
  *
  * Recording: the autograd-aware op wrappers (runtime/autograd/ops.h, vl_ag_*) call the raw op
- * (runtime/ops/ops.h, tensor.h, nn.h) and, when grad mode is on and an input requires grad, create a
- * vl_node whose edges point at the producers of the inputs, save what the backward formula needs,
- * and attach the node to the outputs (meta->grad_fn, output_nr). Raw ops never record, so the
- * backward formulas, written with raw ops, build no graph (no double backward).
+ * (runtime/ops/ops.h, tensor.h, nn.h) and declare the op with one vl_ag_record call: when grad
+ * mode is on and an input requires grad, that creates a vl_node whose edges point at the
+ * producers of the inputs, copies the op's typed context (its scalars) into it, saves what the
+ * backward formula needs, and attaches the node to the outputs (meta->grad_fn, output_nr). Raw
+ * ops never record, so the backward formulas, written with raw ops, build no graph (no double
+ * backward). A backward that runs backward again (from a hook) may nest 32 levels deep.
  *
  * Leaves (tensors with requires_grad and no grad_fn) receive gradients through an accumulator
  * node (cached, non-owning, in the leaf's meta; the node owns a reference to the leaf).
@@ -76,10 +78,8 @@ struct vl_node {
   vl_tensor *saved[VL_NODE_MAX_SAVED];
   uint32_t saved_version[VL_NODE_MAX_SAVED];
   bool saved_released;        /* after a backward without retain_graph */
-  double scalars[8];          /* op parameters (alpha, dims, eps, ...) */
-  int64_t ints[16];
-  void *ctx;                  /* op- or binding-specific state */
-  void (*ctx_free)(vl_node *n);
+  void *ctx;                  /* the op's typed context (vl_ag_rec.ctx, copied; VL_AG_CTX reads it) */
+  void (*ctx_free)(void *ctx); /* releases what ctx refers to (Lua references); may be NULL */
   vl_tensor *leaf;            /* AccumulateGrad only: owning reference to the leaf */
   vl_hook *hooks;             /* tensor hooks of outputs (non-leaf tensors) */
   uint64_t seq;               /* creation order; among ready nodes, the newest runs first */
@@ -126,19 +126,50 @@ vl_status vl_register_hook(vl_tensor *t, vl_grad_hook_fn fn, void *ud, void (*ud
 vl_status vl_register_post_accumulate_hook(vl_tensor *t, vl_post_hook_fn fn, void *ud, void (*ud_free)(void *), int *id);
 vl_status vl_remove_hook(vl_tensor *t, int id);
 
-/* ---- building graphs (used by vl_ag_* and by the bindings for Lua-defined Functions) ---- */
+/* ---- recording an op (used by vl_ag_* and by the bindings for Lua-defined Functions) ---- */
 /* Whether an op over these inputs must record (grad mode on and some input requires grad). */
 bool vl_ag_needs(int n, vl_tensor *const *inputs);
-/* A node with edges to the inputs' producers (accumulators for leaves that require grad). */
-vl_status vl_node_create(const char *name, vl_backward_fn fn, int nin, vl_tensor *const *inputs, int nout,
-                         vl_node **out);
-/* Makes outputs[i] (fresh tensors, no grad_fn) results of node n: requires_grad, grad_fn, nr. */
-vl_status vl_node_set_outputs(vl_node *n, int nout, vl_tensor *const *outputs);
-/* Saves t (a new reference and its storage version) in slot n->nsaved++. */
-vl_status vl_node_save(vl_node *n, vl_tensor *t);
-/* Saved tensor i, failing with VL_EINVAL "<node>: a tensor saved for backward was modified in
- * place (version v1, now v2)" or "... already freed: use retain_graph=true ...". Borrowed. */
+
+/* One recorded op, declared in one place: its node's name and backward, its inputs (edges to
+ * their producers), its outputs, the tensors its backward reads and a typed context struct with
+ * the op's scalars (copied into the node). */
+typedef struct vl_ag_rec {
+  const char *name;            /* "MulBackward"; must outlive the node (static, or inside ctx) */
+  vl_backward_fn backward;     /* NULL: no gradient flows to the inputs (fills) */
+  int nin;
+  vl_tensor *const *in;        /* NULL entries are absent optional operands: no edge, no gradient */
+  int nout;                    /* 0 means 1 */
+  vl_tensor *const *out;       /* fresh results, or a tensor written in place (its history is rebased
+                                  onto the node); non-float ones stay out of the graph */
+  vl_tensor *save[VL_NODE_MAX_SAVED]; /* for backward, in slot order; a NULL slot stays empty */
+  const void *ctx;             /* ctx_size bytes copied into the node; see VL_AG_CTX */
+  size_t ctx_size;
+  /* Releases what a context refers to (not the copy itself). From the call on those resources
+   * belong to the recording: ctx_free runs on the node's copy when the node dies, or on `ctx`
+   * itself when vl_ag_record fails before copying it or records nothing. */
+  void (*ctx_free)(void *ctx);
+  bool view;                   /* outputs sharing in[0]'s storage are views (in-place ops on them are
+                                  refused while they require grad) */
+  bool always;                 /* record even when no input requires grad (the caller decided) */
+} vl_ag_rec;
+
+/* Records r when grad mode is on and an input requires grad (or r->always) and some output is
+ * floating-point; otherwise does nothing. Saved tensors are kept with their storage version.
+ * On failure nothing is recorded: the node and its saved tensors are released and the outputs'
+ * autograd state is as it was. */
+vl_status vl_ag_record(const vl_ag_rec *r);
+#define VL_AG_RECORD(...) vl_ag_record(&(const vl_ag_rec){__VA_ARGS__})
+/* Designated initialisers for a context struct c: .ctx = &c, .ctx_size = sizeof c. */
+#define VL_AG_CTX_OF(c) .ctx = &(c), .ctx_size = sizeof(c)
+/* The typed context of node n in its backward: const vl_conv2d_params *p = VL_AG_CTX(n, vl_conv2d_params). */
+#define VL_AG_CTX(n, type) ((const type *)(n)->ctx)
+
+/* Saved tensor i (borrowed; NULL for a slot left empty), failing with VL_EINVAL "<node>: a tensor
+ * saved for backward was modified in place (version v1, now v2)" or "... a second time (the saved
+ * tensors were already freed): use retain_graph=true ...". */
 vl_status vl_node_saved(vl_node *n, int i, vl_tensor **out);
+/* Saved tensors 0..k-1 into out[0..k) (all checked as vl_node_saved does). */
+vl_status vl_node_saved_n(vl_node *n, int k, vl_tensor **out);
 vl_node *vl_node_retain(vl_node *n);
 void vl_node_release(vl_node *n);
 

@@ -1,6 +1,7 @@
 /* runtime/autograd/engine.c: the engine that runs a recorded graph backwards (vl_backward,
  * vl_autograd_grad). Iterative throughout: an explicit DFS stack to count dependencies, a
  * max-heap of ready nodes (newest first, as PyTorch), so arbitrarily deep graphs are fine. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,6 +158,13 @@ static vl_status eng_add(engine *e, size_t idx, int nr, vl_tensor *g) {
   return s;
 }
 
+/* Prefixes the message unless it already starts with the prefix: a hook that runs backward
+ * again fails through every level of the nesting, and the cause must stay readable. */
+static vl_status fail_prefix_once(vl_status s, const char *prefix) {
+  if (strncmp(vl_errmsg(), prefix, strlen(prefix)) == 0) return s;
+  return vl_fail_prefix(s, "%s", prefix);
+}
+
 static vl_status check_grad(const vl_node *producer, int j, const vl_node *to, int nr, const vl_tensor *g) {
   char s1[VL_DESC_LEN], s2[VL_DESC_LEN];
   if (to->out_ndim[nr] < 0) return VL_OK;
@@ -176,7 +184,11 @@ static vl_status run_hooks(const char *who, vl_hook *list, int nr, vl_tensor **g
       if (!h->fn || (nr >= 0 && h->output_nr != nr) || (h->fn == vl_ag_retain_hook) != (pass == 1)) continue;
       vl_tensor *rep = NULL;
       vl_status s = h->fn(h->ud, *g, &rep);
-      if (s != VL_OK) return vl_fail_prefix(s, "%s hook: ", who);
+      if (s != VL_OK) {
+        char prefix[128];
+        snprintf(prefix, sizeof prefix, "%s hook: ", who);
+        return fail_prefix_once(s, prefix);
+      }
       if (!rep) continue;
       if (!same_shape(rep, (*g)->ndim, (*g)->size) || rep->dtype != (*g)->dtype) {
         char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
@@ -216,13 +228,13 @@ static vl_status run_accumulate(engine *e, size_t idx) {
     }
   } else {
     vl_status s = vl_binary_(VL_BIN_ADD, m->grad, g, 1.0);
-    if (s != VL_OK) return vl_fail_prefix(s, "AccumulateGrad: ");
+    if (s != VL_OK) return fail_prefix_once(s, "AccumulateGrad: ");
   }
   for (vl_hook *h = m->hooks, *next; h; h = next) {
     next = h->next;
     if (!h->post) continue;
     vl_status s = h->post(h->ud, leaf);
-    if (s != VL_OK) return vl_fail_prefix(s, "post-accumulate-grad hook: ");
+    if (s != VL_OK) return fail_prefix_once(s, "post-accumulate-grad hook: ");
   }
   return VL_OK;
 }
@@ -360,9 +372,18 @@ static vl_status prepare_roots(const char *op, int n, vl_tensor *const *roots, v
   return VL_OK;
 }
 
+/* Backward may run inside backward (a hook or a Function's backward calling it); one that keeps
+ * re-entering its own graph would otherwise recurse until the C or Lua stack gives out. */
+#define MAX_BACKWARD_DEPTH 32
+
 static vl_status run_graph(const char *op, int n, vl_tensor *const *roots, vl_tensor *const *grads, bool retain,
                            int nin, vl_tensor *const *inputs, vl_tensor **results) {
   if (n <= 0) return vl_fail(VL_EINVAL, "%s: no outputs given", op);
+  if (vl_ctx()->backward_depth >= MAX_BACKWARD_DEPTH)
+    return vl_fail(VL_EINVAL,
+                   "%s: nested %d levels deep in backward: a hook or a Function's backward that runs backward (or "
+                   "autograd.grad) on its own graph again recurses without end",
+                   op, MAX_BACKWARD_DEPTH);
   vl_edge *edges = calloc((size_t)n + (size_t)nin, sizeof *edges);
   vl_tensor **gs = calloc((size_t)n, sizeof *gs);
   int *capn = calloc((size_t)nin * 2 + 1, sizeof *capn);
@@ -385,6 +406,7 @@ static vl_status run_graph(const char *op, int n, vl_tensor *const *roots, vl_te
       s = vl_ag_edge_of(inputs[i], &edges[n + i]);
   }
   vl_ctx()->grad_enabled = false; /* backward formulas build no graph */
+  vl_ctx()->backward_depth++;
   if (s == VL_OK) s = eng_build(&e, n, edges);
   /* autograd.grad: an input's gradient is taken where it arrives (a node outside the graph
    * means the input is unreachable: its result stays NULL). */
@@ -397,6 +419,7 @@ static vl_status run_graph(const char *op, int n, vl_tensor *const *roots, vl_te
     e.items[idx].cap_first = i;
   }
   if (s == VL_OK) s = eng_exec(&e, n, edges, gs);
+  vl_ctx()->backward_depth--;
   vl_ctx()->grad_enabled = mode;
   eng_free(&e);
   for (int i = 0; i < n + nin && edges; i++) vl_node_release(edges[i].node);

@@ -1,23 +1,11 @@
 /* runtime/autograd/nn_norm.c: autograd-recording batch norm and layer norm (runtime/nn/nn.h).
  *
- * The nodes' inputs are x, then weight and bias when given (absent ones get no edge; ints[0]
- * and ints[1] say which are present). Saved: x, weight (when given), then the statistics the
- * raw forward returned. Backward formulas call the raw ops only, so they record nothing. */
-#include <stdlib.h>
-
-#include "runtime/autograd/autograd.h"
+ * The nodes' inputs are x, weight, bias (absent ones NULL: no edge). Saved: x, weight (when
+ * given), then the statistics the raw forward returned. Backward formulas call the raw ops only,
+ * so they record nothing. */
+#include "runtime/autograd/ops.h"
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops.h"
-
-/* Gradient g for an input of dtype `dt`: g itself or a converted copy; consumes g. */
-static vl_status grad_as(vl_tensor **g, vl_dtype dt) {
-  if (!*g || (*g)->dtype == dt) return VL_OK;
-  vl_tensor *c = NULL;
-  vl_status s = vl_to(*g, dt, (*g)->storage->device, &c);
-  vl_tensor_release(*g);
-  *g = s == VL_OK ? c : NULL;
-  return s;
-}
 
 /* ======================= batch norm ======================= */
 
@@ -61,137 +49,61 @@ static vl_status bn_eval_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *w, vl_
   return s;
 }
 
-static vl_status bn_backward(vl_node *n, vl_tensor *const *grads_out, vl_tensor **grads_in) {
-  bool has_w = n->ints[0] != 0, has_b = n->ints[1] != 0, training = n->ints[2] != 0;
-  int iw = has_w ? 1 : -1, ib = has_b ? 1 + has_w : -1;
-  for (int i = 0; i < n->nin; i++) grads_in[i] = NULL;
-  vl_tensor *dy = grads_out[0];
-  if (!dy) return VL_OK;
-  vl_tensor *x, *w = NULL, *mean, *invstd;
-  int k = 0;
-  VL_TRY(vl_node_saved(n, k++, &x));
-  if (has_w) VL_TRY(vl_node_saved(n, k++, &w));
-  VL_TRY(vl_node_saved(n, k++, &mean));
-  VL_TRY(vl_node_saved(n, k++, &invstd));
-  bool want_x = n->next[0].node != NULL;
-  bool want_w = has_w && n->next[iw].node != NULL, want_b = has_b && n->next[ib].node != NULL;
-  vl_tensor *dx = NULL, *dw = NULL, *db = NULL;
-  vl_status s;
-  if (training)
-    s = vl_batch_norm_backward(x, dy, w, mean, invstd, n->scalars[0], want_x ? &dx : NULL, want_w ? &dw : NULL,
-                               want_b ? &db : NULL);
-  else
-    s = bn_eval_backward(x, dy, w, mean, invstd, want_x ? &dx : NULL, want_w ? &dw : NULL, want_b ? &db : NULL);
-  if (s == VL_OK && want_w) s = grad_as(&dw, w->dtype);
-  if (s == VL_OK && want_b) s = grad_as(&db, (vl_dtype)n->ints[3]);
-  if (s != VL_OK) {
-    vl_tensor_release(dx), vl_tensor_release(dw), vl_tensor_release(db);
-    return s;
-  }
-  grads_in[0] = dx;
-  if (has_w) grads_in[iw] = dw;
-  if (has_b) grads_in[ib] = db;
-  return VL_OK;
+typedef struct bn_ctx {
+  bool training;
+  double eps;
+} bn_ctx;
+
+static vl_status bn_backward(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
+  const bn_ctx *c = VL_AG_CTX(n, bn_ctx);
+  vl_tensor *sv[4], *g[3] = {0}, *dy = go[0];
+  VL_TRY(vl_node_saved_n(n, 4, sv)); /* x, weight, mean, invstd */
+  vl_tensor **dx = vl_ag_wants(n, 0) ? &g[0] : NULL, **dw = vl_ag_wants(n, 1) ? &g[1] : NULL,
+            **db = vl_ag_wants(n, 2) ? &g[2] : NULL;
+  vl_status s = c->training ? vl_batch_norm_backward(sv[0], dy, sv[1], sv[2], sv[3], c->eps, dx, dw, db)
+                            : bn_eval_backward(sv[0], dy, sv[1], sv[2], sv[3], dx, dw, db);
+  return vl_ag_give_n(n, s, 3, g, gi); /* converts dweight/dbias to the parameters' dtypes */
 }
 
 vl_status vl_ag_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
                            vl_tensor *running_var, bool training, double momentum, double eps, vl_tensor **y) {
-  vl_tensor *inputs[3];
-  int nin = 0;
-  inputs[nin++] = x;
-  if (weight) inputs[nin++] = weight;
-  if (bias) inputs[nin++] = bias;
-  if (!vl_ag_needs(nin, inputs))
+  vl_tensor *in[3] = {x, weight, bias};
+  if (!vl_ag_needs(3, in))
     return vl_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, y, NULL, NULL);
   vl_tensor *r = NULL, *mean = NULL, *invstd = NULL;
   VL_TRY(vl_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, &r, &mean, &invstd));
-  vl_node *n = NULL;
-  vl_status s = vl_node_create("BatchNormBackward", bn_backward, nin, inputs, 1, &n);
-  if (s == VL_OK) {
-    n->ints[0] = weight != NULL;
-    n->ints[1] = bias != NULL;
-    n->ints[2] = training;
-    n->ints[3] = bias ? (int64_t)bias->dtype : 0;
-    n->scalars[0] = eps;
-    s = vl_node_save(n, x);
-    if (s == VL_OK && weight) s = vl_node_save(n, weight);
-    if (s == VL_OK) s = vl_node_save(n, mean);
-    if (s == VL_OK) s = vl_node_save(n, invstd);
-    if (s == VL_OK) s = vl_node_set_outputs(n, 1, &r);
-  }
-  if (n) vl_node_release(n);
+  bn_ctx c = {training, eps};
+  vl_status s = VL_AG_RECORD(.name = "BatchNormBackward", .backward = bn_backward, .nin = 3, .in = in, .out = &r,
+                             .save = {x, weight, mean, invstd}, VL_AG_CTX_OF(c));
   vl_tensor_release(mean);
   vl_tensor_release(invstd);
-  if (s != VL_OK) {
-    vl_tensor_release(r);
-    return s;
-  }
-  *y = r;
-  return VL_OK;
+  return vl_ag_out(s, r, y);
 }
 
 /* ======================= layer norm ======================= */
 
-static vl_status ln_backward(vl_node *n, vl_tensor *const *grads_out, vl_tensor **grads_in) {
-  bool has_w = n->ints[0] != 0, has_b = n->ints[1] != 0;
-  int nnorm = (int)n->ints[2];
-  int iw = has_w ? 1 : -1, ib = has_b ? 1 + has_w : -1;
-  for (int i = 0; i < n->nin; i++) grads_in[i] = NULL;
-  vl_tensor *dy = grads_out[0];
-  if (!dy) return VL_OK;
-  vl_tensor *x, *w = NULL, *mean, *rstd;
-  int k = 0;
-  VL_TRY(vl_node_saved(n, k++, &x));
-  if (has_w) VL_TRY(vl_node_saved(n, k++, &w));
-  VL_TRY(vl_node_saved(n, k++, &mean));
-  VL_TRY(vl_node_saved(n, k++, &rstd));
-  bool want_x = n->next[0].node != NULL;
-  bool want_w = has_w && n->next[iw].node != NULL, want_b = has_b && n->next[ib].node != NULL;
-  vl_tensor *dx = NULL, *dw = NULL, *db = NULL;
-  vl_status s = vl_layer_norm_backward(x, dy, nnorm, w, mean, rstd, want_x ? &dx : NULL, want_w ? &dw : NULL,
-                                       want_b ? &db : NULL);
-  if (s == VL_OK && want_w) s = grad_as(&dw, w->dtype);
-  if (s == VL_OK && want_b) s = grad_as(&db, (vl_dtype)n->ints[3]);
-  if (s != VL_OK) {
-    vl_tensor_release(dx), vl_tensor_release(dw), vl_tensor_release(db);
-    return s;
-  }
-  grads_in[0] = dx;
-  if (has_w) grads_in[iw] = dw;
-  if (has_b) grads_in[ib] = db;
-  return VL_OK;
+typedef struct ln_ctx {
+  int nnorm;
+} ln_ctx;
+
+static vl_status ln_backward(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
+  vl_tensor *sv[4], *g[3] = {0};
+  VL_TRY(vl_node_saved_n(n, 4, sv)); /* x, weight, mean, rstd */
+  vl_status s = vl_layer_norm_backward(sv[0], go[0], VL_AG_CTX(n, ln_ctx)->nnorm, sv[1], sv[2], sv[3],
+                                       vl_ag_wants(n, 0) ? &g[0] : NULL, vl_ag_wants(n, 1) ? &g[1] : NULL,
+                                       vl_ag_wants(n, 2) ? &g[2] : NULL);
+  return vl_ag_give_n(n, s, 3, g, gi);
 }
 
 vl_status vl_ag_layer_norm(vl_tensor *x, int nnorm, vl_tensor *weight, vl_tensor *bias, double eps, vl_tensor **y) {
-  vl_tensor *inputs[3];
-  int nin = 0;
-  inputs[nin++] = x;
-  if (weight) inputs[nin++] = weight;
-  if (bias) inputs[nin++] = bias;
-  if (!vl_ag_needs(nin, inputs)) return vl_layer_norm(x, nnorm, weight, bias, eps, y, NULL, NULL);
+  vl_tensor *in[3] = {x, weight, bias};
+  if (!vl_ag_needs(3, in)) return vl_layer_norm(x, nnorm, weight, bias, eps, y, NULL, NULL);
   vl_tensor *r = NULL, *mean = NULL, *rstd = NULL;
   VL_TRY(vl_layer_norm(x, nnorm, weight, bias, eps, &r, &mean, &rstd));
-  vl_node *n = NULL;
-  vl_status s = vl_node_create("LayerNormBackward", ln_backward, nin, inputs, 1, &n);
-  if (s == VL_OK) {
-    n->ints[0] = weight != NULL;
-    n->ints[1] = bias != NULL;
-    n->ints[2] = nnorm;
-    n->ints[3] = bias ? (int64_t)bias->dtype : 0;
-    n->scalars[0] = eps;
-    s = vl_node_save(n, x);
-    if (s == VL_OK && weight) s = vl_node_save(n, weight);
-    if (s == VL_OK) s = vl_node_save(n, mean);
-    if (s == VL_OK) s = vl_node_save(n, rstd);
-    if (s == VL_OK) s = vl_node_set_outputs(n, 1, &r);
-  }
-  if (n) vl_node_release(n);
+  ln_ctx c = {nnorm};
+  vl_status s = VL_AG_RECORD(.name = "LayerNormBackward", .backward = ln_backward, .nin = 3, .in = in, .out = &r,
+                             .save = {x, weight, mean, rstd}, VL_AG_CTX_OF(c));
   vl_tensor_release(mean);
   vl_tensor_release(rstd);
-  if (s != VL_OK) {
-    vl_tensor_release(r);
-    return s;
-  }
-  *y = r;
-  return VL_OK;
+  return vl_ag_out(s, r, y);
 }

@@ -1,8 +1,9 @@
-/* runtime/autograd/node.c: grad mode, per-tensor autograd state, nodes, hooks, and the engine that
- * runs a recorded graph backwards (see runtime/autograd/autograd.h for the model).
+/* runtime/autograd/node.c: grad mode, per-tensor autograd state, hooks, and nodes: recording an
+ * op (vl_ag_record), saved tensors, freeing a graph (see runtime/autograd/autograd.h for the
+ * model; runtime/autograd/engine.c runs a graph backwards).
  *
- * The engine is iterative (explicit stacks and a heap, never recursion over the graph), so a
- * chain of 100k ops neither overflows the C stack on backward nor when the graph is freed. */
+ * Freeing is iterative (an explicit stack, never recursion over the graph), so a chain of 100k
+ * ops does not overflow the C stack when the graph dies. */
 #include "runtime/autograd/autograd.h"
 #include "runtime/autograd/internal.h"
 
@@ -142,19 +143,10 @@ static int next_hook_id(const vl_tensor *t) {
   return (a > b ? a : b) + 1;
 }
 
-static vl_status add_hook(vl_tensor *t, vl_grad_hook_fn fn, vl_post_hook_fn post, void *ud, void (*ud_free)(void *),
-                          int *id) {
-  char d[VL_DESC_LEN];
-  const char *what = fn ? "register_hook" : "register_post_accumulate_grad_hook";
-  if (!vl_requires_grad(t))
-    return vl_fail(VL_EINVAL, "%s: cannot register a hook on a tensor that does not require grad (%s)", what,
-                   vl_tensor_desc(t, d, sizeof d));
+/* Fills h in and puts it on t's list (its grad_fn's for a non-leaf); cannot fail. */
+static void hook_attach(vl_tensor *t, vl_hook *h, vl_grad_hook_fn fn, vl_post_hook_fn post, void *ud,
+                        void (*ud_free)(void *)) {
   vl_autograd_meta *m = meta_of(t);
-  if (post && m->grad_fn)
-    return vl_fail(VL_EINVAL, "%s: post-accumulate-grad hooks can only be registered on leaf tensors (%s)", what,
-                   vl_tensor_desc(t, d, sizeof d));
-  vl_hook *h = calloc(1, sizeof *h);
-  if (!h) return vl_fail(VL_EOOM, "%s: out of host memory", what);
   h->id = next_hook_id(t);
   h->fn = fn;
   h->post = post;
@@ -166,6 +158,21 @@ static vl_status add_hook(vl_tensor *t, vl_grad_hook_fn fn, vl_post_hook_fn post
   } else {
     hook_append(&m->hooks, h);
   }
+}
+
+static vl_status add_hook(vl_tensor *t, vl_grad_hook_fn fn, vl_post_hook_fn post, void *ud, void (*ud_free)(void *),
+                          int *id) {
+  char d[VL_DESC_LEN];
+  const char *what = fn ? "register_hook" : "register_post_accumulate_grad_hook";
+  if (!vl_requires_grad(t))
+    return vl_fail(VL_EINVAL, "%s: cannot register a hook on a tensor that does not require grad (%s)", what,
+                   vl_tensor_desc(t, d, sizeof d));
+  if (post && meta_of(t)->grad_fn)
+    return vl_fail(VL_EINVAL, "%s: post-accumulate-grad hooks can only be registered on leaf tensors (%s)", what,
+                   vl_tensor_desc(t, d, sizeof d));
+  vl_hook *h = calloc(1, sizeof *h);
+  if (!h) return vl_fail(VL_EOOM, "%s: out of host memory", what);
+  hook_attach(t, h, fn, post, ud, ud_free);
   if (id) *id = h->id;
   return VL_OK;
 }
@@ -263,8 +270,13 @@ vl_node *vl_node_retain(vl_node *n) {
   return n;
 }
 
-static vl_status node_alloc(const char *name, vl_backward_fn fn, int nin, int nout, vl_node **out) {
-  vl_node *n = calloc(1, sizeof *n);
+/* The context is copied behind the node in the same allocation (one malloc per recorded op). */
+#define CTX_ALIGN 16
+static size_t ctx_offset(void) { return (sizeof(vl_node) + CTX_ALIGN - 1) / CTX_ALIGN * CTX_ALIGN; }
+
+static vl_status node_alloc(const char *name, vl_backward_fn fn, int nin, int nout, const void *ctx, size_t ctx_size,
+                            vl_node **out) {
+  vl_node *n = calloc(1, ctx_offset() + ctx_size);
   if (!n) return vl_fail(VL_EOOM, "%s: out of host memory", name);
   n->refcount = 1;
   n->name = name;
@@ -282,6 +294,10 @@ static vl_status node_alloc(const char *name, vl_backward_fn fn, int nin, int no
     free(n->out_dtype);
     free(n);
     return vl_fail(VL_EOOM, "%s: out of host memory", name);
+  }
+  if (ctx_size) {
+    n->ctx = (char *)n + ctx_offset();
+    if (ctx) memcpy(n->ctx, ctx, ctx_size);
   }
   for (int i = 0; i < nout; i++) n->out_ndim[i] = -1; /* no output there (yet) */
   n->seq = vl_ctx()->node_seq++;
@@ -305,7 +321,7 @@ static vl_status accumulator_of(vl_tensor *leaf, vl_node **out) {
     return VL_OK;
   }
   vl_node *n;
-  VL_TRY(node_alloc("AccumulateGrad", NULL, 0, 1, &n));
+  VL_TRY(node_alloc("AccumulateGrad", NULL, 0, 1, NULL, 0, &n));
   out_meta_from(n, 0, leaf);
   n->leaf = vl_tensor_retain(leaf);
   m->accumulator = n;
@@ -334,64 +350,93 @@ bool vl_ag_needs(int n, vl_tensor *const *inputs) {
   return false;
 }
 
-vl_status vl_node_create(const char *name, vl_backward_fn fn, int nin, vl_tensor *const *inputs, int nout,
-                         vl_node **out) {
-  vl_node *n;
-  VL_TRY(node_alloc(name, fn, nin, nout, &n));
-  for (int i = 0; i < nin; i++) {
-    vl_status s = vl_ag_edge_of(inputs[i], &n->next[i]);
-    if (s != VL_OK) {
-      vl_node_release(n);
-      return s;
-    }
-  }
-  *out = n;
-  return VL_OK;
-}
-
-vl_status vl_node_set_outputs(vl_node *n, int nout, vl_tensor *const *outputs) {
-  if (nout > n->nout) return vl_fail(VL_EINTERNAL, "%s: %d outputs for a node of %d", n->name, nout, n->nout);
-  for (int i = 0; i < nout; i++) {
+/* Makes the outputs results of n in two passes: everything that can fail (autograd state of
+ * the outputs, the hook a retained grad moves to) is allocated first, so that a failure leaves
+ * every output as it was. */
+static vl_status set_outputs(vl_node *n, int nout, vl_tensor *const *outputs) {
+  vl_hook *moved[64] = {0}, **mv = nout <= 64 ? moved : calloc((size_t)nout, sizeof *mv);
+  if (!mv) return vl_fail(VL_EOOM, "%s: out of host memory", n->name);
+  vl_status s = VL_OK;
+  for (int i = 0; i < nout && s == VL_OK; i++) {
     vl_tensor *t = outputs[i];
-    if (!t || !vl_dtype_is_float(t->dtype)) continue; /* not differentiable: stays out of the graph */
     vl_autograd_meta *m = NULL;
-    VL_TRY(meta_get(t, &m));
+    if (!t || !vl_dtype_is_float(t->dtype)) continue; /* not differentiable: stays out of the graph */
+    s = meta_get(t, &m);
+    if (s == VL_OK && m->grad_fn && m->retains_grad && !(mv[i] = calloc(1, sizeof(vl_hook))))
+      s = vl_fail(VL_EOOM, "%s: out of host memory", n->name);
+  }
+  for (int i = 0; i < nout && s == VL_OK; i++) {
+    vl_tensor *t = outputs[i];
+    if (!t || !vl_dtype_is_float(t->dtype)) continue;
+    vl_autograd_meta *m = meta_of(t);
     out_meta_from(n, i, t);
     vl_node *old = m->grad_fn;
     m->grad_fn = vl_node_retain(n);
     m->output_nr = i;
     m->requires_grad = true;
     /* An in-place op rebases t's history onto n: a retained grad moves with it. */
-    if (old && m->retains_grad) {
+    if (mv[i]) {
       remove_from(&old->hooks, match_retain, t);
-      m->retains_grad = false;
-      VL_TRY(vl_retain_grad(t));
+      hook_attach(t, mv[i], vl_ag_retain_hook, NULL, t, NULL);
+      mv[i] = NULL;
     }
     vl_node_release(old);
   }
-  return VL_OK;
+  for (int i = 0; i < nout; i++) free(mv[i]);
+  if (mv != moved) free(mv);
+  return s;
 }
 
-vl_status vl_node_save(vl_node *n, vl_tensor *t) {
-  if (n->nsaved >= VL_NODE_MAX_SAVED)
-    return vl_fail(VL_EINVAL, "%s: at most %d tensors can be saved for backward", n->name, VL_NODE_MAX_SAVED);
-  vl_tensor *a = NULL;
-  /* A NULL slot keeps positions stable for optional operands. An alias without autograd state
-   * breaks the cycle node -> saved output -> grad_fn -> node. */
-  if (t) VL_TRY(alias_of(t, &a));
-  n->saved[n->nsaved] = a;
-  n->saved_version[n->nsaved] = t ? t->storage->version : 0;
-  n->nsaved++;
-  return VL_OK;
+static void free_ctx_of(const vl_ag_rec *r) {
+  if (r->ctx_free && r->ctx) r->ctx_free((void *)r->ctx);
+}
+
+vl_status vl_ag_record(const vl_ag_rec *r) {
+  int nout = r->nout > 0 ? r->nout : 1, nsave = 0;
+  bool any_float = false;
+  for (int i = 0; i < nout; i++) any_float = any_float || (r->out[i] && vl_dtype_is_float(r->out[i]->dtype));
+  if (!any_float || !(r->always ? vl_ctx()->grad_enabled : vl_ag_needs(r->nin, r->in))) {
+    free_ctx_of(r);
+    return VL_OK;
+  }
+  for (int i = 0; i < VL_NODE_MAX_SAVED; i++)
+    if (r->save[i]) nsave = i + 1;
+  vl_node *n;
+  vl_status s = node_alloc(r->name, r->backward, r->nin, nout, r->ctx, r->ctx_size, &n);
+  if (s != VL_OK) {
+    free_ctx_of(r);
+    return s;
+  }
+  n->ctx_free = r->ctx_free;
+  for (int i = 0; i < r->nin && s == VL_OK; i++) s = vl_ag_edge_of(r->in[i], &n->next[i]);
+  /* Saved tensors are aliases without autograd state: that breaks the cycle node -> saved
+   * output -> grad_fn -> node. The version says whether they were modified in place since. */
+  for (int i = 0; i < nsave && s == VL_OK; i++) {
+    vl_tensor *t = r->save[i];
+    if (t) s = alias_of(t, &n->saved[i]);
+    n->saved_version[i] = t ? t->storage->version : 0;
+    if (s == VL_OK) n->nsaved = i + 1;
+  }
+  if (s == VL_OK) s = set_outputs(n, nout, r->out);
+  if (s == VL_OK && r->view && r->nin > 0 && r->in[0])
+    for (int i = 0; i < nout; i++)
+      if (r->out[i] && vl_dtype_is_float(r->out[i]->dtype) && r->out[i]->storage == r->in[0]->storage)
+        meta_of(r->out[i])->is_view = true;
+  vl_node_release(n); /* the outputs hold it now (or, on failure, nothing does) */
+  return s;
 }
 
 vl_status vl_node_saved(vl_node *n, int i, vl_tensor **out) {
+  if (i < 0 || i >= VL_NODE_MAX_SAVED) return vl_fail(VL_EINTERNAL, "%s: no saved tensor %d", n->name, i);
+  if (i >= n->nsaved) { /* nothing was saved there (an optional operand): nothing was freed either */
+    *out = NULL;
+    return VL_OK;
+  }
   if (n->saved_released)
     return vl_fail(VL_EINVAL,
                    "%s: trying to backward through the graph a second time (the saved tensors were already "
                    "freed): use retain_graph=true in the first backward",
                    n->name);
-  if (i < 0 || i >= n->nsaved) return vl_fail(VL_EINTERNAL, "%s: no saved tensor %d", n->name, i);
   vl_tensor *t = n->saved[i];
   if (t && t->storage->version != n->saved_version[i])
     return vl_fail(VL_EINVAL,
@@ -399,6 +444,14 @@ vl_status vl_node_saved(vl_node *n, int i, vl_tensor **out) {
                    "use an out-of-place op or clone() it first",
                    n->name, (unsigned)n->saved_version[i], (unsigned)t->storage->version);
   *out = t;
+  return VL_OK;
+}
+
+vl_status vl_node_saved_n(vl_node *n, int k, vl_tensor **out) {
+  vl_tensor *t[VL_NODE_MAX_SAVED];
+  if (k > VL_NODE_MAX_SAVED) return vl_fail(VL_EINTERNAL, "%s: no saved tensor %d", n->name, k - 1);
+  for (int i = 0; i < k; i++) VL_TRY(vl_node_saved(n, i, &t[i]));
+  memcpy(out, t, sizeof *t * (size_t)k);
   return VL_OK;
 }
 
@@ -432,7 +485,7 @@ static void node_destroy(vl_node *n, vl_node ***stack, size_t *len, size_t *cap)
     (*stack)[(*len)++] = c;
   }
   vl_ag_node_release_saved(n);
-  if (n->ctx_free) n->ctx_free(n);
+  if (n->ctx_free) n->ctx_free(n->ctx);
   hooks_free(n->hooks);
   if (n->leaf) {
     vl_autograd_meta *m = meta_of(n->leaf);

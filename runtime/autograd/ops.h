@@ -82,23 +82,55 @@ vl_status vl_ag_contiguous(vl_tensor *t, vl_tensor **out);
 vl_status vl_ag_to(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out);
 vl_status vl_ag_clone(vl_tensor *t, vl_tensor **out);
 
-/* ---- helpers for writing recorded ops (also used by runtime/autograd/nn_*.c) ---- */
+/* ---- helpers for writing recorded ops (also used by runtime/autograd/nn_*.c) ----
+ * A recorded op is the raw op, one VL_AG_RECORD (runtime/autograd/autograd.h) declaring the
+ * node, and vl_ag_out; its backward reads VL_AG_CTX and vl_node_saved and hands each gradient
+ * to vl_ag_give / vl_ag_give_n. For example (y = x^k, k a scalar):
+ *
+ *   typedef struct powk_ctx { double k; } powk_ctx;
+ *   static vl_status powk_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
+ *     double k = VL_AG_CTX(n, powk_ctx)->k;
+ *     vl_tensor *x, *t[2] = {0}, *r = NULL;
+ *     VL_TRY(vl_node_saved(n, 0, &x));
+ *     vl_status s = vl_binary_scalar(VL_BIN_POW, x, k - 1, false, &t[0]);       // x^(k-1)
+ *     if (s == VL_OK) s = vl_binary_scalar(VL_BIN_MUL, t[0], k, false, &t[1]);  // k x^(k-1)
+ *     if (s == VL_OK) s = vl_binary(VL_BIN_MUL, go[0], t[1], 1.0, &r);
+ *     vl_ag_drop(2, t);
+ *     return vl_ag_give_n(n, s, 1, &r, gi);   // consumes r, on failure too
+ *   }
+ *   vl_status vl_ag_powk(vl_tensor *x, double k, vl_tensor **out) {
+ *     vl_tensor *r;
+ *     VL_TRY(vl_binary_scalar(VL_BIN_POW, x, k, false, &r));
+ *     powk_ctx c = {k};
+ *     return vl_ag_out(VL_AG_RECORD(.name = "PowkBackward", .backward = powk_bw, .nin = 1, .in = &x,
+ *                                   .out = &r, .save = {x}, VL_AG_CTX_OF(c)), r, out);
+ *   }
+ */
+/* Releases the temporaries t[0..k) of a formula. */
+static inline void vl_ag_drop(int k, vl_tensor **t) {
+  for (int i = 0; i < k; i++) {
+    vl_tensor_release(t[i]);
+    t[i] = NULL;
+  }
+}
 /* Whether backward must produce a gradient for input j of n. */
 static inline bool vl_ag_wants(const vl_node *n, int j) { return n->next[j].node != NULL; }
-/* Makes outputs[0..nout) results of n and drops the caller's creation reference to n (also when
- * it fails). Non-float outputs are skipped. */
-vl_status vl_ag_finish(vl_node *n, int nout, vl_tensor *const *outputs);
+/* The end of a recorded op: *out = r when s is VL_OK, else r is released (out untouched). */
+vl_status vl_ag_out(vl_status s, vl_tensor *r, vl_tensor **out);
 /* grads_in[j] = g fitted to input j (summed over broadcast dims, converted to the input's dtype
  * and device); consumes g (NULL is fine: no gradient). */
 vl_status vl_ag_give(vl_node *n, int j, vl_tensor *g, vl_tensor **grads_in);
+/* The end of a backward formula that computed g[0..k) for inputs 0..k-1 with status s: gives
+ * each (vl_ag_give) when s is VL_OK; consumes all of g either way. */
+vl_status vl_ag_give_n(vl_node *n, vl_status s, int k, vl_tensor **g, vl_tensor **grads_in);
 /* The zero gradient of output i of n (for outputs that received none). */
 vl_status vl_ag_zeros_out(const vl_node *n, int i, vl_tensor **out);
 /* Zeros with the shape, dtype and device of input j of n (which must want a gradient). */
 vl_status vl_ag_zeros_in(const vl_node *n, int j, vl_tensor **out);
+/* The shape of input j of n (which must want a gradient), from its producer's metadata. */
+const int64_t *vl_ag_in_shape(const vl_node *n, int j, int *ndim);
 /* Checks for an in-place op `op` writing into a; `recording` says whether it will record. */
 vl_status vl_ag_check_inplace(const char *op, vl_tensor *a, bool recording);
-/* Marks out (a fresh view made by a recorded view op) as a view (in-place ops on it are refused). */
-void vl_ag_mark_view(vl_tensor *out);
 
 #ifdef __cplusplus
 }

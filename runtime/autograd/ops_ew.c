@@ -41,24 +41,19 @@ static vl_status zeros_like(vl_tensor *t, vl_tensor **o) {
   return vl_zeros(t->ndim, t->size, t->dtype, t->storage->device, o);
 }
 
-/* Releases the temporaries of a formula and hands r to input j (or drops it on failure). */
-static vl_status finish_grad(vl_status s, vl_tensor **tmp, int ntmp, vl_node *n, int j, vl_tensor *r, vl_tensor **gi) {
-  for (int i = 0; i < ntmp; i++) vl_tensor_release(tmp[i]);
-  if (s != VL_OK) {
-    vl_tensor_release(r);
-    return s;
-  }
-  return vl_ag_give(n, j, r, gi);
-}
-
 /* ---- unary ---- */
 
+typedef struct unary_ctx {
+  vl_unary_op op;
+  double lo, hi; /* clamp's bounds */
+} unary_ctx;
+
 static vl_status unary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  vl_unary_op op = (vl_unary_op)n->ints[0];
-  vl_tensor *g = go[0], *v = NULL, *t[3] = {0}, *r = NULL;
-  if (n->nsaved) VL_TRY(vl_node_saved(n, 0, &v));
+  const unary_ctx *c = VL_AG_CTX(n, unary_ctx);
+  vl_tensor *g = go[0], *v, *t[3] = {0}, *r = NULL;
+  VL_TRY(vl_node_saved(n, 0, &v));
   vl_status s = VL_OK;
-  switch (op) {
+  switch (c->op) {
     case VL_UN_NEG: s = vl_unary(VL_UN_NEG, g, &r); break;
     case VL_UN_ABS:
       s = vl_unary(VL_UN_SIGN, v, &t[0]);
@@ -70,8 +65,8 @@ static vl_status unary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
       break;
     case VL_UN_RELU: s = vl_binary(VL_BIN_RELU_BACKWARD, g, v, 1.0, &r); break; /* y > 0 iff x > 0 */
     case VL_UN_CLAMP: /* pass-through inside [lo, hi], bounds included (as PyTorch) */
-      s = vl_binary_scalar(VL_BIN_LT, v, n->scalars[0], false, &t[0]);
-      if (s == VL_OK) s = vl_binary_scalar(VL_BIN_GT, v, n->scalars[1], false, &t[1]);
+      s = vl_binary_scalar(VL_BIN_LT, v, c->lo, false, &t[0]);
+      if (s == VL_OK) s = vl_binary_scalar(VL_BIN_GT, v, c->hi, false, &t[1]);
       if (s == VL_OK) s = vl_binary(VL_BIN_LOGICAL_OR, t[0], t[1], 1.0, &t[2]);
       if (s == VL_OK) s = vl_masked_fill(g, t[2], 0.0, &r);
       break;
@@ -107,45 +102,29 @@ static vl_status unary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
       break;
     default: s = zeros_like(g, &r); break; /* sign, floor, ceil, round: zero almost everywhere */
   }
-  return finish_grad(s, t, 3, n, 0, r, gi);
+  vl_ag_drop(3, t);
+  return vl_ag_give_n(n, s, 1, &r, gi);
 }
 
 /* Records y = op(a) where a_val holds a's values as they were (a itself unless overwritten). */
 static vl_status rec_unary(vl_unary_op op, vl_tensor *a, vl_tensor *a_val, vl_tensor *y, double lo, double hi) {
-  if (op == VL_UN_LOGICAL_NOT || !vl_dtype_is_float(y->dtype) || !vl_ag_needs(1, &a)) return VL_OK;
-  vl_node *n;
-  VL_TRY(vl_node_create(un_nodes[op], unary_bw, 1, &a, 1, &n));
-  n->ints[0] = op;
-  n->scalars[0] = lo;
-  n->scalars[1] = hi;
+  if (op == VL_UN_LOGICAL_NOT) return VL_OK;
+  unary_ctx c = {op, lo, hi};
   int sv = unary_saves(op);
-  vl_status s = sv == 1 ? vl_node_save(n, a_val) : sv == 2 ? vl_node_save(n, y) : VL_OK;
-  if (s != VL_OK) {
-    vl_node_release(n);
-    return s;
-  }
-  return vl_ag_finish(n, 1, &y);
-}
-
-static vl_status done(vl_status s, vl_tensor *r, vl_tensor **out) {
-  if (s != VL_OK) {
-    vl_tensor_release(r);
-    return s;
-  }
-  *out = r;
-  return VL_OK;
+  return VL_AG_RECORD(.name = un_nodes[op], .backward = unary_bw, .nin = 1, .in = &a, .out = &y,
+                      .save = {sv == 1 ? a_val : sv == 2 ? y : NULL}, VL_AG_CTX_OF(c));
 }
 
 vl_status vl_ag_unary(vl_unary_op op, vl_tensor *a, vl_tensor **out) {
   vl_tensor *r;
   VL_TRY(vl_unary(op, a, &r));
-  return done(rec_unary(op, a, a, r, 0, 0), r, out);
+  return vl_ag_out(rec_unary(op, a, a, r, 0, 0), r, out);
 }
 
 vl_status vl_ag_clamp(vl_tensor *a, double lo, double hi, vl_tensor **out) {
   vl_tensor *r;
   VL_TRY(vl_clamp(a, lo, hi, &r));
-  return done(rec_unary(VL_UN_CLAMP, a, a, r, lo, hi), r, out);
+  return vl_ag_out(rec_unary(VL_UN_CLAMP, a, a, r, lo, hi), r, out);
 }
 
 /* In place: checks, a snapshot of a when the formula needs its old values, the raw write, then
@@ -186,32 +165,37 @@ static vl_status minmax_weight(vl_binary_op op, vl_tensor *a, vl_tensor *b, doub
   return st;
 }
 
+typedef struct binary_ctx {
+  vl_binary_op op;
+  double alpha; /* add/sub: a + alpha b */
+} binary_ctx;
+
+/* Saved: a, b (for mul each only when the other one's gradient needs it), y (pow). */
 static vl_status binary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  vl_binary_op op = (vl_binary_op)n->ints[0];
-  double alpha = n->scalars[0];
-  vl_tensor *g = go[0], *a = NULL, *b = NULL, *y = NULL, *t[6] = {0}, *ga = NULL, *gb = NULL;
-  if (n->nsaved > 0) VL_TRY(vl_node_saved(n, 0, &a));
-  if (n->nsaved > 1) VL_TRY(vl_node_saved(n, 1, &b));
-  if (n->nsaved > 2) VL_TRY(vl_node_saved(n, 2, &y));
+  vl_binary_op op = VL_AG_CTX(n, binary_ctx)->op;
+  double alpha = VL_AG_CTX(n, binary_ctx)->alpha;
+  vl_tensor *g = go[0], *sv[3], *t[6] = {0}, *gr[2] = {0};
+  VL_TRY(vl_node_saved_n(n, 3, sv));
+  vl_tensor *a = sv[0], *b = sv[1], *y = sv[2], **ga = &gr[0], **gb = &gr[1];
   bool wa = vl_ag_wants(n, 0), wb = vl_ag_wants(n, 1);
   vl_status s = VL_OK;
   switch (op) {
     case VL_BIN_ADD:
     case VL_BIN_SUB: {
       double k = op == VL_BIN_ADD ? alpha : -alpha;
-      if (wa) ga = vl_tensor_retain(g);
-      if (wb) s = k == 1.0 ? (gb = vl_tensor_retain(g), VL_OK) : muls(g, k, &gb);
+      if (wa) *ga = vl_tensor_retain(g);
+      if (wb) s = k == 1.0 ? (*gb = vl_tensor_retain(g), VL_OK) : muls(g, k, gb);
       break;
     }
     case VL_BIN_MUL:
-      if (wa) s = mul(g, b, &ga);
-      if (s == VL_OK && wb) s = mul(g, a, &gb);
+      if (wa) s = mul(g, b, ga);
+      if (s == VL_OK && wb) s = mul(g, a, gb);
       break;
     case VL_BIN_DIV: /* d/da = 1/b, d/db = -a/b^2 = -(g/b)(a/b) */
-      s = vl_binary(VL_BIN_DIV, g, b, 1.0, &ga);
+      s = vl_binary(VL_BIN_DIV, g, b, 1.0, ga);
       if (s == VL_OK && wb) s = vl_binary(VL_BIN_DIV, a, b, 1.0, &t[0]);
-      if (s == VL_OK && wb) s = mul(ga, t[0], &t[1]);
-      if (s == VL_OK && wb) s = muls(t[1], -1.0, &gb);
+      if (s == VL_OK && wb) s = mul(*ga, t[0], &t[1]);
+      if (s == VL_OK && wb) s = muls(t[1], -1.0, gb);
       break;
     case VL_BIN_POW: /* d/da = b a^(b-1) (0 where b == 0), d/db = y log(a) (0 where a == 0) */
       if (wa) {
@@ -220,68 +204,46 @@ static vl_status binary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
         if (s == VL_OK) s = mul(t[1], b, &t[2]);
         if (s == VL_OK) s = vl_binary_scalar(VL_BIN_EQ, b, 0.0, false, &t[3]);
         if (s == VL_OK) s = mul(g, t[2], &t[4]);
-        if (s == VL_OK) s = vl_masked_fill(t[4], t[3], 0.0, &ga);
-        for (int i = 0; i < 5; i++) {
-          vl_tensor_release(t[i]);
-          t[i] = NULL;
-        }
+        if (s == VL_OK) s = vl_masked_fill(t[4], t[3], 0.0, ga);
+        vl_ag_drop(5, t);
       }
       if (s == VL_OK && wb) {
         s = vl_unary(VL_UN_LOG, a, &t[0]);
         if (s == VL_OK) s = mul(y, t[0], &t[1]);
         if (s == VL_OK) s = mul(g, t[1], &t[2]);
         if (s == VL_OK) s = vl_binary_scalar(VL_BIN_EQ, a, 0.0, false, &t[3]);
-        if (s == VL_OK) s = vl_masked_fill(t[2], t[3], 0.0, &gb);
+        if (s == VL_OK) s = vl_masked_fill(t[2], t[3], 0.0, gb);
       }
       break;
     case VL_BIN_MAXIMUM:
     case VL_BIN_MINIMUM:
       s = minmax_weight(op, a, b, 0, g->dtype, &t[0]);
-      if (s == VL_OK) s = mul(g, t[0], &ga);
-      if (s == VL_OK && wb) s = vl_binary(VL_BIN_SUB, g, ga, 1.0, &gb);
+      if (s == VL_OK) s = mul(g, t[0], ga);
+      if (s == VL_OK && wb) s = vl_binary(VL_BIN_SUB, g, *ga, 1.0, gb);
       break;
     default: s = vl_fail(VL_EINTERNAL, "%s: op %d is not differentiable", n->name, (int)op); break;
   }
-  if (s == VL_OK && !wa) {
-    vl_tensor_release(ga);
-    ga = NULL;
-  }
-  s = finish_grad(s, t, 6, n, 0, ga, gi);
-  if (s != VL_OK) {
-    vl_tensor_release(gb);
-    return s;
-  }
-  return vl_ag_give(n, 1, gb, gi);
+  if (!wa) vl_ag_drop(1, ga); /* div and min/max compute it for gb */
+  vl_ag_drop(6, t);
+  return vl_ag_give_n(n, s, 2, gr, gi);
 }
 
 static vl_status rec_binary(vl_binary_op op, vl_tensor *a, vl_tensor *av, vl_tensor *b, vl_tensor *bv, vl_tensor *y,
                             double alpha) {
+  if (!bin_differentiable(op)) return VL_OK;
   vl_tensor *in[2] = {a, b};
-  if (!bin_differentiable(op) || !vl_dtype_is_float(y->dtype) || !vl_ag_needs(2, in)) return VL_OK;
-  vl_node *n;
-  VL_TRY(vl_node_create(bin_nodes[op], binary_bw, 2, in, 1, &n));
-  n->ints[0] = op;
-  n->scalars[0] = alpha;
-  vl_status s = VL_OK;
-  if (op == VL_BIN_MUL) { /* each operand only when the other one's gradient needs it */
-    s = vl_node_save(n, vl_ag_wants(n, 1) ? av : NULL);
-    if (s == VL_OK) s = vl_node_save(n, vl_ag_wants(n, 0) ? bv : NULL);
-  } else if (bin_saves(op)) {
-    s = vl_node_save(n, av);
-    if (s == VL_OK) s = vl_node_save(n, bv);
-    if (s == VL_OK && op == VL_BIN_POW) s = vl_node_save(n, y);
-  }
-  if (s != VL_OK) {
-    vl_node_release(n);
-    return s;
-  }
-  return vl_ag_finish(n, 1, &y);
+  binary_ctx c = {op, alpha};
+  bool is_mul = op == VL_BIN_MUL, saves = bin_saves(op);
+  return VL_AG_RECORD(.name = bin_nodes[op], .backward = binary_bw, .nin = 2, .in = in, .out = &y,
+                      .save = {saves && (!is_mul || vl_requires_grad(b)) ? av : NULL,
+                               saves && (!is_mul || vl_requires_grad(a)) ? bv : NULL, op == VL_BIN_POW ? y : NULL},
+                      VL_AG_CTX_OF(c));
 }
 
 vl_status vl_ag_binary(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha, vl_tensor **out) {
   vl_tensor *r;
   VL_TRY(vl_binary(op, a, b, alpha, &r));
-  return done(rec_binary(op, a, a, b, b, r, alpha), r, out);
+  return vl_ag_out(rec_binary(op, a, a, b, b, r, alpha), r, out);
 }
 
 vl_status vl_ag_binary_(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha) {
@@ -307,13 +269,21 @@ vl_status vl_ag_binary_(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alph
 
 /* ---- tensor with scalar ---- */
 
+typedef struct scalar_ctx {
+  vl_binary_op op;
+  bool rev; /* k op a rather than a op k */
+  double k;
+} scalar_ctx;
+
+/* Saved: a (when the formula reads it), y (k / a, k ^ a). */
 static vl_status scalar_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  vl_binary_op op = (vl_binary_op)n->ints[0];
-  bool rev = n->ints[1] != 0;
-  double k = n->scalars[0];
-  vl_tensor *g = go[0], *a = NULL, *y = NULL, *t[3] = {0}, *r = NULL;
-  if (n->nsaved > 0) VL_TRY(vl_node_saved(n, 0, &a));
-  if (n->nsaved > 1) VL_TRY(vl_node_saved(n, 1, &y));
+  const scalar_ctx *c = VL_AG_CTX(n, scalar_ctx);
+  vl_binary_op op = c->op;
+  bool rev = c->rev;
+  double k = c->k;
+  vl_tensor *g = go[0], *sv[2], *t[3] = {0}, *r = NULL;
+  VL_TRY(vl_node_saved_n(n, 2, sv));
+  vl_tensor *a = sv[0], *y = sv[1];
   vl_status s = VL_OK;
   switch (op) {
     case VL_BIN_ADD: r = vl_tensor_retain(g); break;
@@ -353,33 +323,24 @@ static vl_status scalar_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
       break;
     default: s = vl_fail(VL_EINTERNAL, "%s: op %d is not differentiable", n->name, (int)op); break;
   }
-  return finish_grad(s, t, 3, n, 0, r, gi);
+  vl_ag_drop(3, t);
+  return vl_ag_give_n(n, s, 1, &r, gi);
 }
 
 static vl_status rec_scalar(vl_binary_op op, vl_tensor *a, vl_tensor *av, double k, bool rev, vl_tensor *y) {
-  if (!bin_differentiable(op) || !vl_dtype_is_float(y->dtype) || !vl_ag_needs(1, &a)) return VL_OK;
-  vl_node *n;
-  VL_TRY(vl_node_create(bin_nodes[op], scalar_bw, 1, &a, 1, &n));
-  n->ints[0] = op;
-  n->ints[1] = rev;
-  n->scalars[0] = k;
-  vl_status s = VL_OK;
+  if (!bin_differentiable(op)) return VL_OK;
+  scalar_ctx c = {op, rev, k};
   bool need_a = (op == VL_BIN_DIV && rev) || (op == VL_BIN_POW && !rev) || op == VL_BIN_MAXIMUM ||
                 op == VL_BIN_MINIMUM;
   bool need_y = (op == VL_BIN_DIV || op == VL_BIN_POW) && rev;
-  if (need_a || need_y) s = vl_node_save(n, need_a ? av : NULL);
-  if (s == VL_OK && need_y) s = vl_node_save(n, y);
-  if (s != VL_OK) {
-    vl_node_release(n);
-    return s;
-  }
-  return vl_ag_finish(n, 1, &y);
+  return VL_AG_RECORD(.name = bin_nodes[op], .backward = scalar_bw, .nin = 1, .in = &a, .out = &y,
+                      .save = {need_a ? av : NULL, need_y ? y : NULL}, VL_AG_CTX_OF(c));
 }
 
 vl_status vl_ag_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reverse, vl_tensor **out) {
   vl_tensor *r;
   VL_TRY(vl_binary_scalar(op, a, s, reverse, &r));
-  return done(rec_scalar(op, a, a, s, reverse, r), r, out);
+  return vl_ag_out(rec_scalar(op, a, a, s, reverse, r), r, out);
 }
 
 vl_status vl_ag_binary_scalar_(vl_binary_op op, vl_tensor *a, double k) {
@@ -399,35 +360,26 @@ vl_status vl_ag_binary_scalar_(vl_binary_op op, vl_tensor *a, double k) {
 
 /* ---- where / masked_fill ---- */
 
+/* Saved: cond. */
 static vl_status where_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  vl_tensor *cond, *nc = NULL, *ga = NULL, *gb = NULL;
+  vl_tensor *cond, *nc = NULL, *gr[2] = {0};
   VL_TRY(vl_node_saved(n, 0, &cond));
   vl_status s = VL_OK;
   if (vl_ag_wants(n, 0)) {
     s = vl_unary(VL_UN_LOGICAL_NOT, cond, &nc);
-    if (s == VL_OK) s = vl_masked_fill(go[0], nc, 0.0, &ga);
+    if (s == VL_OK) s = vl_masked_fill(go[0], nc, 0.0, &gr[0]);
   }
-  if (s == VL_OK && vl_ag_wants(n, 1)) s = vl_masked_fill(go[0], cond, 0.0, &gb);
+  if (s == VL_OK && vl_ag_wants(n, 1)) s = vl_masked_fill(go[0], cond, 0.0, &gr[1]);
   vl_tensor_release(nc);
-  if (s == VL_OK) s = vl_ag_give(n, 0, ga, gi);
-  else vl_tensor_release(ga);
-  if (s == VL_OK) return vl_ag_give(n, 1, gb, gi);
-  vl_tensor_release(gb);
-  return s;
+  return vl_ag_give_n(n, s, 2, gr, gi);
 }
 
 vl_status vl_ag_where(vl_tensor *cond, vl_tensor *a, vl_tensor *b, vl_tensor **out) {
-  vl_tensor *r;
+  vl_tensor *r, *in[2] = {a, b};
   VL_TRY(vl_where(cond, a, b, &r));
-  vl_tensor *in[2] = {a, b};
-  if (!vl_dtype_is_float(r->dtype) || !vl_ag_needs(2, in)) return done(VL_OK, r, out);
-  vl_node *n;
-  vl_status s = vl_node_create("WhereBackward", where_bw, 2, in, 1, &n);
-  if (s == VL_OK) {
-    s = vl_node_save(n, cond);
-    s = s == VL_OK ? vl_ag_finish(n, 1, &r) : (vl_node_release(n), s);
-  }
-  return done(s, r, out);
+  return vl_ag_out(VL_AG_RECORD(.name = "WhereBackward", .backward = where_bw, .nin = 2, .in = in, .out = &r,
+                                .save = {cond}),
+                   r, out);
 }
 
 static vl_status masked_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
@@ -438,21 +390,14 @@ static vl_status masked_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 }
 
 static vl_status rec_masked(vl_tensor *a, vl_tensor *mask, vl_tensor *y) {
-  if (!vl_dtype_is_float(y->dtype) || !vl_ag_needs(1, &a)) return VL_OK;
-  vl_node *n;
-  VL_TRY(vl_node_create("MaskedFillBackward", masked_bw, 1, &a, 1, &n));
-  vl_status s = vl_node_save(n, mask);
-  if (s != VL_OK) {
-    vl_node_release(n);
-    return s;
-  }
-  return vl_ag_finish(n, 1, &y);
+  return VL_AG_RECORD(.name = "MaskedFillBackward", .backward = masked_bw, .nin = 1, .in = &a, .out = &y,
+                      .save = {mask});
 }
 
 vl_status vl_ag_masked_fill(vl_tensor *a, vl_tensor *mask, double value, vl_tensor **out) {
   vl_tensor *r;
   VL_TRY(vl_masked_fill(a, mask, value, &r));
-  return done(rec_masked(a, mask, r), r, out);
+  return vl_ag_out(rec_masked(a, mask, r), r, out);
 }
 
 vl_status vl_ag_masked_fill_(vl_tensor *a, vl_tensor *mask, double value) {
@@ -467,9 +412,7 @@ vl_status vl_ag_masked_fill_(vl_tensor *a, vl_tensor *mask, double value) {
 /* After an overwrite that does not depend on t's old value: a node with no inputs, so t keeps
  * requiring grad (it is a non-leaf) while no gradient flows to its past. */
 static vl_status rec_overwrite(const char *name, vl_tensor *t) {
-  vl_node *n;
-  VL_TRY(vl_node_create(name, NULL, 0, NULL, 1, &n));
-  return vl_ag_finish(n, 1, &t);
+  return VL_AG_RECORD(.name = name, .out = &t, .always = true);
 }
 
 #define AG_FILL(call, opname)                          \
@@ -492,8 +435,8 @@ vl_status vl_ag_copy_(vl_tensor *dst, vl_tensor *src) {
   bool rec = vl_dtype_is_float(dst->dtype) && vl_ag_needs(2, in);
   VL_TRY(vl_ag_check_inplace("copy_", dst, rec));
   VL_TRY(vl_copy_(dst, src));
-  if (!rec) return VL_OK;
-  vl_node *n;
-  VL_TRY(vl_node_create("CopyBackward", copy_bw, 1, &src, 1, &n));
-  return vl_ag_finish(n, 1, &dst);
+  /* dst's old value is gone: the node's one input is src (always: dst alone may need grad). */
+  return rec ? VL_AG_RECORD(.name = "CopyBackward", .backward = copy_bw, .nin = 1, .in = &src, .out = &dst,
+                            .always = true)
+             : VL_OK;
 }

@@ -1,6 +1,5 @@
 /* runtime/autograd/ops_reduce.c: recorded reductions (sum, mean, prod, max/min, var, norm) and
- * softmax / log_softmax. The node keeps the input's shape and which dims were reduced (ints),
- * so the gradient can be reshaped to the keepdim shape and expanded back. */
+ * softmax / log_softmax. */
 #include <math.h>
 
 #include "runtime/autograd/ops.h"
@@ -10,20 +9,30 @@
 static const char *const red_nodes[VL_NREDUCE] = {"SumBackward", "ProdBackward", "MeanBackward", "MaxBackward",
                                                   "MinBackward", "VarBackward",  "NormBackward"};
 
-/* ints: 0 op, 1 keepdim, 2 bit mask of reduced dims, 3 input ndim, 4.. input sizes;
- * 12 whether indices were saved. scalars: 0 param. */
+/* The input's shape and which of its dims were reduced (so the gradient can be reshaped to the
+ * keepdim shape and expanded back). */
 typedef struct red_info {
   int ndim, nred, dims[VL_MAX_DIMS];
   int64_t size[VL_MAX_DIMS], ksize[VL_MAX_DIMS], len;
 } red_info;
 
-static void info_of(const vl_node *n, red_info *r) {
-  r->ndim = (int)n->ints[3];
+typedef struct reduce_ctx {
+  vl_reduce_op op;
+  bool by_index; /* max/min over some dims: the gradient goes where the saved indices say */
+  double param;  /* var: correction, norm: p */
+  red_info r;
+} reduce_ctx;
+
+static void info_of(const vl_tensor *a, int ndims, const int *dims, red_info *r) {
+  uint32_t mask = 0;
+  for (int i = 0; i < ndims; i++) mask |= 1u << (dims[i] < 0 ? dims[i] + a->ndim : dims[i]);
+  if (ndims == 0) mask = (1u << a->ndim) - 1;
+  r->ndim = a->ndim;
   r->nred = 0;
   r->len = 1;
   for (int i = 0; i < r->ndim; i++) {
-    r->size[i] = n->ints[4 + i];
-    bool red = (n->ints[2] >> i) & 1;
+    r->size[i] = a->size[i];
+    bool red = (mask >> i) & 1;
     r->ksize[i] = red ? 1 : r->size[i];
     if (red) {
       r->dims[r->nred++] = i;
@@ -120,16 +129,17 @@ static vl_status prod_grad(vl_tensor *x, vl_tensor *g, const red_info *r, vl_ten
   return s;
 }
 
+/* Saved: x (prod, var, norm, max/min over everything), y (norm, max/min: the result; the
+ * indices when by_index). */
 static vl_status reduce_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  vl_reduce_op op = (vl_reduce_op)n->ints[0];
-  double param = n->scalars[0];
-  red_info r;
-  info_of(n, &r);
-  vl_tensor *g = go[0], *x = NULL, *y = NULL, *t[5] = {0}, *res = NULL;
-  if (n->nsaved > 0) VL_TRY(vl_node_saved(n, 0, &x));
-  if (n->nsaved > 1) VL_TRY(vl_node_saved(n, 1, &y));
+  const reduce_ctx *c = VL_AG_CTX(n, reduce_ctx);
+  double param = c->param;
+  red_info r = c->r;
+  vl_tensor *g = go[0], *sv[2], *t[5] = {0}, *res = NULL;
+  VL_TRY(vl_node_saved_n(n, 2, sv));
+  vl_tensor *x = sv[0], *y = sv[1];
   vl_status s = VL_OK;
-  switch (op) {
+  switch (c->op) {
     case VL_RED_SUM: s = expand_back(g, &r, &res); break;
     case VL_RED_MEAN:
       s = vl_binary_scalar(VL_BIN_DIV, g, (double)r.len, false, &t[0]);
@@ -138,7 +148,7 @@ static vl_status reduce_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
     case VL_RED_PROD: s = prod_grad(x, g, &r, &res); break;
     case VL_RED_MAX:
     case VL_RED_MIN:
-      if (n->ints[12]) { /* with a dim: into the positions the indices name */
+      if (c->by_index) { /* with a dim: into the positions the indices name */
         s = vl_zeros(r.ndim, r.size, g->dtype, g->storage->device, &res);
         if (s == VL_OK) s = keep(y, &r, &t[0]); /* y holds the indices here */
         if (s == VL_OK) s = keep(g, &r, &t[1]);
@@ -156,14 +166,10 @@ static vl_status reduce_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
       break;
     }
     case VL_RED_NORM: s = norm_grad(param, x, y, g, &r, &res); break;
-    default: s = vl_fail(VL_EINTERNAL, "%s: unknown reduction %d", n->name, (int)op); break;
+    default: s = vl_fail(VL_EINTERNAL, "%s: unknown reduction %d", n->name, (int)c->op); break;
   }
-  for (int i = 0; i < 5; i++) vl_tensor_release(t[i]);
-  if (s != VL_OK) {
-    vl_tensor_release(res);
-    return s;
-  }
-  return vl_ag_give(n, 0, res, gi);
+  vl_ag_drop(5, t);
+  return vl_ag_give_n(n, s, 1, &res, gi);
 }
 
 vl_status vl_ag_reduce(vl_reduce_op op, vl_tensor *a, int ndims, const int *dims, bool keepdim, double param,
@@ -171,35 +177,15 @@ vl_status vl_ag_reduce(vl_reduce_op op, vl_tensor *a, int ndims, const int *dims
   vl_tensor *r, *ix = NULL;
   VL_TRY(vl_reduce(op, a, ndims, dims, keepdim, param, &r, indices ? &ix : NULL));
   vl_status s = VL_OK;
-  if (vl_dtype_is_float(r->dtype) && (unsigned)op < VL_NREDUCE && vl_ag_needs(1, &a)) {
-    vl_node *n;
-    s = vl_node_create(red_nodes[op], reduce_bw, 1, &a, 1, &n);
-    if (s == VL_OK) {
-      int64_t mask = 0;
-      for (int i = 0; i < ndims; i++) mask |= (int64_t)1 << (dims[i] < 0 ? dims[i] + a->ndim : dims[i]);
-      if (ndims == 0) mask = ((int64_t)1 << a->ndim) - 1;
-      bool all = mask == ((int64_t)1 << a->ndim) - 1;
-      n->ints[0] = op;
-      n->ints[1] = keepdim;
-      n->ints[2] = mask;
-      n->ints[3] = a->ndim;
-      for (int i = 0; i < a->ndim; i++) n->ints[4 + i] = a->size[i];
-      n->scalars[0] = param;
-      bool minmax = op == VL_RED_MAX || op == VL_RED_MIN;
-      n->ints[12] = minmax && ix && !all;
-      if (n->ints[12]) { /* slot 0 unused, slot 1 the indices */
-        s = vl_node_save(n, NULL);
-        if (s == VL_OK) s = vl_node_save(n, ix);
-      } else if (op == VL_RED_PROD) {
-        s = vl_node_save(n, a);
-      } else if (minmax || op == VL_RED_NORM) {
-        s = vl_node_save(n, a);
-        if (s == VL_OK) s = vl_node_save(n, r);
-      } else if (op == VL_RED_VAR) {
-        s = vl_node_save(n, a);
-      }
-      s = s == VL_OK ? vl_ag_finish(n, 1, &r) : (vl_node_release(n), s);
-    }
+  if ((unsigned)op < VL_NREDUCE && vl_ag_needs(1, &a)) {
+    reduce_ctx c = {.op = op, .param = param};
+    info_of(a, ndims, dims, &c.r);
+    bool minmax = op == VL_RED_MAX || op == VL_RED_MIN;
+    c.by_index = minmax && ix && c.r.nred < a->ndim;
+    bool save_x = !c.by_index && op != VL_RED_SUM && op != VL_RED_MEAN;
+    bool save_y = c.by_index || minmax || op == VL_RED_NORM;
+    s = VL_AG_RECORD(.name = red_nodes[op], .backward = reduce_bw, .nin = 1, .in = &a, .out = &r,
+                     .save = {save_x ? a : NULL, save_y ? (c.by_index ? ix : r) : NULL}, VL_AG_CTX_OF(c));
   }
   if (s != VL_OK) {
     vl_tensor_release(r);
@@ -211,31 +197,25 @@ vl_status vl_ag_reduce(vl_reduce_op op, vl_tensor *a, int ndims, const int *dims
   return VL_OK;
 }
 
+typedef struct softmax_ctx {
+  int dim;
+  bool log;
+} softmax_ctx;
+
+/* Saved: y. */
 static vl_status softmax_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
+  const softmax_ctx *c = VL_AG_CTX(n, softmax_ctx);
   vl_tensor *y, *dx = NULL;
   VL_TRY(vl_node_saved(n, 0, &y));
-  VL_TRY(vl_softmax_backward(y, go[0], (int)n->ints[0], n->ints[1] != 0, &dx));
+  VL_TRY(vl_softmax_backward(y, go[0], c->dim, c->log, &dx));
   return vl_ag_give(n, 0, dx, gi);
 }
 
 vl_status vl_ag_softmax(vl_tensor *a, int dim, bool log, vl_tensor **out) {
   vl_tensor *r;
   VL_TRY(vl_softmax(a, dim, log, &r));
-  vl_status s = VL_OK;
-  if (vl_ag_needs(1, &a)) {
-    vl_node *n;
-    s = vl_node_create(log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_bw, 1, &a, 1, &n);
-    if (s == VL_OK) {
-      n->ints[0] = dim;
-      n->ints[1] = log;
-      s = vl_node_save(n, r);
-      s = s == VL_OK ? vl_ag_finish(n, 1, &r) : (vl_node_release(n), s);
-    }
-  }
-  if (s != VL_OK) {
-    vl_tensor_release(r);
-    return s;
-  }
-  *out = r;
-  return VL_OK;
+  softmax_ctx c = {dim, log};
+  return vl_ag_out(VL_AG_RECORD(.name = log ? "LogSoftmaxBackward" : "SoftmaxBackward", .backward = softmax_bw,
+                                .nin = 1, .in = &a, .out = &r, .save = {r}, VL_AG_CTX_OF(c)),
+                   r, out);
 }

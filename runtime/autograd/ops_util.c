@@ -1,14 +1,17 @@
 /* runtime/autograd/ops_util.c: helpers shared by the recorded ops (runtime/autograd/ops.h):
- * finishing a node, fitting a gradient to its input, in-place checks. */
+ * the end of an op and of a formula, fitting a gradient to its input, in-place checks. */
 #include <stdio.h>
 
 #include "runtime/autograd/ops.h"
 #include "runtime/ops/ops_internal.h"
 
-vl_status vl_ag_finish(vl_node *n, int nout, vl_tensor *const *outputs) {
-  vl_status s = vl_node_set_outputs(n, nout, outputs);
-  vl_node_release(n);
-  return s;
+vl_status vl_ag_out(vl_status s, vl_tensor *r, vl_tensor **out) {
+  if (s != VL_OK) {
+    vl_tensor_release(r);
+    return s;
+  }
+  *out = r;
+  return VL_OK;
 }
 
 vl_status vl_ag_give(vl_node *n, int j, vl_tensor *g, vl_tensor **grads_in) {
@@ -38,6 +41,15 @@ vl_status vl_ag_give(vl_node *n, int j, vl_tensor *g, vl_tensor **grads_in) {
   return VL_OK;
 }
 
+vl_status vl_ag_give_n(vl_node *n, vl_status s, int k, vl_tensor **g, vl_tensor **grads_in) {
+  for (int j = 0; j < k; j++) {
+    if (s == VL_OK) s = vl_ag_give(n, j, g[j], grads_in);
+    else vl_tensor_release(g[j]);
+    g[j] = NULL;
+  }
+  return s;
+}
+
 vl_status vl_ag_zeros_out(const vl_node *n, int i, vl_tensor **out) {
   if (n->out_ndim[i] < 0) return vl_fail(VL_EINTERNAL, "%s: output %d has no metadata", n->name, i + 1);
   return vl_zeros(n->out_ndim[i], n->out_size[i], n->out_dtype[i], n->out_device, out);
@@ -47,6 +59,12 @@ vl_status vl_ag_zeros_in(const vl_node *n, int j, vl_tensor **out) {
   const vl_node *to = n->next[j].node;
   if (!to) return vl_fail(VL_EINTERNAL, "%s: input %d needs no gradient", n->name, j + 1);
   return vl_ag_zeros_out(to, n->next[j].input_nr, out);
+}
+
+const int64_t *vl_ag_in_shape(const vl_node *n, int j, int *ndim) {
+  const vl_node *to = n->next[j].node;
+  *ndim = to->out_ndim[n->next[j].input_nr];
+  return to->out_size[n->next[j].input_nr];
 }
 
 vl_status vl_ag_check_inplace(const char *op, vl_tensor *a, bool recording) {
@@ -63,9 +81,4 @@ vl_status vl_ag_check_inplace(const char *op, vl_tensor *a, bool recording) {
                    "use the out-of-place op or clone() the view first",
                    op, vl_tensor_desc(a, d, sizeof d));
   return VL_OK;
-}
-
-void vl_ag_mark_view(vl_tensor *out) {
-  vl_autograd_meta *m = (vl_autograd_meta *)out->autograd;
-  if (m) m->is_view = true;
 }

@@ -23,6 +23,7 @@ typedef struct vl_context {
   bool grad_enabled;                         /* autograd records (default on; vl_init sets it) */
   uint64_t node_seq;                         /* autograd node creation counter */
   int64_t live_nodes;                        /* autograd nodes not yet freed (a debug count) */
+  int backward_depth;                        /* backward runs in progress (hooks may nest them) */
   bool cudnn_benchmark;                      /* conv algorithms by timing on first use (default off) */
   uint64_t gemm_bias_epilogue;               /* addmm biases added in the GEMM's epilogue ... */
   uint64_t gemm_bias_prefill;                /* ... or written into C before it (see kernels.h) */

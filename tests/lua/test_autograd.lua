@@ -240,6 +240,96 @@ T.test('autograd.Function with non-tensor arguments', function()
   T.raises(function() Wrong(leaf({ 2 })):sum():backward() end, 'Wrong.backward')
 end)
 
+T.test('autograd.Function: save_for_backward checks what it saves', function()
+  local function saver(make)
+    return ag.Function {
+      name = 'Saver',
+      forward = function(ctx, a)
+        ctx:save_for_backward(make(a))
+        return a * 2
+      end,
+      backward = function(_, g) return g * 2 end,
+    }
+  end
+  collectgarbage()
+  local before = ag.live_nodes()
+  local freed = saver(function(a)
+    local t = a * 1
+    t:free()
+    return t
+  end)
+  T.raises(function() freed(leaf({ 2 })) end, 'Saver: save_for_backward: argument 1: tensor used after free')
+  T.raises(function() saver(function() return 'str' end)(leaf({ 2 })) end,
+    'Saver: save_for_backward: argument 1 is a string, not a tensor')
+  local Many = ag.Function {
+    name = 'Many',
+    forward = function(ctx, a)
+      local t = {}
+      for i = 1, 9 do t[i] = a end
+      ctx:save_for_backward(table.unpack(t))
+      return a * 1
+    end,
+    backward = function(_, g) return g end,
+  }
+  T.raises(function() Many(leaf({ 2 })) end, 'Many: save_for_backward: at most 8 tensors can be saved (got 9)')
+  collectgarbage()
+  T.eq(ag.live_nodes(), before, 'a failed recording leaves no node behind')
+  -- a saved tensor freed after the forward is still there for the backward (the node holds it)
+  local kept = saver(function(a) return a * 1 end)
+  local x = leaf({ 2 })
+  kept(x):sum():backward()
+  T.allclose(x.grad, { 2, 2 }, 0)
+end)
+
+T.test('backward inside backward: nesting limit, each prefix once', function()
+  local x = leaf({ 3 })
+  local loss = (x * x):sum()
+  local calls = 0
+  local h = x:register_hook(function()
+    calls = calls + 1
+    loss:backward({ retain_graph = true })
+  end)
+  local err = T.raises(function() loss:backward({ retain_graph = true }) end,
+    { 'AccumulateGrad hook: backward: nested 32 levels deep in backward', 'on its own graph again recurses' })
+  local _, n = err:gsub('AccumulateGrad hook: ', '')
+  T.eq(n, 1, 'the prefix appears once')
+  T.eq(calls, 32, 'the hook ran once per level')
+  h:remove()
+  loss:backward()
+  close(x.grad, x:detach() * 2)
+  -- a hook running backward on another graph is fine
+  local w, z = leaf({ 2 }), leaf({ 2 })
+  local wloss = (w * w):sum()
+  z:register_hook(function() wloss:backward() end)
+  local outer = (z * 3):sum()
+  outer:backward()
+  close(w.grad, w:detach() * 2)
+  T.allclose(z.grad, { 3, 3 }, 0)
+  -- a Function whose backward runs backward on its own graph: its prefix once too
+  local root
+  local Rec = ag.Function {
+    name = 'Rec',
+    forward = function(_, a) return a * 1 end,
+    backward = function(_, g)
+      root:backward({ retain_graph = true })
+      return g
+    end,
+  }
+  root = Rec(leaf({ 2 })):sum()
+  local err2 = T.raises(function() root:backward({ retain_graph = true }) end,
+    { 'Rec.backward: backward: nested 32 levels deep in backward' })
+  local _, n2 = err2:gsub('Rec%.backward: ', '')
+  T.eq(n2, 1, 'the prefix appears once')
+  -- a post-accumulate hook doing the same
+  local p = leaf({ 2 })
+  local ploss = (p * p):sum()
+  p:register_post_accumulate_grad_hook(function() ploss:backward({ retain_graph = true }) end)
+  local err3 = T.raises(function() ploss:backward({ retain_graph = true }) end,
+    { 'post-accumulate-grad hook: backward: nested 32 levels deep' })
+  local _, n3 = err3:gsub('post%-accumulate%-grad hook: ', '')
+  T.eq(n3, 1, 'the prefix appears once')
+end)
+
 T.test('autograd.grad leaves .grad untouched', function()
   local x, w = leaf({ 3 }), leaf({ 3 })
   local y = (x ^ 3 * w):sum()
