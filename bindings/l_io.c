@@ -7,13 +7,17 @@
 #define _POSIX_C_SOURCE 200809L
 #include <lauxlib.h>
 #include <lua.h>
+#include <string.h>
 #include <time.h>
 
 #include "bindings/vl_lua.h"
 #include "runtime/io/idx.h"
 
 static int l_read_idx(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  size_t len;
+  const char *path = luaL_checklstring(L, 1, &len);
+  /* The C side would open the path cut at the NUL: a different file. */
+  if (strlen(path) != len) return luaL_error(L, "read_idx: the path \"%s...\" contains a NUL byte", path);
   vl_tensor *t = NULL;
   vl_status s = vl_idx_read(path, &t);
   if (s != VL_OK) return vl_lua_error(L, s);

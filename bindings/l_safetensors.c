@@ -4,8 +4,11 @@
  *     memory and then converted; without opts they stay f32/... CPU tensors as stored.
  *   v100.save_safetensors(path, {name = tensor, ...}[, {key = value, ...}])
  *     any device, dtype or strides; metadata values are strings (numbers and booleans are
- *     written as their text). A path ending in .gz is compressed.
+ *     written as their text). A path ending in .gz is compressed. Names, metadata and paths
+ *     with a NUL byte are errors (C would see them cut at the NUL); the save is atomic and
+ *     durable (runtime/io/replace.h).
  * Registered on the core module through l_safetensors_funcs (bindings/l_core.c). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +17,31 @@
 #include "runtime/io/safetensors.h"
 
 #define ST_HOLDER_MT "v100.safetensors_holder"
+
+/* The string at idx as a C string; a Lua string with an embedded NUL would reach the C side cut
+ * at the NUL ("a\0evil" saved as "a"), so it is an error naming the string with escapes. */
+static const char *check_cstring(lua_State *L, int idx, const char *op, const char *path, const char *kind) {
+  size_t len;
+  const char *s = lua_tolstring(L, idx, &len);
+  if (strlen(s) == len) return s;
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (size_t i = 0; i < len && i < 200; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == 0) luaL_addstring(&b, "\\0");
+    else if (c < 0x20 || c >= 0x7F) {
+      char hex[8];
+      snprintf(hex, sizeof hex, "\\x%02X", c);
+      luaL_addstring(&b, hex);
+    } else {
+      luaL_addchar(&b, (char)c);
+    }
+  }
+  luaL_pushresult(&b);
+  if (path) luaL_error(L, "%s: %s: %s \"%s\" contains a NUL byte", op, path, kind, lua_tostring(L, -1));
+  else luaL_error(L, "%s: %s \"%s\" contains a NUL byte", op, kind, lua_tostring(L, -1));
+  return NULL; /* not reached: luaL_error raises */
+}
 
 /* A loaded file lives in a userdata until its tensors have moved into Lua, so that a Lua error
  * in between (an out-of-memory while building the table) cannot leak it. */
@@ -34,7 +62,8 @@ static vl_safetensors *new_holder(lua_State *L) {
 }
 
 static int l_load_safetensors(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  luaL_checkstring(L, 1);
+  const char *path = check_cstring(L, 1, "load_safetensors", NULL, "path");
   vl_dtype dt = VL_NDTYPES; /* VL_NDTYPES: keep the stored dtype */
   vl_device dev = vl_cpu_device();
   l_opts(L, 2, &dt, &dev);
@@ -85,7 +114,8 @@ static int table_count(lua_State *L, int idx) {
 }
 
 static int l_save_safetensors(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  luaL_checkstring(L, 1);
+  const char *path = check_cstring(L, 1, "save_safetensors", NULL, "path");
   luaL_checktype(L, 2, LUA_TTABLE);
   int has_meta = !lua_isnoneornil(L, 3);
   if (has_meta) luaL_checktype(L, 3, LUA_TTABLE);
@@ -101,7 +131,7 @@ static int l_save_safetensors(lua_State *L) {
     if (lua_type(L, -2) != LUA_TSTRING)
       return luaL_error(L, "save_safetensors: %s: names must be strings, got a %s key", path,
                         luaL_typename(L, -2));
-    const char *name = lua_tostring(L, -2); /* kept alive by the table at 2 */
+    const char *name = check_cstring(L, -2, "save_safetensors", path, "tensor name"); /* kept alive by the table at 2 */
     vl_tensor *t = vl_lua_testtensor(L, -1);
     if (!t) {
       if (luaL_testudata(L, -1, VL_LUA_TENSOR_MT)) vl_lua_checktensor(L, -1); /* "used after free" */
@@ -128,9 +158,9 @@ static int l_save_safetensors(lua_State *L) {
       if (lua_type(L, -2) != LUA_TSTRING || (vt != LUA_TSTRING && vt != LUA_TNUMBER && vt != LUA_TBOOLEAN))
         return luaL_error(L, "save_safetensors: %s: metadata must map strings to strings, got %s -> %s",
                           path, luaL_typename(L, -2), luaL_typename(L, -1));
-      mk[j] = lua_tostring(L, -2);
+      mk[j] = check_cstring(L, -2, "save_safetensors", path, "metadata key");
       luaL_tolstring(L, -1, NULL); /* the value as text (a copy for numbers: keys stay intact) */
-      mv[j] = lua_tostring(L, -1);
+      mv[j] = check_cstring(L, -1, "save_safetensors", path, "metadata value");
       lua_rawseti(L, texts, j + 1);
       j++;
       lua_pop(L, 1);

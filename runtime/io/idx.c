@@ -1,6 +1,8 @@
-/* runtime/io/idx.c: IDX reader (see idx.h). zlib's gz* functions read gzip and plain files alike, so
- * there is one code path; for plain files the expected size is checked against the file size
- * before anything is allocated, so a corrupt header cannot ask for a huge buffer. */
+/* runtime/io/idx.c: IDX reader (see idx.h). The shared reader (file_io.h) reads gzip and plain files
+ * alike, so there is one code path. A corrupt header cannot make it allocate what the file cannot
+ * hold: for a plain file the expected size is checked against the file size, for a gzip file
+ * against what its compressed size can inflate to, and large compressed data is read in chunks
+ * before the tensor is allocated. */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/io/idx.h"
 
@@ -8,12 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <zlib.h>
 
 #include "runtime/io/file_io.h"
 
-/* Chunk for decompression and widening: big enough to amortise gzread calls, small enough to
+/* Chunk for decompression and widening: big enough to amortise read calls, small enough to
  * keep the temporary buffer negligible next to the data. */
 #define IDX_CHUNK (1u << 20)
 
@@ -32,9 +32,10 @@ vl_status vl_idx_type_info(int code, vl_dtype *dtype, int *file_elem_size) {
   }
 }
 
-/* The bounded gzread loop and its messages are shared with the other readers (file_io.c). */
-static int64_t read_some(gzFile gz, const char *path, void *buf, size_t n) {
-  return vl_gz_read(gz, "read_idx", path, buf, n);
+/* The reader's messages start with "read_idx: <path>: " (file_io.c). */
+static int64_t read_some(vl_reader *r, const char *path, void *buf, size_t n) {
+  (void)path;
+  return vl_reader_read(r, buf, n);
 }
 
 static inline uint32_t be32(const unsigned char *p) {
@@ -78,7 +79,7 @@ typedef struct idx_header {
   int64_t numel;
 } idx_header;
 
-static vl_status read_header(gzFile gz, const char *path, idx_header *h) {
+static vl_status read_header(vl_reader *gz, const char *path, idx_header *h) {
   unsigned char magic[4], dims[4 * 255];
   int64_t got = read_some(gz, path, magic, 4);
   if (got < 0) return VL_EIO;
@@ -118,7 +119,13 @@ static vl_status read_header(gzFile gz, const char *path, idx_header *h) {
   return VL_OK;
 }
 
-static vl_status read_data(gzFile gz, const char *path, const idx_header *h, void *dst) {
+static vl_status truncated_data(const char *path, const idx_header *h, int64_t have) {
+  return vl_fail(VL_EIO, "read_idx: %s: truncated data: the header announces %lld elements "
+                 "(%lld bytes) but only %lld bytes follow it", path, (long long)h->numel,
+                 (long long)(h->numel * h->file_elem), (long long)have);
+}
+
+static vl_status read_data(vl_reader *gz, const char *path, const idx_header *h, void *dst) {
   size_t esz = vl_dtype_size(h->dtype);
   size_t per_chunk = IDX_CHUNK / (size_t)h->file_elem;
   unsigned char *buf = malloc(IDX_CHUNK);
@@ -132,9 +139,7 @@ static vl_status read_data(gzFile gz, const char *path, const idx_header *h, voi
     if ((size_t)got < want) {
       int64_t have = done * h->file_elem + got;
       free(buf);
-      return vl_fail(VL_EIO, "read_idx: %s: truncated data: the header announces %lld elements "
-                     "(%lld bytes) but only %lld bytes follow it", path, (long long)h->numel,
-                     (long long)(h->numel * h->file_elem), (long long)have);
+      return truncated_data(path, h, have);
     }
     convert(h->code, buf, (char *)dst + (size_t)done * esz, n);
     done += (int64_t)n;
@@ -143,44 +148,83 @@ static vl_status read_data(gzFile gz, const char *path, const idx_header *h, voi
   return VL_OK;
 }
 
+/* Compressed data beyond one chunk: the file bytes are read first, in chunks as they arrive,
+ * and the tensor is allocated only once they are all there (a header cannot make us allocate
+ * more than the stream delivers). Each chunk is converted into the tensor and freed. */
+static vl_status read_staged(vl_reader *r, const char *path, const idx_header *h, vl_tensor **out) {
+  uint64_t bytes = (uint64_t)h->numel * (uint64_t)h->file_elem;
+  vl_chunks c;
+  VL_TRY(vl_reader_read_chunks(r, bytes, &c));
+  if (c.bytes < bytes) {
+    int64_t have = (int64_t)c.bytes;
+    vl_chunks_free(&c);
+    return truncated_data(path, h, have);
+  }
+  vl_tensor *t = NULL;
+  vl_status s = vl_tensor_empty(h->ndim, h->size, h->dtype, vl_cpu_device(), &t);
+  if (s != VL_OK) {
+    vl_chunks_free(&c);
+    return vl_fail_prefix(s, "read_idx: %s: ", path);
+  }
+  /* VL_IO_CHUNK is a multiple of every element size, so chunks hold whole elements. */
+  size_t esz = vl_dtype_size(h->dtype);
+  int64_t done = 0;
+  for (int i = 0; i < c.n; i++) {
+    size_t nb = bytes - (uint64_t)done * (uint64_t)h->file_elem < VL_IO_CHUNK
+                    ? (size_t)(bytes - (uint64_t)done * (uint64_t)h->file_elem) : VL_IO_CHUNK;
+    size_t ne = nb / (size_t)h->file_elem;
+    convert(h->code, c.chunk[i], (char *)vl_tensor_data(t) + (size_t)done * esz, ne);
+    done += (int64_t)ne;
+    free(c.chunk[i]);
+    c.chunk[i] = NULL;
+  }
+  vl_chunks_free(&c);
+  *out = t;
+  return VL_OK;
+}
+
 vl_status vl_idx_read(const char *path, vl_tensor **out) {
   if (!path) return vl_fail(VL_EINVAL, "read_idx: path is NULL");
-  errno = 0;
-  gzFile gz = gzopen(path, "rb");
-  if (!gz)
-    return vl_fail(VL_EIO, "read_idx: cannot open %s: %s", path,
-                   errno ? strerror(errno) : "out of memory in zlib");
-  gzbuffer(gz, 256u << 10);
+  vl_reader rd;
+  VL_TRY(vl_reader_open(&rd, "read_idx", path));
   idx_header h;
-  vl_status s = read_header(gz, path, &h);
-  if (s != VL_OK) { gzclose(gz); return s; }
+  vl_status s = read_header(&rd, path, &h);
+  if (s != VL_OK) { vl_reader_close(&rd); return s; }
 
-  /* A plain file has a known size: reject a short one before allocating what its header says. */
-  struct stat st;
-  if (gzdirect(gz) && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-    int64_t expect = 4 + 4 * (int64_t)h.ndim + h.numel * h.file_elem;
-    if ((int64_t)st.st_size < expect) {
-      gzclose(gz);
-      return vl_fail(VL_EIO, "read_idx: %s: truncated data: the header announces %lld elements "
-                     "(%lld bytes) but only %lld bytes follow it", path, (long long)h.numel,
-                     (long long)(h.numel * h.file_elem),
-                     (long long)(st.st_size - 4 - 4 * (int64_t)h.ndim));
-    }
+  /* Reject what the file cannot hold before allocating what its header says: exactly for a plain
+   * file, by deflate's best ratio for a gzip one. */
+  uint64_t head = 4 + 4 * (uint64_t)h.ndim, bytes = (uint64_t)h.numel * (uint64_t)h.file_elem;
+  uint64_t bound = vl_reader_bound(&rd);
+  if (!rd.gzip && bound != UINT64_MAX && bound < head + bytes) {
+    vl_reader_close(&rd);
+    return truncated_data(path, &h, (int64_t)(bound - head));
+  }
+  if (rd.gzip && bound < head + bytes) {
+    s = vl_fail(VL_EIO, "read_idx: %s: truncated data: the header announces %lld elements (%llu bytes) "
+                "but a gzip file of %llu bytes inflates to at most %llu", path, (long long)h.numel,
+                (unsigned long long)bytes, (unsigned long long)rd.file_size, (unsigned long long)bound);
+    vl_reader_close(&rd);
+    return s;
   }
 
   vl_tensor *t = NULL;
-  s = vl_tensor_empty(h.ndim, h.size, h.dtype, vl_cpu_device(), &t);
-  if (s != VL_OK) { gzclose(gz); return vl_fail_prefix(s, "read_idx: %s: ", path); }
-  if (h.numel > 0) s = read_data(gz, path, &h, vl_tensor_data(t));
+  if (rd.gzip && bytes > VL_IO_CHUNK) {
+    s = read_staged(&rd, path, &h, &t);
+  } else {
+    s = vl_tensor_empty(h.ndim, h.size, h.dtype, vl_cpu_device(), &t);
+    if (s != VL_OK) s = vl_fail_prefix(s, "read_idx: %s: ", path);
+    else if (h.numel > 0) s = read_data(&rd, path, &h, vl_tensor_data(t));
+  }
   if (s == VL_OK) {
+    /* Reading on to the end also verifies a gzip trailer and rejects junk after the stream. */
     unsigned char extra[64];
-    int64_t got = read_some(gz, path, extra, sizeof extra);
+    int64_t got = read_some(&rd, path, extra, sizeof extra);
     if (got < 0) s = VL_EIO;
     else if (got > 0)
       s = vl_fail(VL_EIO, "read_idx: %s: %s bytes after the data announced by the header "
                   "(not an IDX file, or wrong dims)", path, got < (int64_t)sizeof extra ? "extra" : "many extra");
   }
-  gzclose(gz);
+  vl_reader_close(&rd);
   if (s != VL_OK) { vl_tensor_release(t); return s; }
   *out = t;
   return VL_OK;

@@ -1,7 +1,9 @@
 /* runtime/io/idx.h: the IDX file format (MNIST, Fashion-MNIST), read into a CPU tensor.
  *
  * Layout: a 4-byte magic {0, 0, type, ndims}, then ndims big-endian u32 sizes, then the elements
- * in row-major order, big-endian. The file may be gzip-compressed or plain (zlib reads both).
+ * in row-major order, big-endian. The file may be gzip-compressed or plain (file_io.h reads
+ * both: gzip trailers verified, concatenated members read as one stream, junk after them an
+ * error).
  *
  * Type codes and the tensor dtype they become:
  *   0x08 unsigned byte -> u8      0x0B i16 -> i32 (widened; there is no i16 dtype)
@@ -10,7 +12,8 @@
  *
  * Errors (VL_EIO unless noted) name the file and the problem: missing or unreadable file, bad
  * magic, unsupported type code, ndims of 0 or above VL_MAX_DIMS, sizes whose product does not
- * fit (absurd dims), fewer data bytes than the header promises (truncated), bytes left after the
+ * fit (absurd dims), fewer data bytes than the header promises (truncated; checked against the
+ * file size, or for gzip against deflate's best ratio, before allocating), bytes left after the
  * data (trailing garbage: most likely not an IDX file), or VL_EOOM when the tensor cannot be
  * allocated. */
 #ifndef VL_IDX_H

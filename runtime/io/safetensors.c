@@ -1,11 +1,12 @@
 /* runtime/io/safetensors.c: safetensors reader and writer (see safetensors.h).
  *
- * Reading goes through zlib's gz* functions, which read gzip and plain files alike (gzdirect
- * tells which after the first read). For a plain file every size is checked against the file
- * size before anything is allocated; for a gzip stream the uncompressed size is unknown up
- * front, so sizes are capped (VL_ST_MAX_HEADER, VL_ST_MAX_BYTES) and truncation is found when
- * the stream ends early. Tensors are read in offset order straight into their storage, so a
- * checkpoint never needs twice its size in memory. */
+ * Reading goes through the shared reader (file_io.h), which reads gzip and plain files alike and
+ * verifies gzip trailers. For a plain file every size is checked against the file size before
+ * anything is allocated; for a gzip stream the uncompressed size is unknown up front, so sizes
+ * are checked against what the compressed size can inflate to, large tensors are read in chunks
+ * before they are allocated, and truncation is found when the stream ends early. Tensors are
+ * read in offset order straight into their storage (compressed ones through one chunk at a
+ * time), so a checkpoint never needs twice its size in memory. */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/io/safetensors.h"
 
@@ -15,11 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "runtime/io/file_io.h"
+#include "runtime/io/replace.h"
 #include "runtime/ops/ops.h"
 
 static const struct {
@@ -63,9 +64,10 @@ static void shape_str(int ndim, const int64_t *size, char *buf, size_t n) {
 /* ------------------------------------------------------------------------------------------- */
 /* Reading */
 
-/* The bounded gzread loop and its messages are shared with the other readers (file_io.c). */
-static int64_t read_some(gzFile gz, const char *path, void *buf, size_t n) {
-  return vl_gz_read(gz, "load_safetensors", path, buf, n);
+/* The reader's messages start with "load_safetensors: <path>: " (file_io.c). */
+static int64_t read_some(vl_reader *r, const char *path, void *buf, size_t n) {
+  (void)path;
+  return vl_reader_read(r, buf, n);
 }
 
 typedef struct st_entry {
@@ -224,18 +226,36 @@ static vl_status parse_header(const char *path, cJSON *root, st_entry **out, int
   return VL_OK;
 }
 
-/* Reads the data section into new tensors, in offset order. */
-static vl_status read_tensors(gzFile gz, const char *path, st_entry **by_off, int n) {
+/* Reads the data section into new tensors, in offset order. A compressed tensor above one chunk
+ * is allocated only after its bytes have arrived (file_io.h: VL_IO_CHUNK). */
+static vl_status read_tensors(vl_reader *r, const char *path, st_entry **by_off, int n) {
   for (int i = 0; i < n; i++) {
     st_entry *e = by_off[i];
-    VL_TRY(vl_tensor_empty(e->ndim, e->size, e->dt, vl_cpu_device(), &e->t));
-    uint64_t nbytes = e->end - e->begin;
-    if (nbytes == 0) continue;
-    int64_t got = read_some(gz, path, vl_tensor_data(e->t), (size_t)nbytes);
-    if (got < 0) return VL_EIO;
-    if ((uint64_t)got < nbytes)
+    uint64_t nbytes = e->end - e->begin, got = 0;
+    if (r->gzip && nbytes > VL_IO_CHUNK) {
+      vl_chunks c;
+      VL_TRY(vl_reader_read_chunks(r, nbytes, &c));
+      got = c.bytes;
+      if (got == nbytes) {
+        vl_status s = vl_tensor_empty(e->ndim, e->size, e->dt, vl_cpu_device(), &e->t);
+        if (s != VL_OK) {
+          vl_chunks_free(&c);
+          return vl_fail_prefix(s, "load_safetensors: %s: tensor \"%s\": ", path, e->name);
+        }
+        vl_chunks_drain(&c, vl_tensor_data(e->t));
+      }
+      vl_chunks_free(&c);
+    } else {
+      vl_status s = vl_tensor_empty(e->ndim, e->size, e->dt, vl_cpu_device(), &e->t);
+      if (s != VL_OK) return vl_fail_prefix(s, "load_safetensors: %s: tensor \"%s\": ", path, e->name);
+      if (nbytes == 0) continue;
+      int64_t k = read_some(r, path, vl_tensor_data(e->t), (size_t)nbytes);
+      if (k < 0) return VL_EIO;
+      got = (uint64_t)k;
+    }
+    if (got < nbytes)
       return vl_fail(VL_EIO, "load_safetensors: %s: truncated: tensor \"%s\" has %" PRIu64 " of its %"
-                     PRIu64 " bytes", path, e->name, (uint64_t)got, nbytes);
+                     PRIu64 " bytes", path, e->name, got, nbytes);
     if (e->dt == VL_BOOL) {
       const unsigned char *p = vl_tensor_data(e->t);
       for (uint64_t k = 0; k < nbytes; k++)
@@ -243,6 +263,43 @@ static vl_status read_tensors(gzFile gz, const char *path, st_entry **by_off, in
           return vl_fail(VL_EIO, "load_safetensors: %s: tensor \"%s\": BOOL element %" PRIu64
                          " is byte 0x%02X (expected 0 or 1)", path, e->name, k, p[k]);
     }
+  }
+  return VL_OK;
+}
+
+/* Every string of the header, read from the raw JSON text: cJSON decodes "\u0000" into a C
+ * string that ends there (so "a\u0000evil" would load as "a") and passes invalid UTF-8 through.
+ * Both are rejected, with the string shown as it is in the file. The text is valid JSON here. */
+static vl_status check_strings(const char *path, const char *text, const char *end) {
+  int depth = 0;
+  for (const char *p = text; p < end; p++) {
+    if (*p == '{' || *p == '[') depth++;
+    else if (*p == '}' || *p == ']') depth--;
+    if (*p != '"') continue;
+    const char *start = ++p;
+    int nul = 0;
+    while (p < end && *p != '"') {
+      if (*p == '\\' && p + 1 < end) {
+        if (p[1] == 'u' && end - p >= 6 && memcmp(p + 2, "0000", 4) == 0) nul = 1;
+        p += p[1] == 'u' ? 6 : 2;
+      } else {
+        p++;
+      }
+    }
+    if (p > end) p = end;
+    size_t len = (size_t)(p - start);
+    size_t valid = vl_utf8_valid_prefix((const unsigned char *)start, len);
+    if (!nul && valid == len) continue;
+    const char *q = p + 1;
+    while (q < end && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')) q++;
+    const char *kind = q < end && *q == ':' ? (depth == 1 ? "tensor name" : "key") : "string value";
+    char shown[200];
+    vl_escape_bytes(start, len, shown, sizeof shown);
+    if (nul)
+      return vl_fail(VL_EIO, "load_safetensors: %s: %s \"%s\" contains a NUL character (\\u0000)",
+                     path, kind, shown);
+    return vl_fail(VL_EIO, "load_safetensors: %s: %s \"%s\" is not valid UTF-8 (byte 0x%02X at "
+                   "offset %zu)", path, kind, shown, (unsigned char)start[valid], valid);
   }
   return VL_OK;
 }
@@ -297,13 +354,8 @@ static vl_status fill_result(const char *path, st_entry *es, int n, const cJSON 
 vl_status vl_safetensors_read(const char *path, vl_safetensors *out) {
   if (!host_is_little_endian())
     return vl_fail(VL_EUNSUPPORTED, "load_safetensors: %s: big-endian hosts are not supported", path);
-  struct stat sb;
-  if (stat(path, &sb) != 0)
-    return vl_fail(VL_EIO, "load_safetensors: %s: %s", path, strerror(errno));
-  if (S_ISDIR(sb.st_mode)) return vl_fail(VL_EIO, "load_safetensors: %s: is a directory", path);
-  gzFile gz = gzopen(path, "rb");
-  if (!gz) return vl_fail(VL_EIO, "load_safetensors: %s: cannot open: %s", path, strerror(errno));
-  gzbuffer(gz, 1u << 20);
+  vl_reader rd;
+  VL_TRY(vl_reader_open(&rd, "load_safetensors", path));
 
   vl_status s = VL_OK;
   char *hbuf = NULL;
@@ -311,16 +363,17 @@ vl_status vl_safetensors_read(const char *path, vl_safetensors *out) {
   st_entry *es = NULL, **by_off = NULL;
   int n = 0;
   unsigned char len8[8];
-  int64_t got = read_some(gz, path, len8, 8);
+  int64_t got = read_some(&rd, path, len8, 8);
   if (got < 0) { s = VL_EIO; goto done; }
   if (got < 8) {
     s = vl_fail(VL_EIO, "load_safetensors: %s: truncated: %lld bytes, shorter than the 8-byte header "
                 "length", path, (long long)got);
     goto done;
   }
-  /* Plain files: the data section's size is known; gzip streams: found when the stream ends. */
-  int direct = gzdirect(gz);
-  uint64_t fsize = (uint64_t)sb.st_size;
+  /* Plain files: the data section's size is known; gzip streams: bounded by what the compressed
+   * size can inflate to, the exact size found when the stream ends. */
+  int direct = !rd.gzip && rd.file_size != UINT64_MAX;
+  uint64_t fsize = rd.file_size, bound = vl_reader_bound(&rd);
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | len8[i];
   if (hlen > VL_ST_MAX_HEADER) {
@@ -333,12 +386,17 @@ vl_status vl_safetensors_read(const char *path, vl_safetensors *out) {
                 " bytes follow", path, hlen, fsize - 8);
     goto done;
   }
+  if (rd.gzip && hlen > bound - 8) {
+    s = vl_fail(VL_EIO, "load_safetensors: %s: truncated: header length %" PRIu64 " but a gzip file of %"
+                PRIu64 " bytes inflates to at most %" PRIu64, path, hlen, fsize, bound);
+    goto done;
+  }
   hbuf = malloc(hlen + 1);
   if (!hbuf) {
     s = vl_fail(VL_EOOM, "load_safetensors: %s: out of host memory for a %" PRIu64 "-byte header", path, hlen);
     goto done;
   }
-  got = read_some(gz, path, hbuf, hlen);
+  got = read_some(&rd, path, hbuf, hlen);
   if (got < 0) { s = VL_EIO; goto done; }
   if ((uint64_t)got < hlen) {
     s = vl_fail(VL_EIO, "load_safetensors: %s: truncated header: %lld of %" PRIu64 " bytes", path,
@@ -361,6 +419,8 @@ vl_status vl_safetensors_read(const char *path, vl_safetensors *out) {
                   path, (long)(p - hbuf), hlen);
       goto done;
     }
+  s = check_strings(path, hbuf, end);
+  if (s != VL_OK) goto done;
 
   const cJSON *meta = NULL;
   s = parse_header(path, root, &es, &n, &meta);
@@ -384,6 +444,12 @@ vl_status vl_safetensors_read(const char *path, vl_safetensors *out) {
     s = vl_fail(VL_EIO, "load_safetensors: %s: absurd data size %" PRIu64 " bytes", path, total);
     goto done;
   }
+  if (rd.gzip && total > bound - 8 - hlen) {
+    s = vl_fail(VL_EIO, "load_safetensors: %s: truncated: the header announces %" PRIu64 " data bytes "
+                "but a gzip file of %" PRIu64 " bytes inflates to at most %" PRIu64, path, total, fsize,
+                bound);
+    goto done;
+  }
   if (direct) {
     uint64_t have = fsize - 8 - hlen;
     if (total > have) {
@@ -400,10 +466,11 @@ vl_status vl_safetensors_read(const char *path, vl_safetensors *out) {
       goto done;
     }
   }
-  s = read_tensors(gz, path, by_off, n);
+  s = read_tensors(&rd, path, by_off, n);
   if (s != VL_OK) goto done;
+  /* Reading on to the end also verifies a gzip trailer and rejects junk after the stream. */
   unsigned char extra;
-  got = read_some(gz, path, &extra, 1);
+  got = read_some(&rd, path, &extra, 1);
   if (got < 0) { s = VL_EIO; goto done; }
   if (got > 0) {
     s = vl_fail(VL_EIO, "load_safetensors: %s: bytes after the last tensor (the tensors cover %" PRIu64
@@ -418,7 +485,7 @@ done:
   free(es);
   cJSON_Delete(root);
   free(hbuf);
-  gzclose(gz);
+  vl_reader_close(&rd);
   return s;
 }
 
@@ -539,6 +606,15 @@ static vl_status write_tensor(gzFile gz, const char *path, const st_out *o) {
   return VL_OK;
 }
 
+/* The format's header is UTF-8 JSON: a name that is not UTF-8 would make a file others reject. */
+static vl_status check_utf8(const char *path, const char *kind, const char *str) {
+  size_t len = strlen(str), valid = vl_utf8_valid_prefix((const unsigned char *)str, len);
+  if (valid == len) return VL_OK;
+  char shown[200];
+  return vl_fail(VL_EINVAL, "save_safetensors: %s: %s \"%s\" is not valid UTF-8 (byte 0x%02X at offset %zu)",
+                 path, kind, vl_escape_bytes(str, len, shown, sizeof shown), (unsigned char)str[valid], valid);
+}
+
 static vl_status check_write_args(const char *path, int n, const char *const *names,
                                   vl_tensor *const *tensors, int nmeta, const char *const *mk,
                                   const char *const *mv) {
@@ -549,9 +625,13 @@ static vl_status check_write_args(const char *path, int n, const char *const *na
       return vl_fail(VL_EINVAL, "save_safetensors: %s: tensor %d has an empty or reserved name \"%s\"", path,
                      i + 1, names[i] ? names[i] : "");
     if (!tensors[i]) return vl_fail(VL_EINVAL, "save_safetensors: %s: tensor \"%s\" is NULL", path, names[i]);
+    VL_TRY(check_utf8(path, "tensor name", names[i]));
   }
-  for (int i = 0; i < nmeta; i++)
+  for (int i = 0; i < nmeta; i++) {
     if (!mk[i] || !mv[i]) return vl_fail(VL_EINVAL, "save_safetensors: %s: metadata entry %d is NULL", path, i + 1);
+    VL_TRY(check_utf8(path, "metadata key", mk[i]));
+    VL_TRY(check_utf8(path, "metadata value", mv[i]));
+  }
   return VL_OK;
 }
 
@@ -588,19 +668,17 @@ vl_status vl_safetensors_write(const char *path, int n, const char *const *names
   unsigned char len8[8];
   for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((hlen + pad) >> (8 * i));
 
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 32);
-  vl_status s = VL_OK;
+  vl_replace rp;
   gzFile gz = NULL;
-  if (!tmp) {
-    s = vl_fail(VL_EOOM, "save_safetensors: %s: out of host memory", path);
-    goto done;
-  }
-  snprintf(tmp, plen + 32, "%s.tmp%ld", path, (long)getpid());
-  /* "T": transparent (uncompressed) writing through the same gz* calls. */
-  gz = gzopen(tmp, ends_with(path, ".gz") ? "wb6" : "wbT");
+  vl_status s = vl_replace_begin(&rp, "save_safetensors", path);
+  if (s != VL_OK) goto done;
+  /* "T": transparent (uncompressed) writing through the same gz* calls. zlib gets its own
+   * descriptor, so that rp.fd stays open for the fsync after gzclose. */
+  int zfd = dup(rp.fd);
+  gz = zfd < 0 ? NULL : gzdopen(zfd, ends_with(path, ".gz") ? "wb6" : "wbT");
   if (!gz) {
-    s = vl_fail(VL_EIO, "save_safetensors: %s: cannot create %s: %s", path, tmp, strerror(errno));
+    if (zfd >= 0) close(zfd);
+    s = vl_fail(VL_EIO, "save_safetensors: %s: cannot write %s: %s", path, rp.tmp, strerror(errno));
     goto done;
   }
   gzbuffer(gz, 1u << 20);
@@ -618,12 +696,11 @@ vl_status vl_safetensors_write(const char *path, int n, const char *const *names
                 zr == Z_ERRNO ? strerror(errno) : "zlib error");
     goto done;
   }
-  if (rename(tmp, path) != 0) s = vl_fail(VL_EIO, "save_safetensors: %s: %s", path, strerror(errno));
+  s = vl_replace_commit(&rp);
 
 done:
   if (gz) gzclose(gz);
-  if (s != VL_OK && tmp) remove(tmp);
-  free(tmp);
+  vl_replace_abort(&rp); /* removes the temporary file unless committed */
   free(header);
   free(ts);
   return s;

@@ -13,16 +13,24 @@
  * beyond VL_ST_MAX_BYTES, BOOL bytes other than 0/1. Errors are VL_EIO (VL_EOOM when memory
  * runs out) and name the file and, where one is at fault, the tensor.
  *
- * gzip-compressed files (e.g. tests/data/x.safetensors.gz) are read too: zlib detects the gzip
- * magic, so compression is a property of the bytes, not of the name. The data section is read
- * sequentially in offset order, which is what lets a compressed stream be read without seeking.
+ * gzip-compressed files (e.g. tests/data/x.safetensors.gz) are read too: the gzip magic is
+ * detected, so compression is a property of the bytes, not of the name (file_io.h has the rules:
+ * trailers verified, concatenated members read as one stream, junk after them rejected). The
+ * data section is read sequentially in offset order, which is what lets a compressed stream be
+ * read without seeking; the sizes a compressed file's header announces are checked against
+ * deflate's best ratio, and large tensors are read in chunks before being allocated. Names and
+ * metadata with an escaped NUL ("\u0000", which would cut the name) or invalid UTF-8 are
+ * rejected.
  *
  * Writing sorts tensors by (element size descending, name) as the reference implementation
  * does, which keeps every tensor naturally aligned without padding between tensors; the header
  * is padded with spaces so that the data section starts at an 8-byte boundary. Device and
  * strided tensors are copied to contiguous host bytes one at a time. The file is written to a
- * temporary name next to `path` and renamed, so a failed save leaves an existing file intact.
- * A path ending in ".gz" is written gzip-compressed. */
+ * temporary name next to `path` (".<name>.v100tmp-<pid>-<tid>"), fsync'd and renamed, and the
+ * directory fsync'd, so a failed save or a crash leaves an existing file intact; a later save to
+ * the same path removes temporaries whose process is gone. An existing file's mode is kept and a
+ * symlink at `path` is followed (its target replaced); a dangling symlink is refused. A path
+ * ending in ".gz" is written gzip-compressed. */
 #ifndef VL_SAFETENSORS_H
 #define VL_SAFETENSORS_H
 
@@ -58,8 +66,8 @@ vl_status vl_safetensors_read(const char *path, vl_safetensors *out);
 void vl_safetensors_free(vl_safetensors *st);
 
 /* Writes n named tensors (any device, dtype of the list above, any strides) and nmeta metadata
- * pairs (may be 0 with NULL arrays) to `path`. Names must be non-empty, distinct and not
- * "__metadata__". On failure no file is left at `path` other than what was there before. */
+ * pairs (may be 0 with NULL arrays) to `path`. Names must be non-empty, distinct, valid UTF-8
+ * and not "__metadata__"; metadata keys and values valid UTF-8 (VL_EINVAL otherwise). On failure no file is left at `path` other than what was there before. */
 vl_status vl_safetensors_write(const char *path, int n, const char *const *names,
                                vl_tensor *const *tensors, int nmeta, const char *const *meta_keys,
                                const char *const *meta_values);

@@ -1,5 +1,7 @@
 /* tests/c/test_idx.c: the IDX reader on small files written here (plain and gzip), every error
- * path, and, when the dataset package is installed, the real Fashion-MNIST test labels. */
+ * path (gzip trailers, junk after the stream, concatenated members, headers that promise more than
+ * a compressed file can hold), and, when the dataset package is installed, the real Fashion-MNIST
+ * test labels. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -227,6 +229,108 @@ static void test_errors(void) {
   CHECK(vl_idx_type_info(0x07, &dt, &esz) == VL_EIO);
 }
 
+
+static unsigned char *slurp(const char *p, size_t *n) {
+  FILE *f = fopen(p, "rb");
+  if (!f) exit(2);
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc((size_t)len + 1);
+  if (!b || fread(b, 1, (size_t)len, f) != (size_t)len) exit(2);
+  fclose(f);
+  *n = (size_t)len;
+  return b;
+}
+
+static void test_gzip_integrity(void) {
+  unsigned char payload[300], buf[400];
+  for (size_t i = 0; i < sizeof payload; i++) payload[i] = (unsigned char)(i * 7);
+  uint32_t dims[2] = {30, 10};
+  size_t n = make_idx(buf, 0x08, 2, dims, payload, sizeof payload);
+  char whole[600];
+  snprintf(whole, sizeof whole, "%s", write_file("whole.idx.gz", buf, n, 1));
+  size_t gzn;
+  unsigned char *gz = slurp(whole, &gzn);
+  vl_tensor *t = NULL;
+  CHECK(vl_idx_read(whole, &t) == VL_OK);
+  vl_tensor_release(t);
+  /* a missing or partial CRC32/ISIZE trailer: the data is all there, the check is not */
+  for (size_t cut = 1; cut <= 8; cut++)
+    EXPECT_FAIL(write_file("cut_trailer.idx.gz", gz, gzn - cut, 0), "CRC32/ISIZE trailer");
+  unsigned char *bad = malloc(gzn + 8);
+  memcpy(bad, gz, gzn);
+  bad[gzn - 6] ^= 0x40; /* in the CRC32 */
+  EXPECT_FAIL(write_file("crc.idx.gz", bad, gzn, 0), "CRC32 mismatch");
+  /* the path appears once (zlib's own message would repeat it) */
+  const char *m = vl_errmsg(), *p = path_of("crc.idx.gz");
+  const char *first = strstr(m, p);
+  CHECK(first && !strstr(first + 1, p));
+  /* junk after the stream */
+  memcpy(bad, gz, gzn);
+  memcpy(bad + gzn, "\0\0\0\0", 4);
+  EXPECT_FAIL(write_file("junk.idx.gz", bad, gzn + 4, 0), "4 bytes of junk after the gzip data");
+  /* two members, as `gzip -c a b` makes: their concatenation */
+  size_t half = n / 3, n1, n2;
+  unsigned char *a, *b;
+  write_file("m1.gz", buf, half, 1);
+  a = slurp(path_of("m1.gz"), &n1);
+  write_file("m2.gz", buf + half, n - half, 1);
+  b = slurp(path_of("m2.gz"), &n2);
+  unsigned char *ab = malloc(n1 + n2);
+  memcpy(ab, a, n1);
+  memcpy(ab + n1, b, n2);
+  t = NULL;
+  CHECK(vl_idx_read(write_file("members.idx.gz", ab, n1 + n2, 0), &t) == VL_OK);
+  if (t) CHECK(t->ndim == 2 && t->size[0] == 30 && memcmp(vl_tensor_data(t), payload, sizeof payload) == 0);
+  vl_tensor_release(t);
+  free(a);
+  free(b);
+  free(ab);
+  free(bad);
+  free(gz);
+}
+
+static void test_gzip_bounds(void) {
+  /* 15 GB announced by a gzip file of a few dozen bytes: refused before allocating */
+  unsigned char buf[64], payload[16] = {0};
+  uint32_t dims[3] = {15000u, 1000u, 1000u};
+  size_t n = make_idx(buf, 0x08, 3, dims, payload, sizeof payload);
+  EXPECT_FAIL(write_file("huge15.idx.gz", buf, n, 1), "inflates to at most");
+  /* within the ratio bound but short: read in chunks, fails on the truncation */
+  size_t nd = 256 << 10;
+  unsigned char *big = malloc(nd + 64);
+  uint32_t d1[1] = {40000000u};
+  n = make_idx(big, 0x08, 1, d1, NULL, 0);
+  uint64_t x = 88172645463325252ull;
+  for (size_t i = 0; i < nd; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    big[n + i] = (unsigned char)x;
+  }
+  EXPECT_FAIL(write_file("short40m.idx.gz", big, n + nd, 1), "only 262144 bytes follow");
+  free(big);
+  /* a compressed file larger than one read chunk, widened: i16 -> i32 across chunk borders */
+  size_t ne = (size_t)9 << 20; /* 18 MiB of i16 */
+  unsigned char *w = malloc(ne * 2 + 16);
+  uint32_t dn[1] = {(uint32_t)ne};
+  n = make_idx(w, 0x0B, 1, dn, NULL, 0);
+  for (size_t i = 0; i < ne; i++) {
+    int16_t v = (int16_t)(i * 37 - 30000);
+    w[n + 2 * i] = (unsigned char)((uint16_t)v >> 8);
+    w[n + 2 * i + 1] = (unsigned char)v;
+  }
+  vl_tensor *t = NULL;
+  CHECK(vl_idx_read(write_file("wide.idx.gz", w, n + ne * 2, 1), &t) == VL_OK);
+  if (t) {
+    const int32_t *v = vl_tensor_data(t);
+    size_t bad = 0;
+    for (size_t i = 0; i < ne; i++) bad += v[i] != (int16_t)(i * 37 - 30000);
+    CHECK(t->dtype == VL_I32 && t->size[0] == (int64_t)ne && bad == 0);
+  }
+  vl_tensor_release(t);
+  free(w);
+}
+
 /* The real data set, when installed: Fashion-MNIST t10k labels are 10000 u8 values 0..9, 1000
  * of each class, and the first two are 9 (ankle boot) and 2 (pullover). */
 static void test_fashion_mnist(void) {
@@ -261,6 +365,8 @@ int main(void) {
   test_u8_both_encodings();
   test_wide_types();
   test_errors();
+  test_gzip_integrity();
+  test_gzip_bounds();
   test_fashion_mnist();
 
   char cmd[600];

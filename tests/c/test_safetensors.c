@@ -1,12 +1,20 @@
 /* tests/c/test_safetensors.c: the safetensors reader/writer: round trips of every dtype (0-dim,
  * empty and strided tensors included) with metadata, gzip files, the byte layout the format
  * prescribes, and every malformed-file error path (message naming the file and the tensor, the
- * output untouched). */
+ * output untouched), gzip trailers, junk and concatenated members, allocation bounds for
+ * compressed files, bad names, and crash-safe saves (stale temporary files, modes, symlinks). */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -354,6 +362,348 @@ static void test_write_errors(void) {
   vl_tensor_release(a);
 }
 
+
+/* ---- gzip integrity, bounds and names ---- */
+
+static unsigned char *slurp(const char *p, size_t *n) {
+  FILE *f = fopen(p, "rb");
+  if (!f) exit(2);
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc((size_t)len + 1);
+  if (!b || fread(b, 1, (size_t)len, f) != (size_t)len) exit(2);
+  fclose(f);
+  *n = (size_t)len;
+  return b;
+}
+
+static int count_of(const char *hay, const char *needle) {
+  int k = 0;
+  for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) k++;
+  return k;
+}
+
+static void test_gzip_integrity(void) {
+  float v[64];
+  for (int i = 0; i < 64; i++) v[i] = (float)cos(i);
+  const char *h = "{\"t\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[0,256]}}";
+  const char *p = write_st("whole.safetensors.gz", h, -1, v, sizeof v, 1);
+  size_t n;
+  unsigned char *gz = slurp(p, &n);
+  vl_safetensors st;
+  CHECK(vl_safetensors_read(p, &st) == VL_OK && st.n == 1);
+  vl_safetensors_free(&st);
+  /* Each cut of 1 to 8 bytes removes part of the CRC32/ISIZE trailer: all data is there, the
+   * check is not. Before the fix these loaded. */
+  for (size_t cut = 1; cut <= 8; cut++) {
+    p = path_of("cut_trailer.safetensors.gz");
+    write_bytes(p, gz, n - cut, 0);
+    expect_fail(p, VL_EIO, "truncated gzip data", "CRC32/ISIZE trailer");
+  }
+  /* a bit flip in the compressed data plus a cut trailer: still an error, never wrong values */
+  unsigned char *bad = malloc(n);
+  memcpy(bad, gz, n);
+  bad[n / 2] ^= 0x10;
+  p = path_of("flip_cut.safetensors.gz");
+  write_bytes(p, bad, n - 4, 0);
+  expect_fail(p, VL_EIO, NULL, NULL);
+  /* a flipped CRC32 with everything else intact */
+  memcpy(bad, gz, n);
+  bad[n - 8] ^= 0x01;
+  p = path_of("crc.safetensors.gz");
+  write_bytes(p, bad, n, 0);
+  expect_fail(p, VL_EIO, "corrupt gzip data", "CRC32 mismatch");
+  /* the path appears once in a gzip error (zlib's own message repeats it) */
+  CHECK(count_of(vl_errmsg(), p) == 1);
+  /* a wrong ISIZE */
+  memcpy(bad, gz, n);
+  bad[n - 1] ^= 0x01;
+  p = path_of("isize.safetensors.gz");
+  write_bytes(p, bad, n, 0);
+  expect_fail(p, VL_EIO, "corrupt gzip data", "ISIZE mismatch");
+  /* junk after the stream (plain files reject trailing bytes; so do gzip ones now) */
+  unsigned char *junk = malloc(n + 5);
+  memcpy(junk, gz, n);
+  memcpy(junk + n, "JUNK!", 5);
+  p = path_of("junk.safetensors.gz");
+  write_bytes(p, junk, n + 5, 0);
+  expect_fail(p, VL_EIO, "5 bytes of junk after the gzip data", "not another gzip member");
+  write_bytes(p, junk, n + 1, 0);
+  expect_fail(p, VL_EIO, "1 byte of junk", NULL);
+  free(junk);
+  /* concatenated members (`gzip -c a b`) read as the concatenation, as gunzip does */
+  {
+    unsigned char raw[8 + 256 + 256];
+    size_t hl = strlen(h);
+    for (int i = 0; i < 8; i++) raw[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    memcpy(raw + 8, h, hl);
+    memcpy(raw + 8 + hl, v, sizeof v);
+    size_t total = 8 + hl + sizeof v, half = total / 2;
+    write_bytes(path_of("m1.gz"), raw, half, 1);
+    write_bytes(path_of("m2.gz"), raw + half, total - half, 1);
+    size_t n1, n2;
+    unsigned char *a = slurp(path_of("m1.gz"), &n1), *b = slurp(path_of("m2.gz"), &n2);
+    unsigned char *ab = malloc(n1 + n2);
+    memcpy(ab, a, n1);
+    memcpy(ab + n1, b, n2);
+    p = path_of("members.safetensors.gz");
+    write_bytes(p, ab, n1 + n2, 0);
+    CHECK(vl_safetensors_read(p, &st) == VL_OK && st.n == 1);
+    if (st.n == 1) {
+      int64_t s1[1] = {64};
+      vl_tensor *want = from_host(v, 1, s1, VL_F32);
+      CHECK(same_bytes(st.tensors[0], want));
+      vl_tensor_release(want);
+    }
+    vl_safetensors_free(&st);
+    /* the second member cut short is still a truncation */
+    write_bytes(p, ab, n1 + n2 - 3, 0);
+    expect_fail(p, VL_EIO, "truncated gzip data", NULL);
+    free(a);
+    free(b);
+    free(ab);
+  }
+  free(bad);
+  free(gz);
+}
+
+static void test_gzip_bounds(void) {
+  /* A tiny gzip file whose header declares 15 GB: rejected before anything is allocated. */
+  const char *h = "{\"t\":{\"dtype\":\"U8\",\"shape\":[15000000000],\"data_offsets\":[0,15000000000]}}";
+  const char *p = write_st("huge.safetensors.gz", h, -1, "abc", 3, 1);
+  expect_fail(p, VL_EIO, "announces 15000000000 data bytes", "inflates to at most");
+  /* A header length no compressed size of this file can hold */
+  {
+    unsigned char b[10] = {0, 0, 0x10, 0, 0, 0, 0, 0, '{', '}'}; /* 1 MiB of header */
+    p = path_of("hlen.safetensors.gz");
+    write_bytes(p, b, 10, 1);
+    expect_fail(p, VL_EIO, "header length 1048576", "inflates to at most");
+  }
+  /* Within the ratio bound but cut short: 40 MB declared, the stream holds 256 KB of
+   * incompressible bytes. The tensor is read in chunks as they arrive, so this fails on the
+   * truncation, having allocated only what arrived. */
+  {
+    size_t nd = 256 << 10;
+    unsigned char *d = malloc(nd);
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < nd; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      d[i] = (unsigned char)x;
+    }
+    const char *h2 = "{\"t\":{\"dtype\":\"U8\",\"shape\":[40000000],\"data_offsets\":[0,40000000]}}";
+    p = write_st("short.safetensors.gz", h2, -1, d, nd, 1);
+    expect_fail(p, VL_EIO, "truncated: tensor \"t\" has 262144 of its 40000000 bytes", NULL);
+    free(d);
+  }
+  /* 4 GB announced and 4 MB of incompressible data present (within the ratio bound): in a child
+   * whose address space is capped at 1 GB above what it uses, the load fails on the truncation,
+   * not on allocating the 4 GB the header asks for. */
+  {
+    size_t nd = 4 << 20;
+    unsigned char *d = malloc(nd);
+    uint64_t x = 2463534242ull;
+    for (size_t i = 0; i < nd; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      d[i] = (unsigned char)x;
+    }
+    const char *h3 = "{\"t\":{\"dtype\":\"U8\",\"shape\":[4000000000],\"data_offsets\":[0,4000000000]}}";
+    p = write_st("big4g.safetensors.gz", h3, -1, d, nd, 1);
+    free(d);
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%ld", &pages) != 1) pages = 0;
+    if (f) fclose(f);
+    pid_t pid = fork();
+    if (pid == 0) {
+      struct rlimit rl;
+      rl.rlim_cur = rl.rlim_max = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)1 << 30);
+      if (pages <= 0 || setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+      vl_safetensors st;
+      vl_status s = vl_safetensors_read(p, &st);
+      if (s != VL_EIO || !strstr(vl_errmsg(), "truncated: tensor \"t\" has 4194304 of")) {
+        fprintf(stderr, "  capped load: %s\n", vl_errmsg());
+        _exit(1);
+      }
+      _exit(0);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  /* A compressed tensor larger than one read chunk round-trips through the chunked path. */
+  {
+    int64_t n = 5 << 20; /* 20 MiB of f32: two chunks and a part */
+    int64_t sz[1] = {n};
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)(i % 1000) * 0.5f;
+    vl_tensor *t = from_host(v, 1, sz, VL_F32);
+    const char *name = "big";
+    p = path_of("big.safetensors.gz");
+    CHECK(vl_safetensors_write(p, 1, &name, &t, 0, NULL, NULL) == VL_OK);
+    vl_safetensors st;
+    CHECK(vl_safetensors_read(p, &st) == VL_OK && st.n == 1);
+    if (st.n == 1) CHECK(same_bytes(st.tensors[0], t));
+    vl_safetensors_free(&st);
+    vl_tensor_release(t);
+    free(v);
+  }
+}
+
+static void test_bad_names(void) {
+  unsigned char data[8] = {0};
+  /* "a\u0000evil" used to load as "a" */
+  expect_fail(write_st("nul.safetensors",
+                       "{\"a\\u0000evil\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", -1, data,
+                       1, 0), VL_EIO, "tensor name \"a\\u0000evil\"", "NUL character");
+  expect_fail(write_st("nulmeta.safetensors", "{\"__metadata__\":{\"k\":\"v\\u0000w\"}}", -1, NULL, 0, 0),
+              VL_EIO, "\"v\\u0000w\"", "NUL character");
+  /* an escaped backslash before "u0000" is a plain string */
+  vl_safetensors st;
+  const char *p = write_st("bs.safetensors",
+                           "{\"a\\\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", -1, data, 1, 0);
+  CHECK(vl_safetensors_read(p, &st) == VL_OK && st.n == 1 && strcmp(st.names[0], "a\\u0000b") == 0);
+  vl_safetensors_free(&st);
+  /* invalid UTF-8: a lone continuation byte, an overlong '/', an encoded surrogate */
+  const char *bad[3] = {"{\"x\x80y\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+                        "{\"x\xC0\xAF\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+                        "{\"x\xED\xA0\x80\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}"};
+  const char *shown[3] = {"\"x\\x80y\"", "\"x\\xC0\\xAF\"", "\"x\\xED\\xA0\\x80\""};
+  for (int i = 0; i < 3; i++)
+    expect_fail(write_st("utf8.safetensors", bad[i], -1, data, 1, 0), VL_EIO, shown[i], "not valid UTF-8");
+  /* valid multi-byte names load */
+  p = write_st("utf8ok.safetensors", "{\"caf\xC3\xA9\xF0\x9F\x98\x80\":{\"dtype\":\"U8\",\"shape\":[1],"
+               "\"data_offsets\":[0,1]}}", -1, data, 1, 0);
+  CHECK(vl_safetensors_read(p, &st) == VL_OK && st.n == 1);
+  vl_safetensors_free(&st);
+  /* and saving refuses invalid UTF-8 names and metadata */
+  int64_t s1[1] = {1};
+  vl_tensor *t = from_host(data, 1, s1, VL_U8);
+  const char *name = "x\xFFy", *ok = "ok", *k = "k", *v = "\xC3";
+  p = path_of("badname_out.safetensors");
+  CHECK(vl_safetensors_write(p, 1, &name, &t, 0, NULL, NULL) == VL_EINVAL);
+  CHECK(strstr(vl_errmsg(), "tensor name \"x\\xFFy\" is not valid UTF-8") && strstr(vl_errmsg(), p));
+  CHECK(vl_safetensors_write(p, 1, &ok, &t, 1, &k, &v) == VL_EINVAL);
+  CHECK(strstr(vl_errmsg(), "metadata value") != NULL);
+  CHECK(access(p, F_OK) != 0);
+  vl_tensor_release(t);
+}
+
+/* ---- crash-safe saves ---- */
+
+/* Names in dir that start with prefix. */
+static int count_prefixed(const char *prefix) {
+  DIR *d = opendir(dir);
+  int k = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) k += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  if (d) closedir(d);
+  return k;
+}
+
+/* Temporary files of saves in dir. */
+static int count_temps(void) {
+  DIR *d = opendir(dir);
+  int k = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) k += strstr(e->d_name, ".v100tmp-") != NULL;
+  if (d) closedir(d);
+  return k;
+}
+
+static pid_t dead_pid(void) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  waitpid(pid, NULL, 0);
+  return pid;
+}
+
+static void test_save_files(void) {
+  float v[4] = {1, 2, 3, 4};
+  int64_t s4[1] = {4};
+  vl_tensor *t = from_host(v, 1, s4, VL_F32);
+  const char *name = "w";
+  vl_safetensors st;
+  /* a stale temporary file of a dead process is removed by the next save; a live one is kept */
+  char stale[600], live[600];
+  snprintf(stale, sizeof stale, "%s/.ck.safetensors.v100tmp-%ld-%ld", dir, (long)dead_pid(), 7L);
+  snprintf(live, sizeof live, "%s/.ck.safetensors.v100tmp-%ld-%ld", dir, (long)getppid(), 7L);
+  write_bytes(stale, "partial", 7, 0);
+  write_bytes(live, "partial", 7, 0);
+  const char *p = path_of("ck.safetensors");
+  CHECK(vl_safetensors_write(p, 1, &name, &t, 0, NULL, NULL) == VL_OK);
+  CHECK(access(stale, F_OK) != 0);
+  CHECK(access(live, F_OK) == 0);
+  unlink(live);
+  CHECK(count_prefixed(".ck.safetensors.v100tmp-") == 0);
+
+  /* the mode of an existing file is kept */
+  CHECK(chmod(p, 0600) == 0);
+  CHECK(vl_safetensors_write(p, 1, &name, &t, 0, NULL, NULL) == VL_OK);
+  struct stat sb;
+  CHECK(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0600);
+  CHECK(chmod(p, 0640) == 0);
+  CHECK(vl_safetensors_write(p, 1, &name, &t, 0, NULL, NULL) == VL_OK);
+  CHECK(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0640);
+  /* a new file gets 0666 less the umask */
+  mode_t um = umask(022);
+  p = path_of("fresh.safetensors");
+  CHECK(vl_safetensors_write(p, 1, &name, &t, 0, NULL, NULL) == VL_OK);
+  CHECK(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0644);
+  umask(um);
+
+  /* a symlink stays a symlink; its target gets the new contents */
+  const char *target = path_of("real.safetensors"), *link = path_of("link.safetensors");
+  CHECK(vl_safetensors_write(target, 1, &name, &t, 0, NULL, NULL) == VL_OK);
+  CHECK(symlink("real.safetensors", link) == 0);
+  const char *other = "renamed";
+  CHECK(vl_safetensors_write(link, 1, &other, &t, 0, NULL, NULL) == VL_OK);
+  CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+  CHECK(vl_safetensors_read(target, &st) == VL_OK && st.n == 1 && strcmp(st.names[0], "renamed") == 0);
+  vl_safetensors_free(&st);
+  /* a dangling symlink is refused, and left as it was */
+  const char *dangling = path_of("dangling.safetensors");
+  CHECK(symlink("nowhere/x.safetensors", dangling) == 0);
+  CHECK(vl_safetensors_write(dangling, 1, &name, &t, 0, NULL, NULL) == VL_EIO);
+  CHECK(strstr(vl_errmsg(), "symbolic link") && strstr(vl_errmsg(), dangling));
+  CHECK(lstat(dangling, &sb) == 0 && S_ISLNK(sb.st_mode));
+  CHECK(count_temps() == 0); /* no temporary file left by any of these */
+  vl_tensor_release(t);
+}
+
+/* A save killed by SIGKILL part-way leaves its temporary file; the next save removes it and the
+ * file at the path is always a complete checkpoint. */
+static void test_save_killed(void) {
+  int64_t n = 4 << 20;
+  int64_t sz[1] = {n};
+  float *v = calloc((size_t)n, sizeof *v);
+  vl_tensor *t = from_host(v, 1, sz, VL_F32);
+  free(v);
+  const char *name = "w";
+  const char *p = path_of("killed.safetensors");
+  CHECK(vl_safetensors_write(p, 1, &name, &t, 0, NULL, NULL) == VL_OK);
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (;;) vl_safetensors_write(p, 1, &name, &t, 0, NULL, NULL);
+  }
+  char tmp[600];
+  snprintf(tmp, sizeof tmp, ".killed.safetensors.v100tmp-%ld-", (long)pid);
+  int seen = 0;
+  for (int i = 0; i < 20000 && !seen; i++) { /* up to ~20 s */
+    seen = count_prefixed(tmp) > 0;
+    if (!seen) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  CHECK(seen);
+  vl_safetensors st;
+  CHECK(vl_safetensors_read(p, &st) == VL_OK && st.n == 1);
+  vl_safetensors_free(&st);
+  CHECK(vl_safetensors_write(p, 1, &name, &t, 0, NULL, NULL) == VL_OK);
+  CHECK(count_prefixed(tmp) == 0);
+  vl_tensor_release(t);
+}
+
 static void test_dtype_names(void) {
   vl_dtype dt;
   const vl_dtype all[8] = {VL_F32, VL_F16, VL_BF16, VL_F64, VL_I64, VL_I32, VL_U8, VL_BOOL};
@@ -371,6 +721,11 @@ int main(void) {
   test_foreign_file();
   test_errors();
   test_write_errors();
+  test_gzip_integrity();
+  test_gzip_bounds();
+  test_bad_names();
+  test_save_files();
+  test_save_killed();
   test_dtype_names();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

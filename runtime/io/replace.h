@@ -1,0 +1,42 @@
+/* runtime/io/replace.h: replacing a file atomically and durably, for the savers (safetensors.c).
+ *
+ * The new bytes go to a temporary file in the target's directory, which is fsync'd, renamed over
+ * the target, and the directory fsync'd: after a crash the path holds the old file or the new
+ * one, never a mix, and a failed save leaves the old file as it was.
+ *
+ * The temporary name, ".<name>.v100tmp-<pid>-<tid>", is hidden and says which process wrote it,
+ * so what a killed process (kill -9 mid-save) leaves behind can be found: vl_replace_begin
+ * removes those of the same target whose process no longer exists. A symlink at the path is
+ * followed (the link stays, the file it resolves to is replaced); a dangling one is refused. An
+ * existing file's permission bits are kept; a new file gets 0666 less the umask.
+ * Internal to the runtime. */
+#ifndef VL_REPLACE_H
+#define VL_REPLACE_H
+
+#include "runtime/core/status.h"
+
+typedef struct vl_replace {
+  const char *what, *path; /* for messages; not owned */
+  char *target;            /* the file to replace: path, or what a symlink at path resolves to */
+  char *dir;               /* its directory */
+  char *tmp;               /* the temporary file, open for writing as fd */
+  int fd;
+  int active;              /* begun and not yet committed or aborted */
+} vl_replace;
+
+/* Resolves the target, removes stale temporaries and creates this save's temporary file (fd,
+ * with the mode the result must have). On failure (message "<what>: <path>: ...") nothing is
+ * left behind and vl_replace_abort is a no-op. */
+vl_status vl_replace_begin(vl_replace *rp, const char *what, const char *path);
+
+/* fsync, close, rename over the target, fsync the directory. The caller has finished writing
+ * to fd (and closed any duplicate of it). On success rp is released; on failure call
+ * vl_replace_abort. A failure after the rename (the directory sync) leaves the new file in place
+ * and says so. */
+vl_status vl_replace_commit(vl_replace *rp);
+
+/* Closes and removes the temporary file of an uncommitted replacement and releases rp; a no-op
+ * on a committed, aborted or failed-to-begin one. */
+void vl_replace_abort(vl_replace *rp);
+
+#endif
