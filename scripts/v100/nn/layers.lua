@@ -15,14 +15,8 @@ local function bool_str(b) return b and 'true' or 'false' end
 local function pair_str(p) return '(' .. p[1] .. ', ' .. p[2] .. ')' end
 local function factory(opts) return { dtype = opts and opts.dtype, device = opts and opts.device } end
 
-local function check_dims(name, x, allowed)
-  if not allowed[x.ndim] then
-    local want = {}
-    for d in pairs(allowed) do want[#want + 1] = d .. '-D' end
-    table.sort(want)
-    error(string.format('%s: expected a %s input, got %s', name, table.concat(want, ' or '), F._desc(x)), 0)
-  end
-end
+-- The C layer ops and checks of `v100._nn` (looked up at call time, as functional.lua does).
+local function core_nn() return v100._nn or require('v100.core')._nn end
 
 -- ---------------------------------------------------------------------------------------------
 -- Linear and Conv2d
@@ -122,7 +116,7 @@ function BatchNorm:init(c, opts)
 end
 
 function BatchNorm:forward(x)
-  check_dims(self.__name, x, self._dims)
+  core_nn().check_ndim(self.__name, x, self._dims)
   local momentum = self.momentum
   if self.training and self.track_running_stats then
     local nbt = self.num_batches_tracked
@@ -143,11 +137,11 @@ function BatchNorm:extra_repr()
 end
 
 local BatchNorm2d = BatchNorm:extend('BatchNorm2d')
-BatchNorm2d._dims = { [4] = true }
+BatchNorm2d._dims = { 4 }
 L.BatchNorm2d = BatchNorm2d
 
 local BatchNorm1d = BatchNorm:extend('BatchNorm1d')
-BatchNorm1d._dims = { [2] = true, [3] = true }
+BatchNorm1d._dims = { 2, 3 }
 L.BatchNorm1d = BatchNorm1d
 
 local LayerNorm = Module:extend('LayerNorm')
@@ -206,18 +200,14 @@ local Dropout = simple('Dropout', function(self, x) return F.dropout(x, self.p, 
   function(self) return string.format('p=%g', self.p) end)
 function Dropout:init(p)
   p = p or 0.5
-  if p < 0 or p > 1 then error('Dropout: p must be in [0, 1], got ' .. tostring(p), 3) end
+  core_nn().check_prob('Dropout', 'p', p) -- at construction: no op sees p before the first forward
   self.p = p
 end
 
 -- Flatten(start = 2, end = -1): merges dims start..end (1-based, negative from the end).
 local Flatten = simple('Flatten', function(self, x)
   local s = x.shape
-  local a = self.start_dim < 0 and #s + self.start_dim + 1 or self.start_dim
-  local b = self.end_dim < 0 and #s + self.end_dim + 1 or self.end_dim
-  if a < 1 or b > #s or a > b then
-    error(string.format('Flatten: dims %d..%d out of range for %s', self.start_dim, self.end_dim, F._desc(x)), 0)
-  end
+  local a, b = core_nn().flatten_dims('Flatten', x, self.start_dim, self.end_dim)
   local out, n = {}, 1
   for i = 1, a - 1 do out[#out + 1] = s[i] end
   for i = a, b do n = n * s[i] end
