@@ -419,4 +419,37 @@ T.test('Checkpoint: gradcheck in f64', function()
   end, { x, w }))
 end)
 
+T.test('argument checks of the composed layers come from C, with the layer and operand shapes', function()
+  local function mk(...) return (T.make(...)) end -- the tensor only (T.make also returns its values)
+  local x = mk({ 2, 3 }, 'f32')
+  T.raises(function() F.linear(x, mk({ 4, 5 }, 'f32')) end,
+    'linear: input has 3 features but weight expects 5 (input 2x3 f32 cpu, weight 4x5 f32 cpu)')
+  T.raises(function() F.linear(x, mk({ 4, 3 }, 'f32'), mk({ 3 }, 'f32')) end,
+    'linear: bias must have 4 elements (weight 4x3 f32 cpu), got 3 f32 cpu')
+  T.raises(function() F.linear(x, mk({ 4, 3, 1 }, 'f32')) end, 'linear: weight must be 2-D (out x in)')
+  T.raises(function() nn.Linear(3, 4)(mk({ 2, 5 }, 'f32')) end, 'linear: input has 5 features but weight expects 3')
+  T.raises(function() F.embedding(v100.tensor({ 1, 2 }, { dtype = 'i64' }), mk({ 4 }, 'f32')) end,
+    'embedding: weight must be 2-D (num x dim), got 4 f32 cpu')
+  T.raises(function() nn.BatchNorm2d(3)(x) end, 'BatchNorm2d: expected a 4-D input, got 2x3 f32 cpu')
+  T.raises(function() nn.BatchNorm1d(3)(mk({ 2, 3, 2, 2 }, 'f32')) end, 'BatchNorm1d: expected a 2-D or 3-D input')
+  T.raises(function() F.batch_norm(mk({ 2, 3, 2, 2, 2 }, 'f32'), nil, nil, nil, nil, true) end,
+    'batch_norm: expected a 2-D, 3-D or 4-D input (N x C [x L | x H x W])')
+  T.raises(function() F.layer_norm(x, { 4 }) end, 'layer_norm: normalized_shape 4 does not match the last dims of x')
+  T.raises(function() nn.Flatten(3)(x) end, 'Flatten: dims 3..-1 out of range for 2x3 f32 cpu')
+  T.eq(nn.Flatten(-2, -1)(mk({ 2, 3, 4 }, 'f32')).shape, { 2, 12 })
+  T.eq(nn.Flatten(1, 2)(mk({ 2, 3, 4 }, 'f32')).shape, { 6, 4 })
+  local q = mk({ 2, 3, 4 }, 'f32')
+  T.raises(function() F.scaled_dot_product_attention(q, q, q, { mask = v100.ones({ 3, 3 }, { dtype = 'i32' }) }) end,
+    'scaled_dot_product_attention: mask must be bool or floating, got 3x3 i32 cpu')
+  T.raises(function() F.cross_entropy(x, mk({ 2, 4 }, 'f32')) end,
+    'cross_entropy: probability targets must have the input shape (input 2x3 f32 cpu, target 2x4 f32 cpu)')
+  T.raises(function() F.cross_entropy(v100.tensor(1.0), v100.tensor(0, { dtype = 'i64' })) end,
+    'cross_entropy: input must have a class dim')
+  T.raises(function() F.nll_loss(x, mk({ 2, 3 }, 'f32')) end, 'nll_loss: target must hold class ids (i64 or i32)')
+  T.raises(function() F.binary_cross_entropy_with_logits(x, mk({ 3, 2 }, 'f32')) end,
+    'binary_cross_entropy_with_logits: input and target shapes differ (input 2x3 f32 cpu, target 3x2 f32 cpu)')
+  -- u8 class ids (idx label files) are still accepted
+  T.ok(v100.is_tensor(F.cross_entropy(x, v100.tensor({ 0, 2 }, { dtype = 'u8' }))), 'u8 targets')
+end)
+
 T.run()
