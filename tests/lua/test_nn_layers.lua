@@ -452,4 +452,21 @@ T.test('argument checks of the composed layers come from C, with the layer and o
   T.ok(v100.is_tensor(F.cross_entropy(x, v100.tensor({ 0, 2 }, { dtype = 'u8' }))), 'u8 targets')
 end)
 
+T.test('constructor errors: the C op rejects, the message names the layer', function()
+  T.raises(function() nn.Conv2d(-1, 8, 3) end, 'Conv2d: empty: negative size -1 in dim 2')
+  T.raises(function() nn.Linear(4, -2) end, 'Linear: empty: negative size -2 in dim 1')
+  T.raises(function() nn.Embedding(-3, 2) end, 'Embedding: empty: negative size -3')
+  T.raises(function() nn.BatchNorm2d(-1) end, 'BatchNorm2d: empty: negative size -1')
+  local msg = T.raises(function() nn.LayerNorm(-1) end, 'LayerNorm: empty: negative size -1')
+  T.ok(not msg:find('init_weights.lua', 1, true), 'no position inside the library: ' .. msg)
+  -- groups shapes the weight made by the constructor: checked there
+  T.raises(function() nn.Conv2d(2, 2, 1, { groups = 0 }) end, 'Conv2d: groups must be a positive integer, got 0')
+  T.raises(function() nn.Conv2d(3, 2, 1, { groups = 2 }) end, 'Conv2d: in_channels 3 and out_channels 2 must be divisible')
+  -- a 0 x 0 kernel constructs (as in PyTorch; no "uniform_: ..." from a fan_in of 0) and conv2d rejects it
+  local c0 = nn.Conv2d(2, 3, 0)
+  T.eq(c0.weight.shape, { 3, 2, 0, 0 })
+  T.allclose(c0.bias, v100.zeros({ 3 }), 0, 0, 'bias bound 0 for fan_in 0')
+  T.raises(function() c0((T.make({ 1, 2, 4, 4 }, 'f32'))) end, 'conv2d: empty weight or input channels')
+end)
+
 T.run()

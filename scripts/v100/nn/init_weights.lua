@@ -87,11 +87,22 @@ function init.xavier_normal_(t, gain)
   return init.normal_(t, 0, (gain or 1) * math.sqrt(2 / (fin + fout)))
 end
 
--- A new parameter tensor (requires grad) of `shape`, filled by fill(t).
+-- A new parameter tensor (requires grad) of `shape`, filled by fill(t). opts.layer (the layer
+-- being constructed) is put in front of an error of the creating or filling op, so that a bad
+-- constructor argument (nn.Conv2d(-1, 8, 3): "Conv2d: empty: negative size -1 in dim 2") names
+-- the layer: the C op is the one that rejects, the layer only says who asked.
 function init.parameter(shape, fill, opts)
-  local t = v100.empty(shape, { dtype = opts and opts.dtype or 'f32', device = opts and opts.device or 'cpu' })
-  fill(t)
-  return t:requires_grad_(true)
+  local function make()
+    local t = v100.empty(shape, { dtype = opts and opts.dtype or 'f32', device = opts and opts.device or 'cpu' })
+    fill(t)
+    return t:requires_grad_(true)
+  end
+  if not (opts and opts.layer) then return make() end
+  local ok, res = pcall(make)
+  if ok then return res end
+  -- the op's message without the position of the line inside this library that called it
+  local msg = tostring(res):gsub('^[^\n]-/v100/nn/[%w_]+%.lua:%d+: ', '', 1)
+  error(opts.layer .. ': ' .. msg, 0)
 end
 
 return init
