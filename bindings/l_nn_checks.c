@@ -7,7 +7,10 @@
  *   check_same_shape(op, input, target)    check_sdpa(q, k, v, mask|nil)
  *   check_prob(op, what, p)                (0 <= p <= 1; NaN fails)
  *   check_ndim(op, x, {ranks...})          (e.g. BatchNorm2d: {4})
- *   flatten_dims(op, x, start, end) -> a, b (1-based dims, negative from the end, wrapped) */
+ *   flatten_dims(op, x, start, end) -> a, b (1-based dims, negative from the end, wrapped)
+ *   check_reduction(op, r) -> r ('mean' when nil; else 'mean', 'sum' or 'none': a translation) */
+#include <string.h>
+
 #include "bindings/l_priv.h"
 #include "runtime/nn/nn.h"
 
@@ -92,7 +95,21 @@ static int c_flatten_dims(lua_State *L) {
   return 2;
 }
 
+static int c_reduction(lua_State *L) {
+  const char *op = luaL_checkstring(L, 1);
+  if (lua_isnoneornil(L, 2)) {
+    lua_pushliteral(L, "mean");
+    return 1;
+  }
+  const char *r = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
+  if (!r || (strcmp(r, "mean") != 0 && strcmp(r, "sum") != 0 && strcmp(r, "none") != 0))
+    return l_nn_error(L, "%s: reduction must be 'mean', 'sum' or 'none', got %s", op, luaL_tolstring(L, 2, NULL));
+  lua_settop(L, 2);
+  return 1;
+}
+
 const luaL_Reg l_check_funcs[] = {
+    {"check_reduction", c_reduction},
     {"check_linear", c_linear},
     {"check_embedding", c_embedding},
     {"check_class_target", c_class_target},

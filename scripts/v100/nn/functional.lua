@@ -29,10 +29,6 @@ local function desc(t)
 end
 F._desc = desc
 
-local function fail(fname, fmt, ...)
-  error(fname .. ': ' .. string.format(fmt, ...), 0)
-end
-
 -- A number or an {h, w} pair -> {h, w} of integers (the bindings' parser; layers keep the pairs).
 function F._pair(fname, what, v, default) return core_nn().pair(fname, what, v, default) end
 
@@ -149,15 +145,12 @@ end
 -- ---------------------------------------------------------------------------------------------
 -- Losses
 
-local function reduce(fname, per, reduction, count)
-  reduction = reduction or 'mean'
+-- reduction: as checked by _nn.check_reduction (each loss checks it first, before any work).
+local function reduce(per, reduction, count)
   if reduction == 'none' then return per end
   if reduction == 'sum' then return per:sum() end
-  if reduction == 'mean' then
-    if count then return per:sum() / count end
-    return per:mean()
-  end
-  fail(fname, "reduction must be 'mean', 'sum' or 'none', got %s", tostring(reduction))
+  if count then return per:sum() / count end
+  return per:mean()
 end
 
 -- The class dim of an input: 2 for N x C [x d1 ...], 1 for an unbatched C vector.
@@ -183,13 +176,14 @@ end
 
 function F.nll_loss(logp, target, opts)
   opts = opts or {}
+  local reduction = core_nn().check_reduction('nll_loss', opts.reduction)
   target = widen(target)
   -- before nll_terms: its ne/where would otherwise report a mis-shaped target in their words
   core_nn().check_class_target('nll_loss', logp, target, false)
   local per, valid = nll_terms('nll_loss', logp, target, opts.ignore_index or -100)
   -- mean over the non-ignored elements only; the count stays on the device (no host sync)
-  local count = (opts.reduction or 'mean') == 'mean' and valid:sum():to(per.dtype) or nil
-  return reduce('nll_loss', per, opts.reduction, count)
+  local count = reduction == 'mean' and valid:sum():to(per.dtype) or nil
+  return reduce(per, reduction, count)
 end
 
 -- Label smoothing as PyTorch: (1 - s) * nll + s * mean over classes of -logp, where ignored
@@ -202,16 +196,16 @@ function F.cross_entropy(logits, target, opts)
   nnc.check_class_target('cross_entropy', logits, target, true)
   local s = opts.smoothing or opts.label_smoothing or 0
   nnc.check_prob('cross_entropy', 'smoothing', s)
+  local reduction = nnc.check_reduction('cross_entropy', opts.reduction)
   local cd = class_dim(logits)
   local C = logits.shape[cd]
   local logp = logits:log_softmax(cd)
-  local reduction = opts.reduction or 'mean'
 
   if target.dtype ~= 'i64' and target.dtype ~= 'i32' then -- probabilities (check_class_target)
     if s > 0 then target = target * (1 - s) + s / C end
     local per = -(logp * target):sum(cd)
     -- PyTorch divides by the number of samples (numel / C), as reduce's per:mean() does here
-    return reduce('cross_entropy', per, reduction)
+    return reduce(per, reduction)
   end
 
   local nll, valid = nll_terms('cross_entropy', logp, target, opts.ignore_index or -100)
@@ -221,14 +215,15 @@ function F.cross_entropy(logits, target, opts)
     per = nll * (1 - s) + smooth * s
   end
   local count = reduction == 'mean' and valid:sum():to(per.dtype) or nil
-  return reduce('cross_entropy', per, reduction, count)
+  return reduce(per, reduction, count)
 end
 
 function F.mse_loss(x, y, opts)
   opts = opts or {}
   core_nn().check_same_shape('mse_loss', x, y)
+  local reduction = core_nn().check_reduction('mse_loss', opts.reduction)
   local d = x - y
-  return reduce('mse_loss', d * d, opts.reduction)
+  return reduce(d * d, reduction)
 end
 
 -- Stable form: (1 - y) x + (1 + (pw - 1) y) (log(1 + exp(-|x|)) + max(-x, 0)); with pw = 1
@@ -237,6 +232,7 @@ function F.binary_cross_entropy_with_logits(x, y, opts)
   opts = opts or {}
   local fname = 'binary_cross_entropy_with_logits'
   core_nn().check_same_shape(fname, x, y)
+  local reduction = core_nn().check_reduction(fname, opts.reduction)
   local softplus_neg = (x:abs():neg():exp() + 1):log() + x:neg():relu() -- log(1 + exp(-x))
   local per
   if opts.pos_weight ~= nil then
@@ -246,7 +242,7 @@ function F.binary_cross_entropy_with_logits(x, y, opts)
     per = (1 - y) * x + softplus_neg
   end
   if opts.weight ~= nil then per = per * opts.weight end
-  return reduce(fname, per, opts.reduction)
+  return reduce(per, reduction)
 end
 F.bce_with_logits = F.binary_cross_entropy_with_logits
 
