@@ -8,6 +8,7 @@
  *   check_prob(op, what, p)                (0 <= p <= 1; NaN fails)
  *   check_ndim(op, x, {ranks...})          (e.g. BatchNorm2d: {4})
  *   flatten_dims(op, x, start, end) -> a, b (1-based dims, negative from the end, wrapped)
+ *   padding_idx(op, num, idx) -> idx wrapped into [0, num) (negative from the end)
  *   check_reduction(op, r) -> r ('mean' when nil; else 'mean', 'sum' or 'none': a translation) */
 #include <string.h>
 
@@ -95,6 +96,19 @@ static int c_flatten_dims(lua_State *L) {
   return 2;
 }
 
+static int c_padding_idx(lua_State *L) {
+  const char *op = luaL_checkstring(L, 1);
+  lua_Integer num = luaL_checkinteger(L, 2);
+  int ok = 0;
+  lua_Integer pad = lua_tointegerx(L, 3, &ok);
+  if (!ok) return l_nn_error(L, "%s: padding_idx must be an integer, got %s", op, luaL_tolstring(L, 3, NULL));
+  int64_t w = 0;
+  vl_status s = vl_embedding_padding_idx(op, (int64_t)num, (int64_t)pad, &w);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  lua_pushinteger(L, (lua_Integer)w);
+  return 1;
+}
+
 static int c_reduction(lua_State *L) {
   const char *op = luaL_checkstring(L, 1);
   if (lua_isnoneornil(L, 2)) {
@@ -110,6 +124,7 @@ static int c_reduction(lua_State *L) {
 
 const luaL_Reg l_check_funcs[] = {
     {"check_reduction", c_reduction},
+    {"padding_idx", c_padding_idx},
     {"check_linear", c_linear},
     {"check_embedding", c_embedding},
     {"check_class_target", c_class_target},

@@ -92,6 +92,15 @@ vl_status vl_embedding_check(vl_tensor *ids, const vl_tensor *weight) {
   return s;
 }
 
+vl_status vl_embedding_padding_idx(const char *op, int64_t num, int64_t padding_idx, int64_t *wrapped) {
+  int64_t p = padding_idx < 0 ? padding_idx + num : padding_idx;
+  if (p < 0 || p >= num)
+    return vl_fail(VL_EINVAL, "%s: padding_idx %lld out of range for %lld rows", op, (long long)padding_idx,
+                   (long long)num);
+  *wrapped = p;
+  return VL_OK;
+}
+
 /* The class dim: 1 for an unbatched C vector, else 2 (N x C [x d1 ...]); 0-based here. */
 static int class_dim(const vl_tensor *x) { return x->ndim == 1 ? 0 : 1; }
 

@@ -85,6 +85,8 @@ vl_status vl_linear_check(const vl_tensor *x, const vl_tensor *w, const vl_tenso
 /* ids (i64/i32, any shape) rows of weight (num x dim): also every id in [0, num), checked by the
  * index kernel ("embedding: index 7 is out of bounds ..."; asynchronous on CUDA). */
 vl_status vl_embedding_check(vl_tensor *ids, const vl_tensor *weight);
+/* padding_idx (negative from the end) of a table of num rows, wrapped into *wrapped. */
+vl_status vl_embedding_padding_idx(const char *op, int64_t num, int64_t padding_idx, int64_t *wrapped);
 /* target of a classification loss for input (N x C [x d...] or C): class ids (i64/i32) of the
  * input's shape without the class dim, or (probs_ok) a float tensor of the input's shape. */
 vl_status vl_class_target_check(const char *op, const vl_tensor *input, const vl_tensor *target, bool probs_ok);

@@ -116,6 +116,11 @@ static void test_embedding(void) {
   CHECK_ERR(vl_embedding_check(to, w), VL_EINVAL, "embedding: index 5 is out of bounds for dim 1 with size 5");
   CHECK_ERR(vl_embedding_check(tf, w), VL_EDTYPE, "embedding: ids must be i64 or i32, got 3 f32 cpu");
   CHECK_ERR(vl_embedding_check(tg, tg), VL_ESHAPE, "embedding: weight must be 2-D (num x dim)");
+  int64_t pad = -7;
+  CHECK_OK(vl_embedding_padding_idx("Embedding", 5, -1, &pad));
+  CHECK(pad == 4, "negative from the end");
+  CHECK_ERR(vl_embedding_padding_idx("Embedding", 5, 5, &pad), VL_EINVAL, "Embedding: padding_idx 5 out of range for 5 rows");
+  CHECK(pad == 4, "untouched on failure");
   REL(w);
   REL(tg);
   REL(to);

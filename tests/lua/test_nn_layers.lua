@@ -448,6 +448,12 @@ T.test('argument checks of the composed layers come from C, with the layer and o
   T.raises(function() F.nll_loss(x, mk({ 2, 3 }, 'f32')) end, 'nll_loss: target must hold class ids (i64 or i32)')
   T.raises(function() F.binary_cross_entropy_with_logits(x, mk({ 3, 2 }, 'f32')) end,
     'binary_cross_entropy_with_logits: input and target shapes differ (input 2x3 f32 cpu, target 3x2 f32 cpu)')
+  -- padding_idx: in range of the rows (negative from the end), in the constructor and the functional form
+  T.raises(function() nn.Embedding(5, 2, { padding_idx = 5 }) end, 'Embedding: padding_idx 5 out of range for 5 rows')
+  T.raises(function() nn.Embedding(5, 2, { padding_idx = -6 }) end, 'Embedding: padding_idx -6 out of range for 5 rows')
+  T.eq(nn.Embedding(5, 2, { padding_idx = -1 }).padding_idx, 4)
+  T.raises(function() F.embedding(v100.tensor({ 1 }, { dtype = 'i64' }), mk({ 4, 2 }, 'f32'), { padding_idx = 4 }) end,
+    'embedding: padding_idx 4 out of range for 4 rows')
   -- u8 class ids (idx label files) are still accepted
   T.ok(v100.is_tensor(F.cross_entropy(x, v100.tensor({ 0, 2 }, { dtype = 'u8' }))), 'u8 targets')
 end)

@@ -91,7 +91,7 @@ function F.embedding(ids, weight, opts)
   out = out:view(shape)
   local pad = opts and opts.padding_idx
   if pad ~= nil then
-    if pad < 0 then pad = pad + weight.shape[1] end
+    pad = core_nn().padding_idx('embedding', weight.shape[1], pad)
     out = out:masked_fill(ids:eq(pad):unsqueeze(-1), 0)
   end
   return out

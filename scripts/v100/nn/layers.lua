@@ -283,10 +283,7 @@ function Embedding:init(n, dim, opts)
   opts = opts or {}
   self.num_embeddings, self.embedding_dim = n, dim
   local pad = opts.padding_idx
-  if pad ~= nil then
-    if pad < 0 then pad = pad + n end
-    if pad < 0 or pad >= n then error(string.format('Embedding: padding_idx %d out of range for %d rows', opts.padding_idx, n), 3) end
-  end
+  if pad ~= nil then pad = core_nn().padding_idx('Embedding', n, pad) end
   self.padding_idx = pad
   self.weight = init.parameter({ n, dim }, function(t)
     init.normal_(t, 0, 1)
