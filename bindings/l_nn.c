@@ -1,6 +1,9 @@
 /* bindings/l_nn.c: the internal table `v100.core._nn` of layer ops (conv, pooling, norms,
- * optimizer steps), which scripts/v100/nn/functional.lua and scripts/v100/optim.lua wrap. Each
- * concern's bindings file exports a luaL_Reg array (declared in l_priv.h) and is listed here. */
+ * optimizer steps) and layer argument checks, which scripts/v100/nn/functional.lua and
+ * scripts/v100/optim.lua wrap. Each concern's bindings file exports a luaL_Reg array (declared in
+ * l_priv.h) and is listed here. Also the translation helpers the nn bindings share: the one
+ * {h, w} pair parser and tensor arguments named by op and operand. The bindings only translate
+ * Lua values; every shape, dtype, device and range check is the runtime's (runtime/nn). */
 #include <limits.h>
 #include <stdarg.h>
 
