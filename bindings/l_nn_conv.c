@@ -7,36 +7,15 @@
  *   conv2d_backward(x, w, dy, opts) -> dx, dw, dbias                              (raw, for tests)
  *   to_channels_last(t) -> t (NHWC-dense copy, or t itself; records autograd), is_channels_last(t) -> bool
  *   set_cudnn_benchmark(bool) -> previous setting (algorithms by timing, cached per shape)
+ *   pair(op, what, v[, default]) -> {h, w} (the layers' constructors parse their sizes with it)
  * Sizes, strides, paddings and dilations are numbers or {h, w} pairs. */
 #include <limits.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/autograd/autograd.h"
-#include "runtime/autograd/ops.h"
+#include "runtime/autograd/layout.h"
 #include "runtime/core/context.h"
 #include "runtime/core/layout.h"
 #include "runtime/nn/nn.h"
-
-/* The integer or {h, w} pair at idx into out (raises naming the op and option otherwise). */
-static void check_pair(lua_State *L, int idx, const char *op, const char *what, int out[2]) {
-  if (lua_type(L, idx) == LUA_TNUMBER) {
-    int ok = 0;
-    lua_Integer v = lua_tointegerx(L, idx, &ok);
-    if (!ok || v < INT_MIN || v > INT_MAX) luaL_error(L, "%s: %s must be an integer or a pair {h, w}", op, what);
-    out[0] = out[1] = (int)v;
-    return;
-  }
-  if (lua_type(L, idx) != LUA_TTABLE || luaL_len(L, idx) != 2)
-    luaL_error(L, "%s: %s must be an integer or a pair {h, w} (got %s)", op, what, luaL_typename(L, idx));
-  for (int i = 0; i < 2; i++) {
-    lua_geti(L, idx, i + 1);
-    int ok = 0;
-    lua_Integer v = lua_tointegerx(L, -1, &ok);
-    lua_pop(L, 1);
-    if (!ok || v < INT_MIN || v > INT_MAX) luaL_error(L, "%s: %s must be an integer or a pair {h, w}", op, what);
-    out[i] = (int)v;
-  }
-}
 
 /* opts[key] as a pair, or the defaults when opts or the field is absent. */
 static void opt_pair(lua_State *L, int opts, const char *key, const char *op, const int def[2], int out[2]) {
@@ -44,7 +23,7 @@ static void opt_pair(lua_State *L, int opts, const char *key, const char *op, co
   out[1] = def[1];
   if (lua_type(L, opts) != LUA_TTABLE) return;
   lua_getfield(L, opts, key);
-  if (!lua_isnil(L, -1)) check_pair(L, lua_gettop(L), op, key, out);
+  if (!lua_isnil(L, -1)) l_checkpair(L, lua_gettop(L), op, key, out);
   lua_pop(L, 1);
 }
 
@@ -58,7 +37,7 @@ static bool opt_bool(lua_State *L, int opts, const char *key, bool def) {
 
 static void check_opts(lua_State *L, int idx, const char *op) {
   if (!lua_isnoneornil(L, idx) && lua_type(L, idx) != LUA_TTABLE)
-    luaL_error(L, "%s: options must be a table (got %s)", op, luaL_typename(L, idx));
+    l_nn_error(L, "%s: options must be a table (got %s)", op, luaL_typename(L, idx));
 }
 
 static void conv_opts(lua_State *L, int idx, const char *op, vl_conv2d_params *p) {
@@ -73,7 +52,7 @@ static void conv_opts(lua_State *L, int idx, const char *op, vl_conv2d_params *p
     if (!lua_isnil(L, -1)) {
       int ok = 0;
       lua_Integer g = lua_tointegerx(L, -1, &ok);
-      if (!ok || g < INT_MIN || g > INT_MAX) luaL_error(L, "%s: groups must be an integer", op);
+      if (!ok || g < INT_MIN || g > INT_MAX) l_nn_error(L, "%s: groups must be an integer, got %s", op, luaL_tolstring(L, -1, NULL));
       p->groups = (int)g;
     }
     lua_pop(L, 1);
@@ -85,7 +64,8 @@ static vl_tensor *opt_tensor(lua_State *L, int idx) {
 }
 
 static int l_conv2d(lua_State *L) {
-  vl_tensor *x = vl_lua_checktensor(L, 1), *w = vl_lua_checktensor(L, 2), *b = opt_tensor(L, 3);
+  vl_tensor *x = l_nn_checktensor(L, 1, "conv2d", "input"), *w = l_nn_checktensor(L, 2, "conv2d", "weight");
+  vl_tensor *b = opt_tensor(L, 3);
   vl_conv2d_params p;
   conv_opts(L, 4, "conv2d", &p);
   lua_settop(L, 4);
@@ -110,11 +90,11 @@ static int l_conv2d_backward(lua_State *L) {
 }
 
 static int pool_common(lua_State *L, vl_pool_kind kind, const char *op) {
-  vl_tensor *x = vl_lua_checktensor(L, 1);
+  vl_tensor *x = l_nn_checktensor(L, 1, op, "input");
   vl_pool2d_params p = {0};
   p.kind = kind;
   static const int one[2] = {1, 1}, zero[2] = {0, 0};
-  check_pair(L, 2, op, "kernel size", p.kernel);
+  l_checkpair(L, 2, op, "kernel size", p.kernel);
   check_opts(L, 3, op);
   opt_pair(L, 3, "stride", op, p.kernel, p.stride);
   opt_pair(L, 3, "padding", op, zero, p.pad);
@@ -131,11 +111,11 @@ static int l_max_pool2d(lua_State *L) { return pool_common(L, VL_POOL_MAX, "max_
 static int l_avg_pool2d(lua_State *L) { return pool_common(L, VL_POOL_AVG, "avg_pool2d"); }
 
 static int l_adaptive_avg_pool2d(lua_State *L) {
-  vl_tensor *x = vl_lua_checktensor(L, 1);
+  vl_tensor *x = l_nn_checktensor(L, 1, "adaptive_avg_pool2d", "input");
   vl_pool2d_params p = {0};
   p.kind = VL_POOL_ADAPTIVE_AVG;
   int size[2];
-  check_pair(L, 2, "adaptive_avg_pool2d", "output size", size);
+  l_checkpair(L, 2, "adaptive_avg_pool2d", "output size", size);
   p.out_h = size[0];
   p.out_w = size[1];
   p.dilation[0] = p.dilation[1] = 1;
@@ -144,26 +124,10 @@ static int l_adaptive_avg_pool2d(lua_State *L) {
   return l_done(L, vl_ag_pool2d(x, &p, slot));
 }
 
-/* Differentiable when t requires grad: the copy is made with recorded ops (permute to N x H x W x C,
- * clone, permute back), so gradients flow through a layout change like any other copy. A clone,
- * not contiguous(): N x 1 x H x W permuted to N x H x W x 1 already counts as contiguous, and
- * contiguous() would hand it back with its NCHW strides. */
-static vl_status to_channels_last(vl_tensor *t, vl_tensor **out) {
-  if (t->ndim != 4 || vl_is_channels_last(t) || !vl_ag_needs(1, &t)) return vl_to_channels_last(t, out);
-  static const int to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
-  vl_tensor *a = NULL, *b = NULL;
-  vl_status s = vl_ag_permute(t, 4, to_nhwc, &a);
-  if (s == VL_OK) s = vl_ag_clone(a, &b);
-  if (s == VL_OK) s = vl_ag_permute(b, 4, to_nchw, out);
-  vl_tensor_release(a);
-  vl_tensor_release(b);
-  return s;
-}
-
 static int l_to_channels_last(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, to_channels_last(t, slot));
+  return l_done(L, vl_ag_to_channels_last(t, slot));
 }
 
 static int l_is_channels_last(lua_State *L) {
@@ -171,10 +135,24 @@ static int l_is_channels_last(lua_State *L) {
   return 1;
 }
 
+/* pair(op, what, v[, default]) -> {h, w}: the one parser of sizes given as a number or a pair,
+ * for the layer constructors that need the values (Conv2d's weight shape, extra_repr). */
+static int l_pair(lua_State *L) {
+  const char *op = luaL_checkstring(L, 1), *what = luaL_checkstring(L, 2);
+  int idx = lua_isnoneornil(L, 3) ? 4 : 3, out[2];
+  l_checkpair(L, idx, op, what, out);
+  lua_createtable(L, 2, 0);
+  for (int i = 0; i < 2; i++) {
+    lua_pushinteger(L, out[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
 static int l_set_cudnn_benchmark(lua_State *L) {
   luaL_checkany(L, 1);
-  bool prev = vl_ctx()->cudnn_benchmark;
-  vl_ctx()->cudnn_benchmark = lua_toboolean(L, 1);
+  bool prev = vl_cudnn_benchmark();
+  vl_set_cudnn_benchmark(lua_toboolean(L, 1));
   lua_pushboolean(L, prev);
   return 1;
 }
@@ -188,5 +166,6 @@ const luaL_Reg l_conv_funcs[] = {
     {"to_channels_last", l_to_channels_last},
     {"is_channels_last", l_is_channels_last},
     {"set_cudnn_benchmark", l_set_cudnn_benchmark},
+    {"pair", l_pair},
     {NULL, NULL},
 };

@@ -11,7 +11,6 @@
  *   softmax_backward(y, dy, dim, log=false) -> dx       (dim 1-based, y the forward's output)
  *   activation_backward(name, grad, v) -> dx   name: relu_backward, gelu_backward,
  *     gelu_tanh_backward (v = the forward input x), tanh_backward, sigmoid_backward (v = y) */
-#include <stdio.h>
 #include <string.h>
 
 #include "bindings/l_priv.h"
@@ -36,7 +35,7 @@ static int done3(lua_State *L, vl_status s) {
 }
 
 static int l_batch_norm(lua_State *L) {
-  vl_tensor *x = vl_lua_checktensor(L, 1);
+  vl_tensor *x = l_nn_checktensor(L, 1, "batch_norm", "input");
   vl_tensor *rm = opt_tensor(L, 2), *rv = opt_tensor(L, 3), *w = opt_tensor(L, 4), *b = opt_tensor(L, 5);
   bool training = lua_toboolean(L, 6);
   double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
@@ -63,31 +62,27 @@ static int l_batch_norm_backward(lua_State *L) {
   return done3(L, vl_batch_norm_backward(x, dy, w, sm, si, eps, dx, dw, db));
 }
 
-/* normalized_shape (a size or a table of sizes) must be x's trailing sizes; returns its length. */
+/* normalized_shape (a size or a table of sizes) as sizes; the runtime checks that they are x's
+ * trailing sizes. Returns their count (layer norm's nnorm). */
 static int check_normalized_shape(lua_State *L, int idx, const vl_tensor *x, const char *fname) {
   int64_t size[VL_MAX_DIMS];
   int n;
   if (lua_isinteger(L, idx)) {
     size[0] = lua_tointeger(L, idx);
     n = 1;
-  } else {
+  } else if (lua_type(L, idx) == LUA_TTABLE) {
     n = l_checksizetable(L, idx, size);
+  } else {
+    return l_nn_error(L, "%s: normalized_shape must be an integer or a table of sizes, got %s", fname,
+                      luaL_typename(L, idx));
   }
-  bool ok = n >= 1 && n <= x->ndim;
-  for (int i = 0; ok && i < n; i++) ok = x->size[x->ndim - n + i] == size[i];
-  if (!ok) {
-    char d[256], s[256];
-    int len = 0;
-    s[0] = '\0';
-    for (int i = 0; i < n && len < 200; i++) len += snprintf(s + len, sizeof s - len, "%s%lld", i ? "x" : "", (long long)size[i]);
-    return luaL_error(L, "%s: normalized_shape %s does not match the last dims of x (x %s)", fname, n ? s : "{}",
-                      vl_tensor_desc(x, d, sizeof d));
-  }
+  vl_status s = vl_layer_norm_shape_check(fname, x, n, size);
+  if (s != VL_OK) return vl_lua_error(L, s);
   return n;
 }
 
 static int l_layer_norm(lua_State *L) {
-  vl_tensor *x = vl_lua_checktensor(L, 1);
+  vl_tensor *x = l_nn_checktensor(L, 1, "layer_norm", "input");
   int nnorm = check_normalized_shape(L, 2, x, "layer_norm");
   vl_tensor *w = opt_tensor(L, 3), *b = opt_tensor(L, 4);
   double eps = luaL_optnumber(L, 5, 1e-5);
@@ -136,7 +131,7 @@ static int l_activation_backward(lua_State *L) {
   for (int i = 0; i < (int)(sizeof ops / sizeof ops[0]); i++)
     if (strcmp(name, ops[i].name) == 0) k = i;
   if (k < 0)
-    return luaL_error(L, "activation_backward: unknown op '%s' (relu_backward, gelu_backward, gelu_tanh_backward, "
+    return l_nn_error(L, "activation_backward: unknown op '%s' (relu_backward, gelu_backward, gelu_tanh_backward, "
                          "tanh_backward, sigmoid_backward)", name);
   vl_tensor *g = vl_lua_checktensor(L, 2), *v = vl_lua_checktensor(L, 3);
   vl_tensor **slot = l_slot(L);

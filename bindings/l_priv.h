@@ -74,6 +74,15 @@ int luaopen_v100_nn_ops(lua_State *L);
 extern const luaL_Reg l_norm_funcs[]; /* bindings/l_nn_norm.c */
 extern const luaL_Reg l_optim_funcs[]; /* bindings/l_nn_optim.c */
 extern const luaL_Reg l_conv_funcs[]; /* bindings/l_nn_conv.c */
+extern const luaL_Reg l_check_funcs[]; /* bindings/l_nn_checks.c */
+/* bindings/l_nn.c: an integer or a pair {h, w} at idx into out (raises "op: what must be ...");
+ * the one parser of the layers' sizes, strides, paddings and dilations. */
+void l_checkpair(lua_State *L, int idx, const char *op, const char *what, int out[2]);
+/* Raises the formatted message (lua_pushfstring's formats) without a "file:line:" prefix, as the
+ * runtime's errors are raised: the message names the op, and the caller is library code. */
+int l_nn_error(lua_State *L, const char *fmt, ...);
+/* The tensor at idx, else raises "op: what must be a tensor, got <type>". */
+vl_tensor *l_nn_checktensor(lua_State *L, int idx, const char *op, const char *what);
 
 /* bindings/l_safetensors.c: load_safetensors / save_safetensors, set on the core module. */
 extern const luaL_Reg l_safetensors_funcs[];

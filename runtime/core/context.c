@@ -48,3 +48,6 @@ void vl_set_reclaim_hook(int (*reclaim)(void *ud), void *ud) {
     if (g_ctx.pool[i]) vl_alloc_set_reclaim(g_ctx.pool[i], reclaim, ud);
   if (g_ctx.host_pool) vl_alloc_set_reclaim(g_ctx.host_pool, reclaim, ud);
 }
+
+void vl_set_cudnn_benchmark(bool on) { g_ctx.cudnn_benchmark = on; }
+bool vl_cudnn_benchmark(void) { return g_ctx.cudnn_benchmark; }

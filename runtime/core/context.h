@@ -44,6 +44,11 @@ void vl_shutdown(void);
 vl_context *vl_ctx(void);
 /* Sets the reclaim hook on the context and every pool (present and future). */
 void vl_set_reclaim_hook(int (*reclaim)(void *ud), void *ud);
+/* cuDNN convolutions pick their algorithms by timing on the first use of each shape (cached per
+ * shape) instead of by heuristics: faster steady state for fixed shapes, slower first steps.
+ * Default off. The flag is read when a convolution is planned. */
+void vl_set_cudnn_benchmark(bool on);
+bool vl_cudnn_benchmark(void);
 
 #ifdef __cplusplus
 }

@@ -63,7 +63,7 @@ static vl_status conv_check(const char *op, vl_tensor *x, vl_tensor *w, vl_tenso
   if (w->ndim != 4)
     return vl_fail(VL_ESHAPE, "%s: weight must be 4-D K x C/groups x R x S (weight %s)", op,
                    vl_tensor_desc(w, dw, sizeof dw));
-  VL_TRY(vl_check_same_device(op, x, "input", w, "weight"));
+  VL_TRY(vl_nn_check_device(op, x, "input", w, "weight"));
   if (!vl_dtype_is_float(x->dtype) || x->dtype != w->dtype)
     return vl_fail(VL_EDTYPE, "%s: input and weight must be float tensors of one dtype (input %s, weight %s)", op,
                    vl_tensor_desc(x, dx, sizeof dx), vl_tensor_desc(w, dw, sizeof dw));
@@ -89,7 +89,7 @@ static vl_status conv_check(const char *op, vl_tensor *x, vl_tensor *w, vl_tenso
                    op, (long long)ph, (long long)pw, vl_tensor_desc(x, dx, sizeof dx), (long long)r, (long long)s,
                    p->pad[0], p->pad[1], p->stride[0], p->stride[1], p->dilation[0], p->dilation[1]);
   if (bias) {
-    VL_TRY(vl_check_same_device(op, x, "input", bias, "bias"));
+    VL_TRY(vl_nn_check_device(op, x, "input", bias, "bias"));
     if (bias->ndim != 1 || bias->size[0] != k)
       return vl_fail(VL_ESHAPE, "%s: bias must have shape [%lld] (the weight's output channels) (bias %s, weight %s)",
                      op, (long long)k, vl_tensor_desc(bias, db, sizeof db), vl_tensor_desc(w, dw, sizeof dw));

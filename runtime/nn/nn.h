@@ -72,6 +72,36 @@ vl_status vl_l2norms(int n, vl_tensor *const *ts, vl_tensor **out);
 /* AMP: multiply every tensor by inv_scale[0] in place and set found_inf[0] = 1 on inf/NaN. */
 vl_status vl_unscale_(int n, vl_tensor *const *ts, vl_tensor *inv_scale, vl_tensor *found_inf);
 
+/* ---- argument checks of the layers composed of tensor ops in Lua (runtime/nn/checks.c) ----
+ * Each raises what the layer itself would: the layer's name, the operands and their shapes. */
+/* p (may be NULL: no check) on x's device, else "op: input is on cpu but weight is on cuda:0 (...)". */
+vl_status vl_nn_check_device(const char *op, const vl_tensor *x, const char *xn, const vl_tensor *p, const char *pn);
+/* 0 <= p <= 1 (NaN fails): dropout rates, label smoothing. */
+vl_status vl_nn_check_prob(const char *op, const char *what, double p);
+/* x->ndim is one of the ranks whose bits are set in mask (1u << 4 for 4-D), e.g. BatchNorm2d. */
+vl_status vl_nn_check_ndim(const char *op, const vl_tensor *x, unsigned mask);
+/* y = x w^T + b: w out x in, x ... x in, bias [out] or NULL, one device and float dtype. */
+vl_status vl_linear_check(const vl_tensor *x, const vl_tensor *w, const vl_tensor *bias);
+/* ids (i64/i32, any shape) rows of weight (num x dim): also every id in [0, num), checked by the
+ * index kernel ("embedding: index 7 is out of bounds ..."; asynchronous on CUDA). */
+vl_status vl_embedding_check(vl_tensor *ids, const vl_tensor *weight);
+/* padding_idx (negative from the end) of a table of num rows, wrapped into *wrapped. */
+vl_status vl_embedding_padding_idx(const char *op, int64_t num, int64_t padding_idx, int64_t *wrapped);
+/* target of a classification loss for input (N x C [x d...] or C): class ids (i64/i32) of the
+ * input's shape without the class dim, or (probs_ok) a float tensor of the input's shape. */
+vl_status vl_class_target_check(const char *op, const vl_tensor *input, const vl_tensor *target, bool probs_ok);
+/* The class-id target check plus every id in [0, C) (ids already free of ignored positions),
+ * checked by the index kernel under op's name (asynchronous on CUDA: no host read). */
+vl_status vl_class_ids_check(const char *op, const vl_tensor *input, vl_tensor *ids);
+/* Elementwise losses: target of input's shape, on its device. */
+vl_status vl_same_shape_check(const char *op, const vl_tensor *input, const vl_tensor *target);
+/* q ... x L x E, k ... x S x E, v ... x S x Ev; mask NULL, bool or float; one device. */
+vl_status vl_sdpa_check(const vl_tensor *q, const vl_tensor *k, const vl_tensor *v, const vl_tensor *mask);
+/* 0-based dims start..end of x (negative from the end) as wrapped dims *a <= *b. */
+vl_status vl_flatten_dims(const char *op, const vl_tensor *x, int start, int end, int *a, int *b);
+/* normalized_shape (n sizes) must be x's trailing sizes: layer norm's nnorm = n. */
+vl_status vl_layer_norm_shape_check(const char *op, const vl_tensor *x, int n, const int64_t *size);
+
 /* ---- autograd-recording versions (runtime/autograd/nn_*.c): same arguments, record a node
  * when grad mode is on and an input requires grad (runtime/autograd/autograd.h). ---- */
 vl_status vl_ag_conv2d(vl_tensor *x, vl_tensor *w, vl_tensor *bias, const vl_conv2d_params *p, vl_tensor **y);

@@ -43,7 +43,7 @@ static vl_status check_float(const char *op, const char *name, const vl_tensor *
 static vl_status check_param(const char *op, const char *name, const vl_tensor *p, const vl_tensor *x, int ndim,
                              const int64_t *size, const char *what) {
   if (!p) return VL_OK;
-  VL_TRY(vl_check_same_device(op, x, "x", p, name));
+  VL_TRY(vl_nn_check_device(op, x, "input", p, name));
   VL_TRY(check_float(op, name, p));
   bool same = p->ndim == ndim;
   for (int i = 0; same && i < ndim; i++) same = p->size[i] == size[i];
@@ -82,8 +82,8 @@ typedef struct {
 static vl_status bn_input(const char *op, const vl_tensor *x, bn_geom *g) {
   char d[VL_DESC_LEN];
   VL_TRY(check_float(op, "x", x));
-  if (x->ndim < 2)
-    return vl_fail(VL_ESHAPE, "%s: expected an input of 2 or more dims (N x C x ...), got x %s", op,
+  if (x->ndim < 2 || x->ndim > 4)
+    return vl_fail(VL_ESHAPE, "%s: expected a 2-D, 3-D or 4-D input (N x C [x L | x H x W]), got x %s", op,
                    vl_tensor_desc(x, d, sizeof d));
   g->nhwc = vl_is_channels_last(x);
   g->n = x->size[0];
@@ -230,6 +230,15 @@ vl_status vl_batch_norm_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight,
 }
 
 /* ======================= layer norm ======================= */
+
+vl_status vl_layer_norm_shape_check(const char *op, const vl_tensor *x, int n, const int64_t *size) {
+  bool ok = n >= 1 && n <= x->ndim;
+  for (int i = 0; ok && i < n; i++) ok = x->size[x->ndim - n + i] == size[i];
+  if (ok) return VL_OK;
+  char d[VL_DESC_LEN], s[VL_DESC_LEN];
+  return vl_fail(VL_ESHAPE, "%s: normalized_shape %s does not match the last dims of x (x %s)", op,
+                 n ? vl_shape_fmt(n, size, s, sizeof s) : "{}", vl_tensor_desc(x, d, sizeof d));
+}
 
 static vl_status ln_input(const char *op, const vl_tensor *x, int nnorm, int64_t *rows, int64_t *cols) {
   char d[VL_DESC_LEN];

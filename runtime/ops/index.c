@@ -44,28 +44,34 @@ static vl_status run_index(const char *op, vl_status (*fn)(const vl_index_args *
   return fn(&ia);
 }
 
-vl_status vl_gather(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
+/* The index ops' checks and kernel errors (an index out of bounds, also the one CUDA reports
+ * asynchronously) name `op`: a layer built on them (cross_entropy, embedding) passes its own name. */
+vl_status vl_gather_as(const char *op, vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
   char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
   int d;
-  VL_TRY(check_index("gather", src, index));
-  VL_TRY(vl_wrap_dim("gather", dim, src->ndim, &d));
+  VL_TRY(check_index(op, src, index));
+  VL_TRY(vl_wrap_dim(op, dim, src->ndim, &d));
   if (index->ndim != src->ndim)
-    return vl_fail(VL_ESHAPE, "gather: index has %d dims but self has %d (self %s, index %s)", index->ndim, src->ndim,
+    return vl_fail(VL_ESHAPE, "%s: index has %d dims but self has %d (self %s, index %s)", op, index->ndim, src->ndim,
                    vl_tensor_desc(src, d1, sizeof d1), vl_tensor_desc(index, d2, sizeof d2));
   for (int i = 0; i < src->ndim; i++)
     if (i != d && index->size[i] > src->size[i])
-      return vl_fail(VL_ESHAPE, "gather: index size %lld exceeds self size %lld in dim %d (self %s, index %s)",
-                     (long long)index->size[i], (long long)src->size[i], i + 1, vl_tensor_desc(src, d1, sizeof d1),
+      return vl_fail(VL_ESHAPE, "%s: index size %lld exceeds self size %lld in dim %d (self %s, index %s)",
+                     op, (long long)index->size[i], (long long)src->size[i], i + 1, vl_tensor_desc(src, d1, sizeof d1),
                      vl_tensor_desc(index, d2, sizeof d2));
   vl_tensor *r;
   VL_TRY(vl_tensor_empty(index->ndim, index->size, src->dtype, src->storage->device, &r));
-  vl_status s = run_index("gather", vl_kernels_of(src->storage->device)->gather, r, src, index, d);
+  vl_status s = run_index(op, vl_kernels_of(src->storage->device)->gather, r, src, index, d);
   if (s != VL_OK) {
     vl_tensor_release(r);
     return s;
   }
   *out = r;
   return VL_OK;
+}
+
+vl_status vl_gather(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
+  return vl_gather_as("gather", src, dim, index, out);
 }
 
 static vl_status scatter_check(const char *op, vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, int *d) {
@@ -120,13 +126,14 @@ vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor 
   return bumped(self, s);
 }
 
-vl_status vl_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
+vl_status vl_index_select_as(const char *op, vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
   char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
   int d;
-  VL_TRY(check_index("index_select", src, index));
-  VL_TRY(vl_wrap_dim("index_select", dim, src->ndim, &d));
+  VL_TRY(check_index(op, src, index));
+  VL_TRY(vl_wrap_dim(op, dim, src->ndim, &d));
   if (index->ndim > 1)
-    return vl_fail(VL_ESHAPE, "index_select: index must be 1-D (self %s, index %s)", vl_tensor_desc(src, d1, sizeof d1),
+    return vl_fail(VL_ESHAPE, "%s: index must be 1-D (self %s, index %s)", op,
+                   vl_tensor_desc(src, d1, sizeof d1),
                    vl_tensor_desc(index, d2, sizeof d2));
   int64_t osize[VL_MAX_DIMS];
   memcpy(osize, src->size, sizeof(int64_t) * (size_t)src->ndim);
@@ -137,7 +144,7 @@ vl_status vl_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor *
   vl_status s = index->ndim == 0 ? vl_view(index, 1, &one, &idx) : (idx = vl_tensor_retain(index), VL_OK);
   if (s == VL_OK) s = vl_tensor_empty(src->ndim, osize, src->dtype, src->storage->device, &r);
   if (s == VL_OK && vl_tensor_numel(r) > 0)
-    s = run_index("index_select", vl_kernels_of(src->storage->device)->index_select, r, src, idx, d);
+    s = run_index(op, vl_kernels_of(src->storage->device)->index_select, r, src, idx, d);
   vl_tensor_release(idx);
   if (s != VL_OK) {
     vl_tensor_release(r);
@@ -145,6 +152,10 @@ vl_status vl_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor *
   }
   *out = r;
   return VL_OK;
+}
+
+vl_status vl_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
+  return vl_index_select_as("index_select", src, dim, index, out);
 }
 
 /* ---- joining and splitting ---- */

@@ -102,6 +102,9 @@ vl_status vl_gather(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
 vl_status vl_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out);
 vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
 vl_status vl_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
+/* The same, with every message (an out-of-bounds index included) naming `op`. */
+vl_status vl_gather_as(const char *op, vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
+vl_status vl_index_select_as(const char *op, vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
 vl_status vl_cat(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
 vl_status vl_stack(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
 /* Views of consecutive pieces of `split_size` along dim (last may be shorter); *outs is a

@@ -185,4 +185,62 @@ T.test('errors leave in-place targets unmodified', function()
   unchanged(a, ar, 'sub_ on a view')
 end)
 
+T.test('layer errors name the layer, not the inner op they are built on', function()
+  local nn = require 'v100.nn'
+  local F = nn.functional
+  local logits = T.make({ 2, 3 }, 'f32')
+  -- a class id out of range: the loss's name, the id and the class count (was "gather: ...")
+  local msg = T.raises(function() return F.cross_entropy(logits, v100.tensor({ 0, 3 }, { dtype = 'i64' })) end,
+    'cross_entropy: index 3 is out of bounds for dim 2 with size 3')
+  T.ok(not msg:find('gather', 1, true), msg)
+  T.raises(function() return F.cross_entropy(logits, v100.tensor({ -1, 0 }, { dtype = 'i32' })) end,
+    'cross_entropy: index -1 is out of bounds')
+  T.raises(function() return nn.CrossEntropyLoss()(logits, v100.tensor({ 5, 0 }, { dtype = 'i64' })) end,
+    'cross_entropy: index 5 is out of bounds')
+  T.raises(function() return F.nll_loss(logits:log_softmax(2), v100.tensor({ 0, 7 }, { dtype = 'i64' })) end,
+    'nll_loss: index 7 is out of bounds for dim 2 with size 3')
+  -- ignored positions may hold any value
+  T.ok(v100.is_tensor(F.cross_entropy(logits, v100.tensor({ -100, 2 }, { dtype = 'i64' }))), 'ignore_index')
+  -- an embedding id out of range (was "index_select: ...")
+  msg = T.raises(function() return nn.Embedding(5, 2)(v100.tensor({ 1, 5 }, { dtype = 'i64' })) end,
+    'embedding: index 5 is out of bounds for dim 1 with size 5')
+  T.ok(not msg:find('index_select', 1, true), msg)
+  -- dropout with p = NaN (was "bernoulli: ..."), in the functional form and the module
+  T.raises(function() return F.dropout(T.make({ 4 }, 'f32'), 0 / 0, true) end, 'dropout: p must be in [0, 1], got nan')
+  T.raises(function() return nn.Dropout(0 / 0) end, 'Dropout: p must be in [0, 1], got nan')
+  T.raises(function() return F.dropout(T.make({ 4 }, 'f32'), 1.5, true) end, 'dropout: p must be in [0, 1], got 1.5')
+  T.raises(function() return F.dropout(T.make({ 4 }, 'f32'), 'half', true) end, 'dropout: p must be a number, got string')
+  T.raises(function() return F.cross_entropy(logits, v100.tensor({ 0, 1 }, { dtype = 'i64' }), { smoothing = 0 / 0 }) end,
+    'cross_entropy: smoothing must be in [0, 1], got nan')
+  -- nn.Linear(0, n) works as in PyTorch (was "uniform_: expected finite lo <= hi"): y = bias
+  local lin = nn.Linear(0, 2)
+  T.eq(lin.weight.shape, { 2, 0 })
+  local y = lin(v100.zeros({ 3, 0 }))
+  T.eq(y.shape, { 3, 2 })
+  T.allclose(y, lin.bias:view{ 1, 2 }:expand{ 3, 2 }, 0, 0, 'no features: the bias')
+  T.allclose(lin.bias, v100.zeros({ 2 }), 0, 0, 'bias bound 0 for fan_in 0')
+end)
+
+T.test('layer argument errors come from C without a file position', function()
+  local F = require('v100.nn').functional
+  local w = T.make({ 2, 3, 1, 1 }, 'f32')
+  local cases = {
+    { function() return F.conv2d(3, w) end, 'conv2d: input must be a tensor, got number' },
+    { function() return F.conv2d(T.make({ 1, 3, 4, 4 }, 'f32'), w, nil, { stride = { 1, 2, 3 } }) end,
+      'conv2d: stride must be an integer or a pair {h, w} of integers, got a table of 3' },
+    { function() return F.conv2d(T.make({ 1, 3, 4, 4 }, 'f32'), w, nil, { groups = 1.5 }) end,
+      'conv2d: groups must be an integer, got 1.5' },
+    { function() return F.max_pool2d(T.make({ 1, 3, 4, 4 }, 'f32'), { 2, 'x' }) end,
+      'max_pool2d: kernel size must be an integer or a pair {h, w} of integers (element 2 is not)' },
+    { function() return F.layer_norm(T.make({ 2, 3 }, 'f32'), 'x') end,
+      'layer_norm: normalized_shape must be an integer or a table of sizes, got string' },
+    { function() return F.linear(nil, mk({ 4, 3 }, 'f32')) end, 'linear: input must be a tensor, got nil' },
+    { function() return F.mse_loss(T.make({ 2 }, 'f32'), 1) end, 'mse_loss: target must be a tensor, got number' },
+  }
+  for i, c in ipairs(cases) do
+    local msg = T.raises(c[1], c[2], 'case ' .. i)
+    T.eq(msg:sub(1, #c[2]), c[2], 'case ' .. i .. ': the message starts with the op')
+  end
+end)
+
 T.run()

@@ -326,6 +326,35 @@ T.test('pooling errors', function()
   T.raises(function() C.to_channels_last(T.make({ 3, 4 })) end, 'to_channels_last: expected a 4-D')
 end)
 
+T.test('pairs are parsed by the binding only: _nn.pair, and layers keep what it returned', function()
+  T.eq(C.pair('Conv2d', 'stride', 2), { 2, 2 })
+  T.eq(C.pair('Conv2d', 'stride', { 1, 3 }), { 1, 3 })
+  T.eq(C.pair('Conv2d', 'stride', nil, 1), { 1, 1 }, 'nil: the default')
+  T.eq(C.pair('Conv2d', 'stride', 2.0), { 2, 2 }, 'an integral float')
+  T.raises(function() C.pair('Conv2d', 'kernel_size', 2.5) end,
+    'Conv2d: kernel_size must be an integer or a pair {h, w} of integers, got 2.5')
+  T.raises(function() C.pair('Conv2d', 'kernel_size', { 3, 3, 3 }) end, 'got a table of 3')
+  T.raises(function() nn.Conv2d(1, 2, { 3, 3, 3 }) end, 'Conv2d: kernel_size must be an integer or a pair')
+  T.raises(function() nn.MaxPool2d({ 2, 'x' }) end, 'MaxPool2d: kernel_size must be an integer or a pair')
+  local conv = nn.Conv2d(2, 4, { 3, 1 }, { stride = 2, padding = { 1, 0 } })
+  T.eq(conv.kernel_size, { 3, 1 })
+  T.eq(conv.stride, { 2, 2 })
+  T.eq(conv.padding, { 1, 0 })
+  T.eq(conv.weight.shape, { 4, 2, 3, 1 })
+  -- the functional forms hand their options to the binding as given
+  local x = T.make({ 1, 2, 5, 5 })
+  T.eq(F.conv2d(x, conv.weight, nil, { stride = 2, padding = { 1, 0 } }).shape, { 1, 4, 3, 3 })
+  T.eq(F.max_pool2d(x, { 2, 1 }).shape, { 1, 2, 2, 5 }, 'stride defaults to the kernel size')
+end)
+
+T.test('cudnn benchmark flag: set_cudnn_benchmark returns the previous setting', function()
+  local prev = C.set_cudnn_benchmark(true)
+  T.eq(prev, false, 'default off')
+  T.eq(C.set_cudnn_benchmark(true), true)
+  T.eq(v100.set_cudnn_benchmark(false), true, 'v100.set_cudnn_benchmark is the same flag')
+  T.eq(C.set_cudnn_benchmark(false), false)
+end)
+
 -- ---------------------------------------------------------------------------------------------
 -- autograd
 

@@ -419,4 +419,60 @@ T.test('Checkpoint: gradcheck in f64', function()
   end, { x, w }))
 end)
 
+T.test('argument checks of the composed layers come from C, with the layer and operand shapes', function()
+  local function mk(...) return (T.make(...)) end -- the tensor only (T.make also returns its values)
+  local x = mk({ 2, 3 }, 'f32')
+  T.raises(function() F.linear(x, mk({ 4, 5 }, 'f32')) end,
+    'linear: input has 3 features but weight expects 5 (input 2x3 f32 cpu, weight 4x5 f32 cpu)')
+  T.raises(function() F.linear(x, mk({ 4, 3 }, 'f32'), mk({ 3 }, 'f32')) end,
+    'linear: bias must have 4 elements (weight 4x3 f32 cpu), got 3 f32 cpu')
+  T.raises(function() F.linear(x, mk({ 4, 3, 1 }, 'f32')) end, 'linear: weight must be 2-D (out x in)')
+  T.raises(function() nn.Linear(3, 4)(mk({ 2, 5 }, 'f32')) end, 'linear: input has 5 features but weight expects 3')
+  T.raises(function() F.embedding(v100.tensor({ 1, 2 }, { dtype = 'i64' }), mk({ 4 }, 'f32')) end,
+    'embedding: weight must be 2-D (num x dim), got 4 f32 cpu')
+  T.raises(function() nn.BatchNorm2d(3)(x) end, 'BatchNorm2d: expected a 4-D input, got 2x3 f32 cpu')
+  T.raises(function() nn.BatchNorm1d(3)(mk({ 2, 3, 2, 2 }, 'f32')) end, 'BatchNorm1d: expected a 2-D or 3-D input')
+  T.raises(function() F.batch_norm(mk({ 2, 3, 2, 2, 2 }, 'f32'), nil, nil, nil, nil, true) end,
+    'batch_norm: expected a 2-D, 3-D or 4-D input (N x C [x L | x H x W])')
+  T.raises(function() F.layer_norm(x, { 4 }) end, 'layer_norm: normalized_shape 4 does not match the last dims of x')
+  T.raises(function() nn.Flatten(3)(x) end, 'Flatten: dims 3..-1 out of range for 2x3 f32 cpu')
+  T.eq(nn.Flatten(-2, -1)(mk({ 2, 3, 4 }, 'f32')).shape, { 2, 12 })
+  T.eq(nn.Flatten(1, 2)(mk({ 2, 3, 4 }, 'f32')).shape, { 6, 4 })
+  local q = mk({ 2, 3, 4 }, 'f32')
+  T.raises(function() F.scaled_dot_product_attention(q, q, q, { mask = v100.ones({ 3, 3 }, { dtype = 'i32' }) }) end,
+    'scaled_dot_product_attention: mask must be bool or floating, got 3x3 i32 cpu')
+  T.raises(function() F.cross_entropy(x, mk({ 2, 4 }, 'f32')) end,
+    'cross_entropy: probability targets must have the input shape (input 2x3 f32 cpu, target 2x4 f32 cpu)')
+  T.raises(function() F.cross_entropy(v100.tensor(1.0), v100.tensor(0, { dtype = 'i64' })) end,
+    'cross_entropy: input must have a class dim')
+  T.raises(function() F.nll_loss(x, mk({ 2, 3 }, 'f32')) end, 'nll_loss: target must hold class ids (i64 or i32)')
+  T.raises(function() F.binary_cross_entropy_with_logits(x, mk({ 3, 2 }, 'f32')) end,
+    'binary_cross_entropy_with_logits: input and target shapes differ (input 2x3 f32 cpu, target 3x2 f32 cpu)')
+  -- padding_idx: in range of the rows (negative from the end), in the constructor and the functional form
+  T.raises(function() nn.Embedding(5, 2, { padding_idx = 5 }) end, 'Embedding: padding_idx 5 out of range for 5 rows')
+  T.raises(function() nn.Embedding(5, 2, { padding_idx = -6 }) end, 'Embedding: padding_idx -6 out of range for 5 rows')
+  T.eq(nn.Embedding(5, 2, { padding_idx = -1 }).padding_idx, 4)
+  T.raises(function() F.embedding(v100.tensor({ 1 }, { dtype = 'i64' }), mk({ 4, 2 }, 'f32'), { padding_idx = 4 }) end,
+    'embedding: padding_idx 4 out of range for 4 rows')
+  -- u8 class ids (idx label files) are still accepted
+  T.ok(v100.is_tensor(F.cross_entropy(x, v100.tensor({ 0, 2 }, { dtype = 'u8' }))), 'u8 targets')
+end)
+
+T.test('constructor errors: the C op rejects, the message names the layer', function()
+  T.raises(function() nn.Conv2d(-1, 8, 3) end, 'Conv2d: empty: negative size -1 in dim 2')
+  T.raises(function() nn.Linear(4, -2) end, 'Linear: empty: negative size -2 in dim 1')
+  T.raises(function() nn.Embedding(-3, 2) end, 'Embedding: empty: negative size -3')
+  T.raises(function() nn.BatchNorm2d(-1) end, 'BatchNorm2d: empty: negative size -1')
+  local msg = T.raises(function() nn.LayerNorm(-1) end, 'LayerNorm: empty: negative size -1')
+  T.ok(not msg:find('init_weights.lua', 1, true), 'no position inside the library: ' .. msg)
+  -- groups shapes the weight made by the constructor: checked there
+  T.raises(function() nn.Conv2d(2, 2, 1, { groups = 0 }) end, 'Conv2d: groups must be a positive integer, got 0')
+  T.raises(function() nn.Conv2d(3, 2, 1, { groups = 2 }) end, 'Conv2d: in_channels 3 and out_channels 2 must be divisible')
+  -- a 0 x 0 kernel constructs (as in PyTorch; no "uniform_: ..." from a fan_in of 0) and conv2d rejects it
+  local c0 = nn.Conv2d(2, 3, 0)
+  T.eq(c0.weight.shape, { 3, 2, 0, 0 })
+  T.allclose(c0.bias, v100.zeros({ 3 }), 0, 0, 'bias bound 0 for fan_in 0')
+  T.raises(function() c0((T.make({ 1, 2, 4, 4 }, 'f32'))) end, 'conv2d: empty weight or input channels')
+end)
+
 T.run()

@@ -179,4 +179,20 @@ T.test('losses: gradcheck in f64', function()
   T.ok(g(function(x, t) return F.binary_cross_entropy_with_logits(x, t, { pos_weight = pw }) end, { z, y }), 'bce')
 end)
 
+T.test('reduction is checked once, by the binding, before any work', function()
+  local x = (T.make{ 2, 3 })
+  local ids = v100.tensor({ 0, 2 }, { dtype = 'i64' })
+  T.raises(function() F.mse_loss(x, x, { reduction = 'avg' }) end, "mse_loss: reduction must be 'mean', 'sum' or 'none', got avg")
+  T.raises(function() F.cross_entropy(x, ids, { reduction = 1 }) end, "cross_entropy: reduction must be 'mean', 'sum' or 'none', got 1")
+  T.raises(function() F.binary_cross_entropy_with_logits(x, x, { reduction = 'avg' }) end,
+    "binary_cross_entropy_with_logits: reduction must be")
+  -- the modules check at construction, in their own name
+  T.raises(function() nn.CrossEntropyLoss{ reduction = 'avg' } end, "CrossEntropyLoss: reduction must be 'mean', 'sum' or 'none', got avg")
+  T.eq(nn.MSELoss().opts.reduction, 'mean', 'default')
+  -- a bad reduction fails before any work (the class ids are checked by a kernel, later): the
+  -- reduction is named even with an out-of-range class id
+  T.raises(function() F.cross_entropy(x, v100.tensor({ 0, 9 }, { dtype = 'i64' }), { reduction = 'avg' }) end,
+    'cross_entropy: reduction must be')
+end)
+
 T.run()

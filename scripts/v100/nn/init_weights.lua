@@ -54,9 +54,14 @@ local function fan(t, mode)
   error("init: mode must be 'fan_in' or 'fan_out', got " .. tostring(mode), 3)
 end
 
+-- A tensor with no elements has nothing to fill, and its fan may be 0 (nn.Linear(0, n): fan_in 0
+-- would make the bound infinite): PyTorch's kaiming_* return it as it is, and so do these.
+local function empty(t) return t:numel() == 0 end
+
 -- opts: {a = 0, mode = 'fan_in', nonlinearity = 'leaky_relu'}
 function init.kaiming_uniform_(t, opts)
   opts = opts or {}
+  if empty(t) then return t end
   local gain = init.calculate_gain(opts.nonlinearity or 'leaky_relu', opts.a or 0)
   local bound = math.sqrt(3) * gain / math.sqrt(fan(t, opts.mode))
   return init.uniform_(t, -bound, bound)
@@ -64,26 +69,40 @@ end
 
 function init.kaiming_normal_(t, opts)
   opts = opts or {}
+  if empty(t) then return t end
   local gain = init.calculate_gain(opts.nonlinearity or 'leaky_relu', opts.a or 0)
   return init.normal_(t, 0, gain / math.sqrt(fan(t, opts.mode)))
 end
 
 function init.xavier_uniform_(t, gain)
+  if empty(t) then return t end
   local fin, fout = init.calculate_fan_in_and_fan_out(t)
   local bound = (gain or 1) * math.sqrt(6 / (fin + fout))
   return init.uniform_(t, -bound, bound)
 end
 
 function init.xavier_normal_(t, gain)
+  if empty(t) then return t end
   local fin, fout = init.calculate_fan_in_and_fan_out(t)
   return init.normal_(t, 0, (gain or 1) * math.sqrt(2 / (fin + fout)))
 end
 
--- A new parameter tensor (requires grad) of `shape`, filled by fill(t).
+-- A new parameter tensor (requires grad) of `shape`, filled by fill(t). opts.layer (the layer
+-- being constructed) is put in front of an error of the creating or filling op, so that a bad
+-- constructor argument (nn.Conv2d(-1, 8, 3): "Conv2d: empty: negative size -1 in dim 2") names
+-- the layer: the C op is the one that rejects, the layer only says who asked.
 function init.parameter(shape, fill, opts)
-  local t = v100.empty(shape, { dtype = opts and opts.dtype or 'f32', device = opts and opts.device or 'cpu' })
-  fill(t)
-  return t:requires_grad_(true)
+  local function make()
+    local t = v100.empty(shape, { dtype = opts and opts.dtype or 'f32', device = opts and opts.device or 'cpu' })
+    fill(t)
+    return t:requires_grad_(true)
+  end
+  if not (opts and opts.layer) then return make() end
+  local ok, res = pcall(make)
+  if ok then return res end
+  -- the op's message without the position of the line inside this library that called it
+  local msg = tostring(res):gsub('^[^\n]-/v100/nn/[%w_]+%.lua:%d+: ', '', 1)
+  error(opts.layer .. ': ' .. msg, 0)
 end
 
 return init

@@ -13,16 +13,13 @@ local L = {}
 
 local function bool_str(b) return b and 'true' or 'false' end
 local function pair_str(p) return '(' .. p[1] .. ', ' .. p[2] .. ')' end
-local function factory(opts) return { dtype = opts and opts.dtype, device = opts and opts.device } end
-
-local function check_dims(name, x, allowed)
-  if not allowed[x.ndim] then
-    local want = {}
-    for d in pairs(allowed) do want[#want + 1] = d .. '-D' end
-    table.sort(want)
-    error(string.format('%s: expected a %s input, got %s', name, table.concat(want, ' or '), F._desc(x)), 0)
-  end
+-- {dtype=, device=} of a constructor's options, and the layer's name for parameter errors.
+local function factory(opts, layer)
+  return { dtype = opts and opts.dtype, device = opts and opts.device, layer = layer }
 end
+
+-- The C layer ops and checks of `v100._nn` (looked up at call time, as functional.lua does).
+local function core_nn() return v100._nn or require('v100.core')._nn end
 
 -- ---------------------------------------------------------------------------------------------
 -- Linear and Conv2d
@@ -34,7 +31,7 @@ function Linear:init(in_features, out_features, opts)
   opts = opts or {}
   assert(math.tointeger(in_features) and math.tointeger(out_features), 'Linear(in, out): sizes must be integers')
   self.in_features, self.out_features = in_features, out_features
-  local fk = factory(opts)
+  local fk = factory(opts, self.__name)
   self.weight = init.parameter({ out_features, in_features },
     function(t) init.kaiming_uniform_(t, { a = math.sqrt(5) }) end, fk)
   if opts.bias ~= false then
@@ -56,6 +53,10 @@ L.Conv2d = Conv2d
 function Conv2d:init(cin, cout, k, opts)
   opts = opts or {}
   local groups = opts.groups or 1
+  -- groups shapes the weight made here, before any op sees it
+  if not math.tointeger(groups) or groups < 1 then
+    error(string.format('Conv2d: groups must be a positive integer, got %s', tostring(groups)), 3)
+  end
   if cin % groups ~= 0 or cout % groups ~= 0 then
     error(string.format('Conv2d: in_channels %d and out_channels %d must be divisible by groups %d', cin, cout, groups), 3)
   end
@@ -65,13 +66,15 @@ function Conv2d:init(cin, cout, k, opts)
   self.padding = F._pair('Conv2d', 'padding', opts.padding, 0)
   self.dilation = F._pair('Conv2d', 'dilation', opts.dilation, 1)
   self.groups = groups
-  local fk = factory(opts)
+  local fk = factory(opts, self.__name)
   local kh, kw = self.kernel_size[1], self.kernel_size[2]
   self.weight = init.parameter({ cout, cin // groups, kh, kw },
     function(t) init.kaiming_uniform_(t, { a = math.sqrt(5) }) end, fk)
   if opts.bias ~= false then
     local fan_in = (cin // groups) * kh * kw
-    local bound = 1 / math.sqrt(fan_in)
+    -- fan_in 0 (a 0 x 0 kernel, no input channels): bound 0, as Linear; conv2d rejects the
+    -- empty weight when the layer is called
+    local bound = fan_in > 0 and 1 / math.sqrt(fan_in) or 0
     self.bias = init.parameter({ cout }, function(t) init.uniform_(t, -bound, bound) end, fk)
   end
 end
@@ -109,7 +112,7 @@ function BatchNorm:init(c, opts)
   if opts.momentum == false then self.momentum = nil else self.momentum = opts.momentum or 0.1 end
   self.affine = opts.affine ~= false
   self.track_running_stats = opts.track_running_stats ~= false
-  local fk = factory(opts)
+  local fk = factory(opts, self.__name)
   if self.affine then
     self.weight = init.parameter({ c }, init.ones_, fk)
     self.bias = init.parameter({ c }, init.zeros_, fk)
@@ -122,7 +125,7 @@ function BatchNorm:init(c, opts)
 end
 
 function BatchNorm:forward(x)
-  check_dims(self.__name, x, self._dims)
+  core_nn().check_ndim(self.__name, x, self._dims)
   local momentum = self.momentum
   if self.training and self.track_running_stats then
     local nbt = self.num_batches_tracked
@@ -143,11 +146,11 @@ function BatchNorm:extra_repr()
 end
 
 local BatchNorm2d = BatchNorm:extend('BatchNorm2d')
-BatchNorm2d._dims = { [4] = true }
+BatchNorm2d._dims = { 4 }
 L.BatchNorm2d = BatchNorm2d
 
 local BatchNorm1d = BatchNorm:extend('BatchNorm1d')
-BatchNorm1d._dims = { [2] = true, [3] = true }
+BatchNorm1d._dims = { 2, 3 }
 L.BatchNorm1d = BatchNorm1d
 
 local LayerNorm = Module:extend('LayerNorm')
@@ -159,7 +162,7 @@ function LayerNorm:init(shape, opts)
   self.normalized_shape = type(shape) == 'number' and { shape } or shape
   self.eps = opts.eps or 1e-5
   self.elementwise_affine = opts.elementwise_affine ~= false
-  local fk = factory(opts)
+  local fk = factory(opts, self.__name)
   if self.elementwise_affine then
     self.weight = init.parameter(self.normalized_shape, init.ones_, fk)
     if opts.bias ~= false then self.bias = init.parameter(self.normalized_shape, init.zeros_, fk) end
@@ -206,18 +209,14 @@ local Dropout = simple('Dropout', function(self, x) return F.dropout(x, self.p, 
   function(self) return string.format('p=%g', self.p) end)
 function Dropout:init(p)
   p = p or 0.5
-  if p < 0 or p > 1 then error('Dropout: p must be in [0, 1], got ' .. tostring(p), 3) end
+  core_nn().check_prob('Dropout', 'p', p) -- at construction: no op sees p before the first forward
   self.p = p
 end
 
 -- Flatten(start = 2, end = -1): merges dims start..end (1-based, negative from the end).
 local Flatten = simple('Flatten', function(self, x)
   local s = x.shape
-  local a = self.start_dim < 0 and #s + self.start_dim + 1 or self.start_dim
-  local b = self.end_dim < 0 and #s + self.end_dim + 1 or self.end_dim
-  if a < 1 or b > #s or a > b then
-    error(string.format('Flatten: dims %d..%d out of range for %s', self.start_dim, self.end_dim, F._desc(x)), 0)
-  end
+  local a, b = core_nn().flatten_dims('Flatten', x, self.start_dim, self.end_dim)
   local out, n = {}, 1
   for i = 1, a - 1 do out[#out + 1] = s[i] end
   for i = a, b do n = n * s[i] end
@@ -284,15 +283,12 @@ function Embedding:init(n, dim, opts)
   opts = opts or {}
   self.num_embeddings, self.embedding_dim = n, dim
   local pad = opts.padding_idx
-  if pad ~= nil then
-    if pad < 0 then pad = pad + n end
-    if pad < 0 or pad >= n then error(string.format('Embedding: padding_idx %d out of range for %d rows', opts.padding_idx, n), 3) end
-  end
+  if pad ~= nil then pad = core_nn().padding_idx('Embedding', n, pad) end
   self.padding_idx = pad
   self.weight = init.parameter({ n, dim }, function(t)
     init.normal_(t, 0, 1)
     if pad then v100.no_grad(function() t:narrow(1, pad + 1, 1):zero_() end) end
-  end, factory(opts))
+  end, factory(opts, self.__name))
 end
 
 function Embedding:forward(ids) return F.embedding(ids, self.weight, { padding_idx = self.padding_idx }) end
