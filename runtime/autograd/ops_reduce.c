@@ -7,8 +7,9 @@
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops_internal.h"
 
-static const char *const red_nodes[VL_NREDUCE] = {"SumBackward", "ProdBackward", "MeanBackward", "MaxBackward",
+static const char *const red_nodes[] = {"SumBackward", "ProdBackward", "MeanBackward", "MaxBackward",
                                                   "MinBackward", "VarBackward",  "NormBackward"};
+VL_TABLE_SIZE(red_nodes, VL_NREDUCE);
 
 /* ints: 0 op, 1 keepdim, 2 bit mask of reduced dims, 3 input ndim, 4.. input sizes;
  * 12 whether indices were saved. scalars: 0 param. */
