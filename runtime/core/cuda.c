@@ -377,8 +377,14 @@ static vl_status dev_mem_info(void *ud, size_t *free_bytes, size_t *total_bytes)
 vl_status vl_cuda_alloc_backend(int dev, vl_alloc_backend *be) {
   if (!be) return vl_fail(VL_EINVAL, "vl_cuda_alloc_backend: NULL output");
   VL_TRY(check_dev("vl_cuda_alloc_backend", dev));
-  vl_alloc_backend b = {(void *)&vl_dev_ids[dev], dev_raw_alloc, dev_raw_free, dev_event_record,
-                       any_event_query, any_event_destroy, dev_mem_info, vl_dev_names[dev]};
+  vl_alloc_backend b = {.ud = (void *)&vl_dev_ids[dev],
+                       .raw_alloc = dev_raw_alloc,
+                       .raw_free = dev_raw_free,
+                       .event_record = dev_event_record,
+                       .event_query = any_event_query,
+                       .event_destroy = any_event_destroy,
+                       .mem_info = dev_mem_info,
+                       .name = vl_dev_names[dev]};
   *be = b;
   return VL_OK;
 }
@@ -412,8 +418,14 @@ static vl_status host_event_record(void *ud, void *stream, void **event) {
 
 vl_status vl_cuda_host_alloc_backend(vl_alloc_backend *be) {
   if (!be) return vl_fail(VL_EINVAL, "vl_cuda_host_alloc_backend: NULL output");
-  vl_alloc_backend b = {NULL, host_raw_alloc, host_raw_free, host_event_record, any_event_query,
-                       any_event_destroy, NULL, "pinned host"};
+  vl_alloc_backend b = {.ud = NULL,
+                       .raw_alloc = host_raw_alloc,
+                       .raw_free = host_raw_free,
+                       .event_record = host_event_record,
+                       .event_query = any_event_query,
+                       .event_destroy = any_event_destroy,
+                       .mem_info = NULL,
+                       .name = "pinned host"};
   *be = b;
   return VL_OK;
 }

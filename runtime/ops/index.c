@@ -114,7 +114,8 @@ vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor 
   vl_tensor *us = NULL, *ui = NULL;
   vl_status s = vl_tensor_numel(index) ? vl_unalias(self, src, &us) : VL_OK;
   if (s == VL_OK && us) s = vl_unalias(self, index, &ui);
-  if (s == VL_OK && ui) s = run_index("scatter_add_", vl_backend_of(self->storage->device)->ops->scatter_add, self, us, ui, d);
+  if (s == VL_OK && ui)
+    s = run_index("scatter_add_", vl_backend_of(self->storage->device)->ops->scatter_add, self, us, ui, d);
   vl_tensor_release(us);
   vl_tensor_release(ui);
   return bumped(self, s);

@@ -33,12 +33,14 @@ static void check_common_support(const vl_backend *be) {
   for (int d = 0; d < VL_NDTYPES; d++) {
     vl_dtype dt = (vl_dtype)d;
     bool fl = vl_dtype_is_float(dt);
-    CHECK(be->supports(VL_OP_ELEMENTWISE, dt, VL_LAYOUT_CONTIGUOUS) && be->supports(VL_OP_ELEMENTWISE, dt, VL_LAYOUT_NHWC),
+    CHECK(be->supports(VL_OP_ELEMENTWISE, dt, VL_LAYOUT_CONTIGUOUS) &&
+              be->supports(VL_OP_ELEMENTWISE, dt, VL_LAYOUT_NHWC),
           "%s: elementwise %s", be->name, vl_dtype_name(dt));
     CHECK(be->supports(VL_OP_INDEX, dt, VL_LAYOUT_CONTIGUOUS), "%s: index %s", be->name, vl_dtype_name(dt));
     CHECK(be->supports(VL_OP_CONV, dt, VL_LAYOUT_CONTIGUOUS) == fl, "%s: NCHW conv %s", be->name, vl_dtype_name(dt));
     CHECK(be->supports(VL_OP_POOL, dt, VL_LAYOUT_NHWC) == fl, "%s: NHWC pool %s", be->name, vl_dtype_name(dt));
-    CHECK(be->supports(VL_OP_BATCHNORM, dt, VL_LAYOUT_NHWC) == fl, "%s: NHWC batchnorm %s", be->name, vl_dtype_name(dt));
+    CHECK(be->supports(VL_OP_BATCHNORM, dt, VL_LAYOUT_NHWC) == fl, "%s: NHWC batchnorm %s", be->name,
+          vl_dtype_name(dt));
     CHECK(be->supports(VL_OP_GEMM, dt, VL_LAYOUT_CONTIGUOUS) == fl, "%s: gemm %s", be->name, vl_dtype_name(dt));
     CHECK(!be->supports(VL_OP_LAYERNORM, dt, VL_LAYOUT_NHWC), "%s: layernorm has no NHWC form", be->name);
   }
