@@ -313,6 +313,37 @@ static int d_gc_threshold(lua_State *L) {
   return 1;
 }
 
+/* dtype_of(name) -> the short name ('float64' -> 'f64'), or nil and the message for a name that
+ * is not a dtype (so that callers can tell a dtype from a device string). */
+static int m_dtype_of(lua_State *L) {
+  vl_dtype dt;
+  if (vl_dtype_parse(luaL_checkstring(L, 1), &dt) != VL_OK) {
+    luaL_pushfail(L);
+    lua_pushstring(L, vl_errmsg());
+    return 2;
+  }
+  lua_pushstring(L, vl_dtype_name(dt));
+  return 1;
+}
+
+/* dtype_is_float(name) -> whether the dtype is f32, f16, bf16 or f64; raises for unknown names. */
+static int m_dtype_is_float(lua_State *L) {
+  lua_pushboolean(L, vl_dtype_is_float(l_checkdtype(L, 1)));
+  return 1;
+}
+
+/* v100.dtypes: every accepted dtype name (short names and aliases) -> its short name, from the
+ * one table in runtime/core/dtype.c. */
+static void push_dtype_table(lua_State *L) {
+  lua_newtable(L);
+  const char *name;
+  vl_dtype dt;
+  for (int i = 0; vl_dtype_name_at(i, &name, &dt); i++) {
+    lua_pushstring(L, vl_dtype_name(dt));
+    lua_setfield(L, -2, name);
+  }
+}
+
 static const luaL_Reg module_funcs[] = {
     {"tensor", m_tensor},
     {"empty", m_empty},
@@ -335,6 +366,8 @@ static const luaL_Reg module_funcs[] = {
     {"device", m_device},
     {"versions", m_versions},
     {"is_tensor", m_is_tensor},
+    {"dtype_of", m_dtype_of},
+    {"dtype_is_float", m_dtype_is_float},
     {NULL, NULL},
 };
 
@@ -366,6 +399,8 @@ int luaopen_v100_core(lua_State *L) {
   lua_remove(L, -2);
   lua_pushliteral(L, VL_VERSION_STRING);
   lua_setfield(L, -2, "version");
+  push_dtype_table(L);
+  lua_setfield(L, -2, "dtypes");
   luaL_newlib(L, debug_funcs);
   lua_setfield(L, -2, "debug");
   set_submodule(L, luaopen_v100_cuda, "cuda");

@@ -56,7 +56,8 @@ static vl_tensor *opt_tensor(lua_State *L, int idx) {
 }
 
 static int o_optim_step(lua_State *L) {
-  static const char *const kinds[] = {"sgd", "adamw", "lamb", "lars", NULL};
+  static const char *const kinds[] = {"sgd", "adamw", "lamb", "lars", NULL}; /* vl_optim_kind order */
+  VL_TABLE_SIZE(kinds, VL_NOPTIM_KINDS + 1);
   vl_optim_kind kind = (vl_optim_kind)luaL_checkoption(L, 1, NULL, kinds);
   luaL_checktype(L, 6, LUA_TTABLE);
   vl_tensor *found_inf = opt_tensor(L, 7), *inv_scale = opt_tensor(L, 8);

@@ -466,9 +466,14 @@ static int t_to(lua_State *L) {
   vl_dtype dt = t->dtype;
   vl_device dev = tdev(t);
   if (lua_type(L, 2) == LUA_TSTRING) {
-    const char *s = lua_tostring(L, 2);
-    if (vl_dtype_parse(s, &dt) != VL_OK && vl_device_parse(s, &dev) != VL_OK)
-      return luaL_error(L, "to: '%s' is neither a dtype nor a device (%s)", s, vl_errmsg());
+    /* t:to(dtype), t:to(device), t:to(device, dtype) as nn.Module:to takes them; a third
+     * argument is not silently dropped. */
+    int last = lua_isnoneornil(L, 3) ? 2 : 3;
+    for (int i = 2; i <= last; i++) {
+      const char *s = luaL_checkstring(L, i);
+      if (vl_dtype_parse(s, &dt) != VL_OK && vl_device_parse(s, &dev) != VL_OK)
+        return luaL_error(L, "to: '%s' is neither a dtype nor a device (%s)", s, vl_errmsg());
+    }
   } else {
     luaL_checktype(L, 2, LUA_TTABLE);
     l_opts(L, 2, &dt, &dev);

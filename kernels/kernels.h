@@ -1,7 +1,10 @@
 /* kernels/kernels.h: the op table.
  *
  * One vl_kernels table per device type (kernels/cpu fills vl_cpu_kernels, kernels/cuda fills
- * vl_cuda_kernels). The runtime front end (runtime/ops/*.c) does every dtype, shape and device
+ * vl_cuda_kernels), reached through the device's backend (kernels/backend.h: vl_backend_of(dev)->ops),
+ * which also holds the per-device state hooks (check_async, shutdown). Tables are written with
+ * designated initialisers (`.fill = ...`), so a reordered or extended struct cannot silently
+ * shift entries. The runtime front end (runtime/ops/) does every dtype, shape and device
  * check once, allocates outputs, computes broadcast strides, and then calls through the table, so
  * a kernel may assume its arguments are valid: dtypes are ones it was told it supports (see each
  * entry), pointers are on its device, sizes agree. Kernels still return a vl_status for what only
@@ -259,11 +262,6 @@ typedef struct vl_kernels {
   vl_status (*scatter_add)(const vl_index_args *a);
   vl_status (*index_select)(const vl_index_args *a);
   vl_status (*rand)(const vl_rand_args *a);
-  /* After the device was synchronised: report (and clear) errors that kernels could only flag
-   * asynchronously (out-of-range indices). NULL on the CPU. */
-  vl_status (*check_async)(int device);
-  /* Frees per-device state (handles, workspaces). NULL on the CPU. */
-  void (*shutdown)(void);
 } vl_kernels;
 
 extern const vl_kernels vl_cpu_kernels;

@@ -1,5 +1,6 @@
 /* kernels/nn_kernels.h: kernel tables of the neural-network layers, one table per concern and
- * device (the concern's CPU file defines vl_cpu_<x>_kernels, its CUDA file vl_cuda_<x>_kernels).
+ * device (the concern's CPU file defines vl_cpu_<x>_kernels, its CUDA file vl_cuda_<x>_kernels),
+ * reached through the device's backend (kernels/backend.h), never named by front ends.
  * The front ends (runtime/nn/nn.h) check everything first, as for kernels/kernels.h.
  *
  * Images are logically N x C x H x W. Physically either NCHW-contiguous or NHWC-contiguous
@@ -41,7 +42,7 @@ typedef struct vl_conv_kernels {
 } vl_conv_kernels;
 
 /* ---- 2-D pooling ---- */
-typedef enum vl_pool_kind { VL_POOL_MAX = 0, VL_POOL_AVG, VL_POOL_ADAPTIVE_AVG } vl_pool_kind;
+typedef enum vl_pool_kind { VL_POOL_MAX = 0, VL_POOL_AVG, VL_POOL_ADAPTIVE_AVG, VL_NPOOL_KINDS } vl_pool_kind;
 typedef struct vl_pool2d_args {
   vl_pool_kind kind;
   vl_dtype dtype;
@@ -124,7 +125,8 @@ typedef enum vl_optim_kind {
   VL_OPTIM_SGD = 0,   /* momentum, dampening, nesterov, weight_decay (coupled, L2) */
   VL_OPTIM_ADAMW,     /* beta1, beta2, eps, weight_decay (decoupled), step for bias correction */
   VL_OPTIM_LAMB,      /* AdamW's update then a per-tensor trust ratio ||p|| / ||u|| */
-  VL_OPTIM_LARS       /* SGD-momentum with per-tensor lr scaled by eta*||p|| / (||g|| + wd*||p||) */
+  VL_OPTIM_LARS,      /* SGD-momentum with per-tensor lr scaled by eta*||p|| / (||g|| + wd*||p||) */
+  VL_NOPTIM_KINDS
 } vl_optim_kind;
 
 typedef struct vl_optim_args {
@@ -164,8 +166,6 @@ extern const vl_conv_kernels vl_cuda_conv_kernels;
 extern const vl_pooling_kernels vl_cuda_pooling_kernels;
 extern const vl_norm_kernels vl_cuda_norm_kernels;
 extern const vl_optim_kernels vl_cuda_optim_kernels;
-/* kernels/cuda/cuda_cudnn.cu: destroys the cuDNN handles and plan caches (vl_shutdown). */
-void vl_cudnn_teardown(void);
 #endif
 
 #ifdef __cplusplus

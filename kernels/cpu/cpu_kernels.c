@@ -1,6 +1,8 @@
-/* kernels/cpu/cpu_kernels.c: the CPU op table, and the data-movement ops (fill, copy, where,
- * masked_fill, arange). */
+/* kernels/cpu/cpu_kernels.c: the CPU op table and backend (kernels/backend.h), and the
+ * data-movement ops (fill, copy, where, masked_fill, arange). */
 #include "kernels/cpu/cpu_internal.h"
+
+#include "kernels/backend.h"
 
 /* Copies one element of `size` bytes; a switch so the common sizes become single moves. */
 static inline void copy_elem(char *dst, const char *src, size_t size) {
@@ -163,6 +165,22 @@ const vl_kernels vl_cpu_kernels = {
     .scatter_add = vl_cpu_scatter_add,
     .index_select = vl_cpu_index_select,
     .rand = vl_cpu_rand,
-    .check_async = NULL,
-    .shutdown = NULL,
+};
+
+/* The CPU kernels cover everything the front ends may hand a backend (vl_supports_base): both
+ * layouts of every layer, f16/bf16 through f32 compute. */
+static bool cpu_supports(vl_op_kind op, vl_dtype dt, vl_layout layout) { return vl_supports_base(op, dt, layout); }
+
+const vl_backend vl_cpu_backend = {
+    .name = "cpu",
+    .type = VL_CPU,
+    .ops = &vl_cpu_kernels,
+    .conv = &vl_cpu_conv_kernels,
+    .pooling = &vl_cpu_pooling_kernels,
+    .norm = &vl_cpu_norm_kernels,
+    .optim = &vl_cpu_optim_kernels,
+    .supports = cpu_supports,
+    .current_stream = NULL, /* no streams: CPU kernels run synchronously on the calling thread */
+    .check_async = NULL,    /* index errors are returned by the kernel itself */
+    .shutdown = NULL,       /* no per-device state */
 };

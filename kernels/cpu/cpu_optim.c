@@ -204,6 +204,7 @@ static char *at(void *const *arr, int i, vl_dtype dt, int64_t off) {
         case VL_OPTIM_ADAMW: adamw_##T(a, i, scale); break;                                       \
         case VL_OPTIM_LAMB: lamb_##T(a, i, scale); break;                                         \
         case VL_OPTIM_LARS: lars_##T(a, i, scale); break;                                         \
+        case VL_NOPTIM_KINDS: break; /* rejected by cpu_optim_step */                             \
       }                                                                                           \
     }                                                                                             \
   }

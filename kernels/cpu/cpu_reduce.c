@@ -145,7 +145,8 @@ static void reduce_i64(int cb, const char *in, vl_dtype dt, int64_t outer, int64
 }
 
 static const char *red_name(vl_reduce_op op) {
-  static const char *const names[VL_NREDUCE] = {"sum", "prod", "mean", "max", "min", "var", "norm"};
+  static const char *const names[] = {"sum", "prod", "mean", "max", "min", "var", "norm"};
+  VL_TABLE_SIZE(names, VL_NREDUCE);
   return (unsigned)op < VL_NREDUCE ? names[op] : "reduce";
 }
 

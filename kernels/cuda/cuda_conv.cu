@@ -281,7 +281,7 @@ static vl_status conv_backward_data(const vl_conv_args *a) { return conv_run(a, 
 static vl_status conv_backward_filter(const vl_conv_args *a) { return conv_run(a, VL_CONV_BWD_FILTER); }
 
 extern "C" const vl_conv_kernels vl_cuda_conv_kernels = {
-    conv_forward,
-    conv_backward_data,
-    conv_backward_filter,
+    .forward = conv_forward,
+    .backward_data = conv_backward_data,
+    .backward_filter = conv_backward_filter,
 };

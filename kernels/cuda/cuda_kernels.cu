@@ -1,23 +1,53 @@
-/* kernels/cuda/cuda_kernels.cu: the CUDA op table (kernels/kernels.h). */
+/* kernels/cuda/cuda_kernels.cu: the CUDA op table (kernels/kernels.h) and the CUDA backend
+ * (kernels/backend.h): the tables, what they support, and the per-device state hooks. */
+#include "kernels/backend.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_cudnn.cuh"
+#include "runtime/core/cuda.h"
 
 extern "C" const vl_kernels vl_cuda_kernels = {
-    "cuda",
-    vl_cuda_fill,
-    vl_cuda_copy,
-    vl_cuda_unary,
-    vl_cuda_binary,
-    vl_cuda_binary_scalar,
-    vl_cuda_where,
-    vl_cuda_masked_fill,
-    vl_cuda_arange,
-    vl_cuda_reduce,
-    vl_cuda_softmax,
-    vl_cuda_gemm,
-    vl_cuda_gather,
-    vl_cuda_scatter_add,
-    vl_cuda_index_select,
-    vl_cuda_rand,
-    vl_cuda_check_async,
-    vl_cuda_shutdown,
+    .name = "cuda",
+    .fill = vl_cuda_fill,
+    .copy = vl_cuda_copy,
+    .unary = vl_cuda_unary,
+    .binary = vl_cuda_binary,
+    .binary_scalar = vl_cuda_binary_scalar,
+    .where = vl_cuda_where,
+    .masked_fill = vl_cuda_masked_fill,
+    .arange = vl_cuda_arange,
+    .reduce = vl_cuda_reduce,
+    .softmax = vl_cuda_softmax,
+    .gemm = vl_cuda_gemm,
+    .gather = vl_cuda_gather,
+    .scatter_add = vl_cuda_scatter_add,
+    .index_select = vl_cuda_index_select,
+    .rand = vl_cuda_rand,
+};
+
+/* cuDNN's double-precision convolutions are NCHW only, so f64 convolutions (gradient checks, not
+ * speed) run NCHW here and the front end converts channels-last operands (runtime/nn/conv.c). */
+static bool cuda_supports(vl_op_kind op, vl_dtype dt, vl_layout layout) {
+  if (op == VL_OP_CONV && dt == VL_F64 && layout == VL_LAYOUT_NHWC) return false;
+  return vl_supports_base(op, dt, layout);
+}
+
+/* Kernel state first (cuBLAS(Lt) handles and workspaces, then cuDNN handles and plan caches);
+ * the pools and streams they may use go afterwards (vl_cuda_teardown in vl_shutdown). */
+static void cuda_shutdown(void) {
+  vl_cuda_shutdown();
+  vl_cudnn_teardown();
+}
+
+extern "C" const vl_backend vl_cuda_backend = {
+    .name = "cuda",
+    .type = VL_CUDA,
+    .ops = &vl_cuda_kernels,
+    .conv = &vl_cuda_conv_kernels,
+    .pooling = &vl_cuda_pooling_kernels,
+    .norm = &vl_cuda_norm_kernels,
+    .optim = &vl_cuda_optim_kernels,
+    .supports = cuda_supports,
+    .current_stream = vl_cuda_current_stream,
+    .check_async = vl_cuda_check_async,
+    .shutdown = cuda_shutdown,
 };

@@ -680,5 +680,9 @@ static vl_status cuda_softmax_backward(const vl_softmax_bw_args *a) {
 }
 
 extern "C" const vl_norm_kernels vl_cuda_norm_kernels = {
-    cuda_bn_forward, cuda_bn_backward, cuda_ln_forward, cuda_ln_backward, cuda_softmax_backward,
+    .batchnorm_forward = cuda_bn_forward,
+    .batchnorm_backward = cuda_bn_backward,
+    .layernorm_forward = cuda_ln_forward,
+    .layernorm_backward = cuda_ln_backward,
+    .softmax_backward = cuda_softmax_backward,
 };

@@ -365,6 +365,7 @@ static vl_status vl_mt_step_kind(const vl_optim_args *a, vl_cuda_state *st) {
     case VL_OPTIM_ADAMW: return vl_mt_step_typed<VL_K_ADAMW, P, S>(a, st);
     case VL_OPTIM_LAMB: return vl_mt_step_typed<VL_K_LAMB, P, S>(a, st);
     case VL_OPTIM_LARS: return vl_mt_step_typed<VL_K_LARS, P, S>(a, st);
+    case VL_NOPTIM_KINDS: break;
   }
   return vl_fail(VL_EINVAL, "optim_step: unknown optimizer kind %d", (int)a->kind);
 }
@@ -447,7 +448,7 @@ static vl_status vl_cuda_unscale(vl_dtype dt, int n, void *const *ptrs, const in
 }
 
 extern "C" const vl_optim_kernels vl_cuda_optim_kernels = {
-    vl_cuda_optim_step,
-    vl_cuda_l2norms,
-    vl_cuda_unscale,
+    .step = vl_cuda_optim_step,
+    .l2norms = vl_cuda_l2norms,
+    .unscale = vl_cuda_unscale,
 };

@@ -207,6 +207,6 @@ static vl_status pool_backward(const vl_pool2d_args *a) {
 }
 
 extern "C" const vl_pooling_kernels vl_cuda_pooling_kernels = {
-    pool_forward,
-    pool_backward,
+    .forward = pool_forward,
+    .backward = pool_backward,
 };

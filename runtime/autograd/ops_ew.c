@@ -7,19 +7,23 @@
 #include "runtime/autograd/ops.h"
 #include "runtime/ops/ops_internal.h"
 
-static const char *const un_names[VL_NUNARY] = {
+static const char *const un_names[] = {
     "neg", "abs", "square", "sign", "relu", "clamp", "floor", "ceil", "round", "exp", "log",
     "sqrt", "rsqrt", "tanh", "sigmoid", "gelu", "gelu", "reciprocal", "sin", "cos", "logical_not"};
-static const char *const un_nodes[VL_NUNARY] = {
+VL_TABLE_SIZE(un_names, VL_NUNARY);
+static const char *const un_nodes[] = {
     "NegBackward",  "AbsBackward",   "SquareBackward",  "SignBackward",    "ReluBackward",
     "ClampBackward", "FloorBackward", "CeilBackward",   "RoundBackward",   "ExpBackward",
     "LogBackward",  "SqrtBackward",  "RsqrtBackward",   "TanhBackward",    "SigmoidBackward",
     "GeluBackward", "GeluBackward",  "ReciprocalBackward", "SinBackward",  "CosBackward", "LogicalNotBackward"};
-static const char *const bin_names[VL_BIN_LOGICAL_OR + 1] = {
+VL_TABLE_SIZE(un_nodes, VL_NUNARY);
+static const char *const bin_names[] = {
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
     "logical_and", "logical_or"};
-static const char *const bin_nodes[VL_BIN_MINIMUM + 1] = {"AddBackward", "SubBackward", "MulBackward", "DivBackward",
+VL_TABLE_SIZE(bin_names, VL_BIN_LOGICAL_OR + 1);
+static const char *const bin_nodes[] = {"AddBackward", "SubBackward", "MulBackward", "DivBackward",
                                                           "PowBackward", "MaximumBackward", "MinimumBackward"};
+VL_TABLE_SIZE(bin_nodes, VL_BIN_MINIMUM + 1);
 
 /* What a unary backward needs: 0 nothing, 1 the input x, 2 the output y. */
 static int unary_saves(vl_unary_op op) {

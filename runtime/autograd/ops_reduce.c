@@ -6,8 +6,9 @@
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops_internal.h"
 
-static const char *const red_nodes[VL_NREDUCE] = {"SumBackward", "ProdBackward", "MeanBackward", "MaxBackward",
+static const char *const red_nodes[] = {"SumBackward", "ProdBackward", "MeanBackward", "MaxBackward",
                                                   "MinBackward", "VarBackward",  "NormBackward"};
+VL_TABLE_SIZE(red_nodes, VL_NREDUCE);
 
 /* The input's shape and which of its dims were reduced (so the gradient can be reshaped to the
  * keepdim shape and expanded back). */

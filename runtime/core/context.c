@@ -3,8 +3,7 @@
 
 #include <string.h>
 
-#include "kernels/kernels.h"
-#include "kernels/nn_kernels.h"
+#include "kernels/backend.h"
 #include "runtime/core/cuda.h"
 
 #define VL_DEFAULT_SEED 67280421310721ULL
@@ -26,9 +25,8 @@ vl_status vl_init(void) {
 }
 
 void vl_shutdown(void) {
+  vl_backend_shutdown_all(); /* kernel state first: workspaces may be pool blocks */
 #ifdef VL_HAVE_CUDA
-  if (vl_cuda_kernels.shutdown) vl_cuda_kernels.shutdown();
-  vl_cudnn_teardown();
   vl_cuda_teardown();
 #endif
   /* The RNG state, flags and the reclaim hook survive a shutdown/init cycle; device state not. */

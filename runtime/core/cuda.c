@@ -38,7 +38,7 @@ static void mpi_version(char *buf, size_t n) {
 #include <cudnn.h>
 #include <nccl.h>
 
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 
 #define VL_CUDA_CHECK(call)                                                                  \
   do {                                                                                       \
@@ -59,10 +59,12 @@ static void mpi_version(char *buf, size_t n) {
   } while (0)
 
 /* Immutable per-device data the backends point at (the pool keeps `ud` and `name`). */
-static const int vl_dev_ids[VL_MAX_DEVICES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-static const char *const vl_dev_names[VL_MAX_DEVICES] = {
+static const int vl_dev_ids[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+static const char *const vl_dev_names[] = {
     "cuda:0", "cuda:1", "cuda:2",  "cuda:3",  "cuda:4",  "cuda:5",  "cuda:6",  "cuda:7",
     "cuda:8", "cuda:9", "cuda:10", "cuda:11", "cuda:12", "cuda:13", "cuda:14", "cuda:15"};
+VL_TABLE_SIZE(vl_dev_ids, VL_MAX_DEVICES);
+VL_TABLE_SIZE(vl_dev_names, VL_MAX_DEVICES);
 
 bool vl_have_cuda(void) { return true; }
 
@@ -283,7 +285,7 @@ vl_status vl_cuda_synchronize(int dev) {
   VL_TRY(check_dev("vl_cuda_synchronize", dev));
   VL_TRY(set_device(dev));
   VL_CUDA_CHECK(cudaDeviceSynchronize());
-  if (vl_cuda_kernels.check_async) return vl_cuda_kernels.check_async(dev);
+  if (vl_cuda_backend.check_async) return vl_cuda_backend.check_async(dev);
   return VL_OK;
 }
 
@@ -375,8 +377,14 @@ static vl_status dev_mem_info(void *ud, size_t *free_bytes, size_t *total_bytes)
 vl_status vl_cuda_alloc_backend(int dev, vl_alloc_backend *be) {
   if (!be) return vl_fail(VL_EINVAL, "vl_cuda_alloc_backend: NULL output");
   VL_TRY(check_dev("vl_cuda_alloc_backend", dev));
-  vl_alloc_backend b = {(void *)&vl_dev_ids[dev], dev_raw_alloc, dev_raw_free, dev_event_record,
-                       any_event_query, any_event_destroy, dev_mem_info, vl_dev_names[dev]};
+  vl_alloc_backend b = {.ud = (void *)&vl_dev_ids[dev],
+                       .raw_alloc = dev_raw_alloc,
+                       .raw_free = dev_raw_free,
+                       .event_record = dev_event_record,
+                       .event_query = any_event_query,
+                       .event_destroy = any_event_destroy,
+                       .mem_info = dev_mem_info,
+                       .name = vl_dev_names[dev]};
   *be = b;
   return VL_OK;
 }
@@ -410,8 +418,14 @@ static vl_status host_event_record(void *ud, void *stream, void **event) {
 
 vl_status vl_cuda_host_alloc_backend(vl_alloc_backend *be) {
   if (!be) return vl_fail(VL_EINVAL, "vl_cuda_host_alloc_backend: NULL output");
-  vl_alloc_backend b = {NULL, host_raw_alloc, host_raw_free, host_event_record, any_event_query,
-                       any_event_destroy, NULL, "pinned host"};
+  vl_alloc_backend b = {.ud = NULL,
+                       .raw_alloc = host_raw_alloc,
+                       .raw_free = host_raw_free,
+                       .event_record = host_event_record,
+                       .event_query = any_event_query,
+                       .event_destroy = any_event_destroy,
+                       .mem_info = NULL,
+                       .name = "pinned host"};
   *be = b;
   return VL_OK;
 }

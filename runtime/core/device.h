@@ -13,7 +13,7 @@ extern "C" {
 
 #define VL_MAX_DEVICES 16
 
-typedef enum vl_device_type { VL_CPU = 0, VL_CUDA = 1 } vl_device_type;
+typedef enum vl_device_type { VL_CPU = 0, VL_CUDA = 1, VL_NDEVICE_TYPES } vl_device_type;
 
 typedef struct vl_device {
   vl_device_type type;
@@ -25,6 +25,10 @@ static inline vl_device vl_cuda_device(int i) { vl_device d = {VL_CUDA, i}; retu
 static inline bool vl_device_eq(vl_device a, vl_device b) {
   return a.type == b.type && (a.type == VL_CPU || a.index == b.index);
 }
+/* Memory the host addresses directly (memcpy, host pointers), as opposed to device memory that
+ * needs vl_memcpy and a stream. Copy and I/O code asks this; ops ask their backend
+ * (kernels/backend.h), never the device type. */
+static inline bool vl_device_is_host(vl_device d) { return d.type == VL_CPU; }
 
 /* "cpu", "cuda" (= cuda:<current>), "cuda:N". Fails with VL_EDEVICE naming the string when
  * it is malformed or N is not a present device. */

@@ -7,10 +7,24 @@
 static const struct {
   const char *name;
   size_t size;
-} vl_dtypes[VL_NDTYPES] = {
+} vl_dtypes[] = {
     [VL_F32] = {"f32", 4}, [VL_F16] = {"f16", 2}, [VL_BF16] = {"bf16", 2}, [VL_F64] = {"f64", 8},
     [VL_I32] = {"i32", 4}, [VL_I64] = {"i64", 8}, [VL_U8] = {"u8", 1},     [VL_BOOL] = {"bool", 1},
 };
+VL_TABLE_SIZE(vl_dtypes, VL_NDTYPES);
+
+/* The one alias table: the tensor bindings parse through vl_dtype_parse and the Lua library
+ * (v100.dtypes, nn.Module:to) reads it through vl_dtype_name_at, so the two cannot drift. */
+static const struct {
+  const char *alias;
+  vl_dtype dt;
+} vl_dtype_aliases[] = {
+    {"float32", VL_F32},   {"float", VL_F32},   {"float16", VL_F16}, {"half", VL_F16},
+    {"bfloat16", VL_BF16}, {"float64", VL_F64}, {"double", VL_F64},  {"int32", VL_I32},
+    {"int", VL_I32},       {"int64", VL_I64},   {"long", VL_I64},    {"uint8", VL_U8},
+    {"byte", VL_U8},
+};
+#define VL_NALIASES ((int)VL_COUNTOF(vl_dtype_aliases))
 
 size_t vl_dtype_size(vl_dtype dt) { return (unsigned)dt < VL_NDTYPES ? vl_dtypes[dt].size : 0; }
 
@@ -18,22 +32,26 @@ const char *vl_dtype_name(vl_dtype dt) {
   return (unsigned)dt < VL_NDTYPES ? vl_dtypes[dt].name : "?";
 }
 
-vl_status vl_dtype_parse(const char *name, vl_dtype *out) {
-  static const struct {
-    const char *alias;
-    vl_dtype dt;
-  } aliases[] = {
-      {"float32", VL_F32}, {"float", VL_F32},   {"float16", VL_F16}, {"half", VL_F16},
-      {"bfloat16", VL_BF16}, {"float64", VL_F64}, {"double", VL_F64}, {"int32", VL_I32},
-      {"int", VL_I32},     {"int64", VL_I64},   {"long", VL_I64},    {"uint8", VL_U8},
-      {"byte", VL_U8},
-  };
-  if (name) {
-    for (int i = 0; i < VL_NDTYPES; i++)
-      if (strcmp(name, vl_dtypes[i].name) == 0) { *out = (vl_dtype)i; return VL_OK; }
-    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
-      if (strcmp(name, aliases[i].alias) == 0) { *out = aliases[i].dt; return VL_OK; }
+bool vl_dtype_name_at(int i, const char **name, vl_dtype *dt) {
+  if (i < 0 || i >= VL_NDTYPES + VL_NALIASES) return false;
+  if (i < VL_NDTYPES) {
+    *name = vl_dtypes[i].name;
+    *dt = (vl_dtype)i;
+  } else {
+    *name = vl_dtype_aliases[i - VL_NDTYPES].alias;
+    *dt = vl_dtype_aliases[i - VL_NDTYPES].dt;
   }
+  return true;
+}
+
+vl_status vl_dtype_parse(const char *name, vl_dtype *out) {
+  const char *n;
+  vl_dtype dt;
+  for (int i = 0; name && vl_dtype_name_at(i, &n, &dt); i++)
+    if (strcmp(name, n) == 0) {
+      *out = dt;
+      return VL_OK;
+    }
   return vl_fail(VL_EDTYPE, "unknown dtype '%s' (expected f32, f16, bf16, f64, i32, i64, u8 or bool)",
                  name ? name : "(null)");
 }

@@ -30,6 +30,9 @@ const char *vl_dtype_name(vl_dtype dt);       /* "f32", "f16", "bf16", "f64", "i
 /* Accepts the short names above and the aliases float32/float, float16/half, bfloat16,
  * float64/double, int32/int, int64/long, uint8/byte. */
 vl_status vl_dtype_parse(const char *name, vl_dtype *out);
+/* The i-th name vl_dtype_parse accepts (i = 0, 1, ...: the short names in enum order, then the
+ * aliases) and its dtype; false past the last. For exporting the table (v100.dtypes). */
+bool vl_dtype_name_at(int i, const char **name, vl_dtype *dt);
 bool vl_dtype_is_float(vl_dtype dt);          /* f32, f16, bf16, f64 */
 bool vl_dtype_is_int(vl_dtype dt);            /* i32, i64, u8, bool */
 /* Result dtype of a binary op between two tensors (PyTorch's rules: floats win over ints,

@@ -40,11 +40,16 @@ const char *vl_errmsg(void) { return vl_errbuf; }
 
 void vl_errclear(void) { vl_errbuf[0] = '\0'; }
 
+static const char *const status_names[] = {
+    [VL_OK] = "VL_OK",         [VL_EINVAL] = "VL_EINVAL",   [VL_ESHAPE] = "VL_ESHAPE",
+    [VL_EDTYPE] = "VL_EDTYPE", [VL_EDEVICE] = "VL_EDEVICE", [VL_EOOM] = "VL_EOOM",
+    [VL_EFREED] = "VL_EFREED", [VL_EUNSUPPORTED] = "VL_EUNSUPPORTED", [VL_EIO] = "VL_EIO",
+    [VL_ECUDA] = "VL_ECUDA",   [VL_ECUBLAS] = "VL_ECUBLAS", [VL_ECUDNN] = "VL_ECUDNN",
+    [VL_ENCCL] = "VL_ENCCL",   [VL_EMPI] = "VL_EMPI",       [VL_EINTERNAL] = "VL_EINTERNAL",
+};
+VL_TABLE_SIZE(status_names, VL_NSTATUS);
+
 const char *vl_status_name(vl_status s) {
-  static const char *const names[] = {
-      "VL_OK",    "VL_EINVAL", "VL_ESHAPE",  "VL_EDTYPE",  "VL_EDEVICE",
-      "VL_EOOM",  "VL_EFREED", "VL_EUNSUPPORTED", "VL_EIO", "VL_ECUDA",
-      "VL_ECUBLAS", "VL_ECUDNN", "VL_ENCCL", "VL_EMPI",   "VL_EINTERNAL"};
-  if ((unsigned)s < sizeof names / sizeof names[0]) return names[s];
+  if ((unsigned)s < VL_NSTATUS) return status_names[s];
   return "VL_E?";
 }

@@ -28,8 +28,21 @@ typedef enum vl_status {
   VL_ECUDNN,
   VL_ENCCL,
   VL_EMPI,
-  VL_EINTERNAL     /* a bug: an invariant of ours broke */
+  VL_EINTERNAL,    /* a bug: an invariant of ours broke */
+  VL_NSTATUS       /* the number of codes, not a code */
 } vl_status;
+
+/* Tables indexed by an enum get one entry per value, checked when compiling: `VL_TABLE_SIZE(names,
+ * VL_NDTYPES);` next to an unsized array fails the build when a value is added to the enum (or an
+ * entry to the table) without the other. C and CUDA C++ alike. */
+#define VL_COUNTOF(a) (sizeof(a) / sizeof((a)[0]))
+#ifdef __cplusplus
+#define VL_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define VL_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+#define VL_TABLE_SIZE(table, count) \
+  VL_STATIC_ASSERT(VL_COUNTOF(table) == (size_t)(count), #table ": one entry per value of its enum (" #count ")")
 
 /* Sets the thread-local message (printf-style) and returns `code`, so that a failing path is
  * one line: `return vl_fail(VL_ESHAPE, "add: shapes %s and %s ...", ...);` */

@@ -31,6 +31,7 @@ static const struct {
     {"I64", VL_I64}, {"I32", VL_I32}, {"U8", VL_U8},     {"BOOL", VL_BOOL},
 };
 #define ST_NDTYPES ((int)(sizeof ST_DTYPES / sizeof ST_DTYPES[0]))
+VL_TABLE_SIZE(ST_DTYPES, VL_NDTYPES); /* every dtype can be saved */
 
 const char *vl_st_dtype_name(vl_dtype dt) {
   for (int i = 0; i < ST_NDTYPES; i++)
@@ -583,7 +584,7 @@ static vl_status write_tensor(gzFile gz, const char *path, const st_out *o) {
   vl_tensor *t = o->t;
   uint64_t nbytes = (uint64_t)vl_tensor_numel(t) * o->esz;
   if (nbytes == 0) return VL_OK;
-  if (t->storage->device.type == VL_CPU && vl_tensor_is_contiguous(t)) {
+  if (vl_device_is_host(t->storage->device) && vl_tensor_is_contiguous(t)) {
     if (!put_bytes(gz, vl_tensor_data(t), nbytes))
       return vl_fail(VL_EIO, "save_safetensors: %s: write failed at tensor \"%s\": %s", path, o->name,
                      strerror(errno));

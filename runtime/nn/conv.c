@@ -6,7 +6,8 @@
  * layouts at once, so it counts as NCHW) running NCHW from its first layer on, converting every
  * weight on every call. The other operand is converted to the chosen family when it differs.
  * Outputs and input gradients are in the family the convolution ran in, except that a
- * channels-last input always gets channels-last results (f64 on CUDA runs NCHW, see run_nhwc);
+ * channels-last input always gets channels-last results (a backend may not run a dtype NHWC, see
+ * run_nhwc);
  * weight gradients come back in the weight's own layout (what autograd and optimizers expect). */
 #include <string.h>
 
@@ -15,12 +16,11 @@
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops_internal.h"
 
-/* The layout the kernel runs in: NHWC when the input or the weight is channels-last, except f64 on
- * CUDA, which runs NCHW (cuDNN's double support is for NCHW; f64 on CUDA is for gradient checks,
- * not speed). */
-static bool run_nhwc(const vl_tensor *x, const vl_tensor *w) {
-  return (vl_is_channels_last(x) || vl_is_channels_last(w)) &&
-         !(x->storage->device.type == VL_CUDA && x->dtype == VL_F64);
+/* The layout the kernel runs in: NHWC when the input or the weight is channels-last and the
+ * backend runs NHWC convolutions of that dtype (CUDA's f64 does not: cuDNN's double support is
+ * NCHW only), else NCHW. */
+static bool run_nhwc(const vl_backend *be, const vl_tensor *x, const vl_tensor *w) {
+  return (vl_is_channels_last(x) || vl_is_channels_last(w)) && be->supports(VL_OP_CONV, x->dtype, VL_LAYOUT_NHWC);
 }
 
 /* A result computed in NCHW for a channels-last input goes back to channels-last. */
@@ -31,14 +31,6 @@ static vl_status to_input_layout(const vl_tensor *x, bool nhwc, vl_tensor **t) {
   vl_tensor_release(*t);
   *t = r;
   return VL_OK;
-}
-
-static const vl_conv_kernels *conv_kernels(vl_device d) {
-#ifdef VL_HAVE_CUDA
-  if (d.type == VL_CUDA) return &vl_cuda_conv_kernels;
-#endif
-  (void)d;
-  return &vl_cpu_conv_kernels;
 }
 
 static vl_status check_params(const char *op, const vl_conv2d_params *p) {
@@ -123,7 +115,7 @@ static void fill_args(vl_conv_args *a, const vl_tensor *x, const vl_tensor *w, c
   }
   a->groups = p->groups;
   a->allow_tf32 = vl_ctx()->allow_tf32;
-  a->benchmark = vl_ctx()->cudnn_benchmark;
+  a->benchmark = vl_cudnn_benchmark();
 }
 
 vl_status vl_conv2d(vl_tensor *x, vl_tensor *w, vl_tensor *bias, const vl_conv2d_params *p, vl_tensor **y) {
@@ -134,7 +126,8 @@ vl_status vl_conv2d(vl_tensor *x, vl_tensor *w, vl_tensor *bias, const vl_conv2d
   vl_conv_args a;
   VL_TRY(vl_exec_of(op, dev, &a.ex));
   vl_exec ex = a.ex;
-  bool nhwc = run_nhwc(x, w);
+  const vl_backend *be = vl_backend_of(dev);
+  bool nhwc = run_nhwc(be, x, w);
   vl_tensor *xin = NULL, *win = NULL, *out = NULL, *bv = NULL;
   vl_status s = vl_in_family(x, nhwc, &xin);
   if (s == VL_OK) s = vl_in_family(w, nhwc, &win);
@@ -146,7 +139,7 @@ vl_status vl_conv2d(vl_tensor *x, vl_tensor *w, vl_tensor *bias, const vl_conv2d
     a.x = vl_tensor_data(xin);
     a.wt = vl_tensor_data(win);
     a.y = vl_tensor_data(out);
-    s = conv_kernels(dev)->forward(&a);
+    s = be->conv->forward(&a);
     if (s != VL_OK) s = vl_fail_prefix(s, "%s: ", op);
   }
   if (s == VL_OK && bias) {
@@ -184,8 +177,9 @@ vl_status vl_conv2d_backward(vl_tensor *x, vl_tensor *w, vl_tensor *dy, const vl
   vl_device dev = x->storage->device;
   vl_exec ex;
   VL_TRY(vl_exec_of(op, dev, &ex));
-  bool nhwc = run_nhwc(x, w);
-  const vl_conv_kernels *kern = conv_kernels(dev);
+  const vl_backend *be = vl_backend_of(dev);
+  bool nhwc = run_nhwc(be, x, w);
+  const vl_conv_kernels *kern = be->conv;
   vl_tensor *xin = NULL, *win = NULL, *dyin = NULL, *gx = NULL, *gw = NULL, *gw2 = NULL, *gb = NULL;
   vl_status s = vl_in_family(dy, nhwc, &dyin);
   if (s == VL_OK && dx) s = vl_in_family(w, nhwc, &win);

@@ -12,13 +12,9 @@
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops_internal.h"
 
-static const vl_norm_kernels *norm_kernels(vl_device d) {
-#ifdef VL_HAVE_CUDA
-  if (d.type == VL_CUDA) return &vl_cuda_norm_kernels;
-#endif
-  (void)d;
-  return &vl_cpu_norm_kernels; /* a CUDA tensor without CUDA never gets here: vl_exec_of fails */
-}
+/* The device's norm table; the callers ran vl_exec_of first, which fails for a device type
+ * v100lua was built without, so the backend exists. */
+static const vl_norm_kernels *norm_kernels(vl_device d) { return vl_backend_of(d)->norm; }
 
 static vl_dtype param_dtype(vl_dtype dt) { return dt == VL_F64 ? VL_F64 : VL_F32; }
 

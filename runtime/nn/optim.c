@@ -11,15 +11,16 @@
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops_internal.h"
 
-static const char *const kind_names[] = {"sgd", "adamw", "lamb", "lars"};
+static const char *const kind_names[] = {
+    [VL_OPTIM_SGD] = "sgd", [VL_OPTIM_ADAMW] = "adamw", [VL_OPTIM_LAMB] = "lamb", [VL_OPTIM_LARS] = "lars"};
+VL_TABLE_SIZE(kind_names, VL_NOPTIM_KINDS);
 
-static const vl_optim_kernels *optim_kernels_of(vl_device dev) {
-  if (dev.type == VL_CPU) return &vl_cpu_optim_kernels;
-#ifdef VL_HAVE_CUDA
-  return &vl_cuda_optim_kernels;
-#else
-  return NULL;
-#endif
+/* The device's optimizer table, or the "built without CUDA" failure naming op. */
+static vl_status optim_kernels_of(const char *op, vl_device dev, const vl_optim_kernels **out) {
+  const vl_backend *be;
+  VL_TRY(vl_backend_check(op, dev, &be));
+  *out = be->optim;
+  return VL_OK;
 }
 
 /* A 1-element f32 tensor on dev (found_inf / inv_scale). */
@@ -123,8 +124,8 @@ vl_status vl_optim_step(vl_optim_kind kind, int n, vl_tensor *const *params, vl_
   if (found_inf) VL_TRY(check_scalar(op, "found_inf", found_inf, dev));
   if (inv_scale) VL_TRY(check_scalar(op, "inv_scale", inv_scale, dev));
 
-  const vl_optim_kernels *K = optim_kernels_of(dev);
-  if (!K) return vl_fail(VL_EUNSUPPORTED, "%s: a CUDA tensor but v100lua was built without CUDA", op);
+  const vl_optim_kernels *K;
+  VL_TRY(optim_kernels_of(op, dev, &K));
   vl_exec ex;
   VL_TRY(vl_exec_of(op, dev, &ex));
   ptr_arrays arr;
@@ -225,8 +226,8 @@ vl_status vl_l2norms(int n, vl_tensor *const *ts, vl_tensor **out) {
   int64_t size = n;
   vl_tensor *res = NULL;
   if (n == 0) return vl_tensor_empty(1, &size, VL_F32, dev, out);
-  const vl_optim_kernels *K = optim_kernels_of(dev);
-  if (!K) return vl_fail(VL_EUNSUPPORTED, "%s: a CUDA tensor but v100lua was built without CUDA", op);
+  const vl_optim_kernels *K;
+  VL_TRY(optim_kernels_of(op, dev, &K));
   vl_exec ex;
   VL_TRY(vl_exec_of(op, dev, &ex));
   /* Non-contiguous members are read through contiguous copies (the norm only reads). */
@@ -262,8 +263,8 @@ vl_status vl_unscale_(int n, vl_tensor *const *ts, vl_tensor *inv_scale, vl_tens
   vl_device dev = ts[0]->storage->device;
   VL_TRY(check_scalar(op, "inv_scale", inv_scale, dev));
   VL_TRY(check_scalar(op, "found_inf", found_inf, dev));
-  const vl_optim_kernels *K = optim_kernels_of(dev);
-  if (!K) return vl_fail(VL_EUNSUPPORTED, "%s: a CUDA tensor but v100lua was built without CUDA", op);
+  const vl_optim_kernels *K;
+  VL_TRY(optim_kernels_of(op, dev, &K));
   vl_exec ex;
   VL_TRY(vl_exec_of(op, dev, &ex));
   ptr_arrays arr;

@@ -8,22 +8,17 @@
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops_internal.h"
 
-static const char *pool_name(vl_pool_kind k) {
-  switch (k) {
-    case VL_POOL_MAX: return "max_pool2d";
-    case VL_POOL_AVG: return "avg_pool2d";
-    case VL_POOL_ADAPTIVE_AVG: return "adaptive_avg_pool2d";
-  }
-  return "pool2d";
-}
+static const char *const pool_names[] = {
+    [VL_POOL_MAX] = "max_pool2d",
+    [VL_POOL_AVG] = "avg_pool2d",
+    [VL_POOL_ADAPTIVE_AVG] = "adaptive_avg_pool2d",
+};
+VL_TABLE_SIZE(pool_names, VL_NPOOL_KINDS);
 
-static const vl_pooling_kernels *pool_kernels(vl_device d) {
-#ifdef VL_HAVE_CUDA
-  if (d.type == VL_CUDA) return &vl_cuda_pooling_kernels;
-#endif
-  (void)d;
-  return &vl_cpu_pooling_kernels;
-}
+static const char *pool_name(vl_pool_kind k) { return (unsigned)k < VL_NPOOL_KINDS ? pool_names[k] : "pool2d"; }
+
+/* The device's pooling table; the callers ran vl_exec_of first (see norm.c). */
+static const vl_pooling_kernels *pool_kernels(vl_device d) { return vl_backend_of(d)->pooling; }
 
 static int64_t floordiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 

@@ -23,7 +23,7 @@ static vl_status fill_tensor(const char *op, vl_tensor *t, double value) {
   VL_TRY(vl_exec_of(op, t->storage->device, &ex));
   vl_iter it;
   vl_iter_make(&it, 1, &t, t->ndim, t->size);
-  return vl_kernels_of(t->storage->device)->fill(&it, value);
+  return vl_backend_of(t->storage->device)->ops->fill(&it, value);
 }
 
 vl_status vl_full(int ndim, const int64_t *size, double value, vl_dtype dt, vl_device dev, vl_tensor **out) {
@@ -60,7 +60,7 @@ vl_status vl_arange(double start, double end, double step, vl_dtype dt, vl_devic
   vl_exec ex;
   if (numel > 0) {
     s = vl_exec_of("arange", dev, &ex);
-    if (s == VL_OK) s = vl_kernels_of(dev)->arange(vl_tensor_data(t), dt, numel, start, step, ex);
+    if (s == VL_OK) s = vl_backend_of(dev)->ops->arange(vl_tensor_data(t), dt, numel, start, step, ex);
   }
   if (s != VL_OK) {
     vl_tensor_release(t);
@@ -77,7 +77,7 @@ vl_status vl_from_host(const void *host, int ndim, const int64_t *size, vl_dtype
   size_t nbytes = (size_t)vl_tensor_numel(t) * vl_dtype_size(dt);
   vl_status s = VL_OK;
   if (nbytes > 0) {
-    if (dev.type == VL_CPU) {
+    if (vl_device_is_host(dev)) {
       memcpy(vl_tensor_data(t), host, nbytes);
     } else {
       vl_exec ex;
@@ -117,7 +117,7 @@ static vl_status rand_fill(const char *op, vl_rand_kind kind, vl_tensor *t, doub
   vl_context *ctx = vl_ctx();
   vl_rand_args ra = {kind, t->dtype, vl_tensor_data(t), numel, ctx->seed, ctx->rng_offset, a, b, {0, NULL}};
   VL_TRY(vl_exec_of(op, t->storage->device, &ra.ex));
-  VL_TRY(vl_kernels_of(t->storage->device)->rand(&ra));
+  VL_TRY(vl_backend_of(t->storage->device)->ops->rand(&ra));
   /* runtime/core/philox.h: only f64 UNIFORM/NORMAL take 2 elements per counter. */
   ctx->rng_offset += vl_philox_groups(t->dtype == VL_F64 && kind != VL_RAND_BERNOULLI, numel);
   return VL_OK;
@@ -205,7 +205,7 @@ vl_status vl_to(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out) {
 
 /* CUDA side of a cross-device copy: its current stream. */
 static vl_status cuda_side_stream(vl_device a, vl_device b, void **stream) {
-  vl_device d = a.type == VL_CUDA ? a : b;
+  vl_device d = vl_device_is_host(a) ? b : a;
   vl_exec ex;
   VL_TRY(vl_exec_of("copy_", d, &ex));
   *stream = ex.stream;
@@ -219,7 +219,7 @@ static vl_status raw_copy(vl_tensor *dst, vl_tensor *src) {
   vl_device dd = dst->storage->device, sd = src->storage->device;
   void *stream;
   VL_TRY(cuda_side_stream(dd, sd, &stream));
-  if (dd.type == VL_CUDA && sd.type == VL_CUDA && dd.index != sd.index) {
+  if (!vl_device_is_host(dd) && !vl_device_is_host(sd) && !vl_device_eq(dd, sd)) {
     /* The source may still be written on its own stream. */
     void *sstream;
     VL_TRY(cuda_side_stream(sd, sd, &sstream));
@@ -288,13 +288,13 @@ vl_status vl_to_host(vl_tensor *t, void *buf) {
   vl_wrap_host(&ht, &hs, buf, t->ndim, t->size, t->dtype);
   VL_TRY(vl_copy_(&ht, t));
   vl_device dev = t->storage->device;
-  if (dev.type == VL_CUDA) {
+  if (!vl_device_is_host(dev)) {
     vl_exec ex;
     VL_TRY(vl_exec_of("to_host", dev, &ex));
     vl_status s = vl_stream_synchronize(dev.index, ex.stream);
     if (s != VL_OK) return vl_fail_prefix(s, "to_host: ");
-    const vl_kernels *k = vl_kernels_of(dev);
-    if (k->check_async) VL_TRY(k->check_async(dev.index));
+    const vl_backend *be = vl_backend_of(dev);
+    if (be->check_async) VL_TRY(be->check_async(dev.index));
   }
   return VL_OK;
 }
@@ -305,7 +305,7 @@ vl_status vl_item(vl_tensor *t, double *out) {
     return vl_fail(VL_EINVAL, "item: expected a tensor with one element, got %lld elements (%s)",
                    (long long)vl_tensor_numel(t), vl_tensor_desc(t, d, sizeof d));
   }
-  if (t->storage->device.type == VL_CPU) {
+  if (vl_device_is_host(t->storage->device)) {
     *out = vl_load_as_f64(vl_tensor_data(t), t->dtype);
     return VL_OK;
   }

@@ -12,13 +12,15 @@ static vl_status bumped(vl_tensor *t, vl_status s) {
   return s;
 }
 
-static const char *const unary_names[VL_NUNARY] = {
+static const char *const unary_names[] = {
     "neg",  "abs",  "square", "sign",    "relu",      "clamp",      "floor",   "ceil", "round", "exp",  "log",
     "sqrt", "rsqrt", "tanh",  "sigmoid", "gelu",      "gelu_tanh",  "reciprocal", "sin", "cos", "logical_not"};
-static const char *const binary_names[VL_NBINARY] = {
+VL_TABLE_SIZE(unary_names, VL_NUNARY);
+static const char *const binary_names[] = {
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq",
     "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or", "relu_backward", "gelu_backward",
     "gelu_tanh_backward", "tanh_backward", "sigmoid_backward"};
+VL_TABLE_SIZE(binary_names, VL_NBINARY);
 
 static bool binary_is_act_backward(vl_binary_op op) {
   return op >= VL_BIN_RELU_BACKWARD && op <= VL_BIN_SIGMOID_BACKWARD;
@@ -72,7 +74,7 @@ static vl_status unary_run(vl_unary_op op, vl_tensor *out, vl_tensor *in, double
   vl_tensor *ops[2] = {out, in};
   vl_iter it;
   vl_iter_make(&it, 2, ops, out->ndim, out->size);
-  return vl_kernels_of(out->storage->device)->unary(op, &it, p0, p1);
+  return vl_backend_of(out->storage->device)->ops->unary(op, &it, p0, p1);
 }
 
 static vl_status unary_check(const char *name, vl_unary_op op, const vl_tensor *a) {
@@ -180,7 +182,7 @@ static vl_status binary_run(vl_binary_op op, vl_tensor *out, vl_tensor *a, vl_te
   vl_tensor *ops[3] = {out, a, b};
   vl_iter it;
   vl_iter_make(&it, 3, ops, out->ndim, out->size);
-  return vl_kernels_of(out->storage->device)->binary(op, &it, alpha);
+  return vl_backend_of(out->storage->device)->ops->binary(op, &it, alpha);
 }
 
 vl_status vl_binary(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha, vl_tensor **out) {
@@ -289,7 +291,7 @@ static vl_status scalar_run(vl_binary_op op, vl_tensor *out, vl_tensor *a, doubl
   vl_tensor *ops[2] = {out, a};
   vl_iter it;
   vl_iter_make(&it, 2, ops, out->ndim, out->size);
-  return vl_kernels_of(out->storage->device)->binary_scalar(op, &it, s, reverse);
+  return vl_backend_of(out->storage->device)->ops->binary_scalar(op, &it, s, reverse);
 }
 
 vl_status vl_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reverse, vl_tensor **out) {
@@ -362,7 +364,7 @@ vl_status vl_where(vl_tensor *cond, vl_tensor *a, vl_tensor *b, vl_tensor **out)
       vl_tensor *ops[4] = {r, cond, ca, cb};
       vl_iter it;
       vl_iter_make(&it, 4, ops, nd, size);
-      s = vl_kernels_of(r->storage->device)->where(&it);
+      s = vl_backend_of(r->storage->device)->ops->where(&it);
     }
   }
   vl_tensor_release(ca);
@@ -382,7 +384,7 @@ static vl_status masked_run(vl_tensor *out, vl_tensor *in, vl_tensor *mask, doub
   vl_tensor *ops[3] = {out, in, mask};
   vl_iter it;
   vl_iter_make(&it, 3, ops, out->ndim, out->size);
-  return vl_kernels_of(out->storage->device)->masked_fill(&it, value);
+  return vl_backend_of(out->storage->device)->ops->masked_fill(&it, value);
 }
 
 vl_status vl_masked_fill(vl_tensor *a, vl_tensor *mask, double value, vl_tensor **out) {

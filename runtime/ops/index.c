@@ -61,7 +61,7 @@ vl_status vl_gather_as(const char *op, vl_tensor *src, int dim, vl_tensor *index
                      vl_tensor_desc(index, d2, sizeof d2));
   vl_tensor *r;
   VL_TRY(vl_tensor_empty(index->ndim, index->size, src->dtype, src->storage->device, &r));
-  vl_status s = run_index(op, vl_kernels_of(src->storage->device)->gather, r, src, index, d);
+  vl_status s = run_index(op, vl_backend_of(src->storage->device)->ops->gather, r, src, index, d);
   if (s != VL_OK) {
     vl_tensor_release(r);
     return s;
@@ -103,7 +103,7 @@ vl_status vl_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *
   VL_TRY(scatter_check("scatter_add", self, dim, index, src, &d));
   vl_tensor *r;
   VL_TRY(vl_clone(self, &r));
-  vl_status s = run_index("scatter_add", vl_kernels_of(self->storage->device)->scatter_add, r, src, index, d);
+  vl_status s = run_index("scatter_add", vl_backend_of(self->storage->device)->ops->scatter_add, r, src, index, d);
   if (s != VL_OK) {
     vl_tensor_release(r);
     return s;
@@ -120,7 +120,8 @@ vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor 
   vl_tensor *us = NULL, *ui = NULL;
   vl_status s = vl_tensor_numel(index) ? vl_unalias(self, src, &us) : VL_OK;
   if (s == VL_OK && us) s = vl_unalias(self, index, &ui);
-  if (s == VL_OK && ui) s = run_index("scatter_add_", vl_kernels_of(self->storage->device)->scatter_add, self, us, ui, d);
+  if (s == VL_OK && ui)
+    s = run_index("scatter_add_", vl_backend_of(self->storage->device)->ops->scatter_add, self, us, ui, d);
   vl_tensor_release(us);
   vl_tensor_release(ui);
   return bumped(self, s);
@@ -144,7 +145,7 @@ vl_status vl_index_select_as(const char *op, vl_tensor *src, int dim, vl_tensor 
   vl_status s = index->ndim == 0 ? vl_view(index, 1, &one, &idx) : (idx = vl_tensor_retain(index), VL_OK);
   if (s == VL_OK) s = vl_tensor_empty(src->ndim, osize, src->dtype, src->storage->device, &r);
   if (s == VL_OK && vl_tensor_numel(r) > 0)
-    s = run_index(op, vl_kernels_of(src->storage->device)->index_select, r, src, idx, d);
+    s = run_index(op, vl_backend_of(src->storage->device)->ops->index_select, r, src, idx, d);
   vl_tensor_release(idx);
   if (s != VL_OK) {
     vl_tensor_release(r);

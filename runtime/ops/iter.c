@@ -2,30 +2,19 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/core/cuda.h"
 #include "runtime/core/layout.h"
 #include "runtime/ops/ops_internal.h"
 
-const vl_kernels *vl_kernels_of(vl_device dev) {
-  if (dev.type == VL_CPU) return &vl_cpu_kernels;
-#ifdef VL_HAVE_CUDA
-  return &vl_cuda_kernels;
-#else
-  return NULL;
-#endif
-}
-
 vl_status vl_exec_of(const char *op, vl_device dev, vl_exec *ex) {
-  ex->device = dev.type == VL_CUDA ? dev.index : 0;
-  ex->stream = NULL;
-  if (dev.type == VL_CPU) return VL_OK;
-#ifdef VL_HAVE_CUDA
-  vl_status s = vl_cuda_current_stream(dev.index, &ex->stream);
-  if (s != VL_OK) return vl_fail_prefix(s, "%s: ", op);
+  const vl_backend *be;
+  VL_TRY(vl_backend_check(op, dev, &be));
+  vl_exec e = {.device = dev.index, .stream = NULL};
+  if (be->current_stream) {
+    vl_status s = be->current_stream(dev.index, &e.stream);
+    if (s != VL_OK) return vl_fail_prefix(s, "%s: ", op);
+  }
+  *ex = e;
   return VL_OK;
-#else
-  return vl_fail(VL_EUNSUPPORTED, "%s: a CUDA tensor but v100lua was built without CUDA", op);
-#endif
 }
 
 vl_status vl_check_same_device(const char *op, const vl_tensor *a, const char *an, const vl_tensor *b,
@@ -235,5 +224,5 @@ vl_status vl_copy_same_device(vl_tensor *dst, vl_tensor *src) {
   vl_tensor *ops[2] = {dst, src};
   vl_iter it;
   vl_iter_make(&it, 2, ops, dst->ndim, dst->size);
-  return vl_kernels_of(dst->storage->device)->copy(&it);
+  return vl_backend_of(dst->storage->device)->ops->copy(&it);
 }

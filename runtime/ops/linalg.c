@@ -116,7 +116,7 @@ static vl_status gemm_batched(const char *op, vl_tensor *a, vl_tensor *b, int nb
       g.bias_path = &path;
     }
     s = vl_exec_of(op, out->storage->device, &g.ex);
-    if (s == VL_OK) s = vl_kernels_of(out->storage->device)->gemm(&g);
+    if (s == VL_OK) s = vl_backend_of(out->storage->device)->ops->gemm(&g);
     if (s == VL_OK && path == VL_GEMM_BIAS_EPILOGUE) vl_ctx()->gemm_bias_epilogue++;
     if (s == VL_OK && path == VL_GEMM_BIAS_PREFILL) vl_ctx()->gemm_bias_prefill++;
   }

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "runtime/ops/ops.h"
 #include "runtime/core/tensor.h"
 
@@ -17,8 +17,9 @@
  * match what the user wrote; negative dims are printed as given. */
 static inline int vl_dim_user(int d) { return d >= 0 ? d + 1 : d; }
 
-/* Op table and execution context of a device (current stream on CUDA). */
-const vl_kernels *vl_kernels_of(vl_device dev);
+/* Execution context of a device (its backend's current stream; NULL on the CPU). Fails (naming op)
+ * for a device type v100lua was built without, so after it succeeded vl_backend_of(dev) is not
+ * NULL: dispatch is `vl_backend_of(dev)->ops->fill(...)` (kernels/backend.h). */
 vl_status vl_exec_of(const char *op, vl_device dev, vl_exec *ex);
 
 /* VL_EDEVICE "<op>: tensors on different devices (<an> desc, <bn> desc)" unless equal. */

@@ -4,7 +4,8 @@
 
 #include "runtime/ops/ops_internal.h"
 
-static const char *const red_names[VL_NREDUCE] = {"sum", "prod", "mean", "max", "min", "var", "norm"};
+static const char *const red_names[] = {"sum", "prod", "mean", "max", "min", "var", "norm"};
+VL_TABLE_SIZE(red_names, VL_NREDUCE);
 
 typedef struct red_plan {
   bool red[VL_MAX_DIMS];
@@ -112,7 +113,7 @@ static vl_status reduce_op(const char *name, vl_reduce_op op, vl_tensor *a, int 
     vl_reduce_args ra = {op, a->dtype, out_dt, vl_tensor_data(in), vl_tensor_data(r),
                          ix ? (int64_t *)vl_tensor_data(ix) : NULL, outer, p.len, inner, param, {0, NULL}};
     s = vl_exec_of(name, a->storage->device, &ra.ex);
-    if (s == VL_OK) s = vl_kernels_of(a->storage->device)->reduce(&ra);
+    if (s == VL_OK) s = vl_backend_of(a->storage->device)->ops->reduce(&ra);
   }
   vl_tensor_release(in);
   if (s != VL_OK) {
@@ -170,7 +171,7 @@ vl_status vl_softmax(vl_tensor *a, int dim, bool log, vl_tensor **out) {
   if (s == VL_OK && vl_tensor_numel(a) > 0) {
     vl_softmax_args sa = {a->dtype, vl_tensor_data(in), vl_tensor_data(r), outer, len, inner, log, {0, NULL}};
     s = vl_exec_of(name, a->storage->device, &sa.ex);
-    if (s == VL_OK) s = vl_kernels_of(a->storage->device)->softmax(&sa);
+    if (s == VL_OK) s = vl_backend_of(a->storage->device)->ops->softmax(&sa);
   }
   vl_tensor_release(in);
   if (s != VL_OK) {

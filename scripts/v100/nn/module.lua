@@ -449,13 +449,6 @@ end
 -- ---------------------------------------------------------------------------------------------
 -- Conversion
 
-local DTYPE_ALIASES = {
-  f32 = 'f32', float = 'f32', f16 = 'f16', half = 'f16', bf16 = 'bf16', bfloat16 = 'bf16',
-  f64 = 'f64', double = 'f64', i32 = 'i32', int = 'i32', i64 = 'i64', long = 'i64', u8 = 'u8',
-  byte = 'u8', bool = 'bool',
-}
-local FLOATS = { f32 = true, f16 = true, bf16 = true, f64 = true }
-
 -- m:to(device[, dtype][, {layout=}]), m:to(dtype), m:to{device=, dtype=, layout=}.
 local function parse_to_args(...)
   local r = {}
@@ -466,14 +459,17 @@ local function parse_to_args(...)
       r.dtype = a.dtype or r.dtype
       r.layout = a.layout or r.layout
     elseif type(a) == 'string' then
-      if DTYPE_ALIASES[a] then r.dtype = a else r.device = a end
+      -- v100.dtype_of reads the runtime's one dtype table: every spelling t:to() takes
+      if v100.dtype_of(a) then r.dtype = a else r.device = a end
     elseif a ~= nil then
       error('Module:to: expected a device, a dtype or an options table, got ' .. type(a), 3)
     end
   end
   if r.dtype then
-    local d = DTYPE_ALIASES[r.dtype]
-    if not d or not FLOATS[d] then error('Module:to: dtype must be a floating type, got ' .. tostring(r.dtype), 3) end
+    local d = type(r.dtype) == 'string' and v100.dtype_of(r.dtype)
+    if not d or not v100.dtype_is_float(d) then
+      error('Module:to: dtype must be a floating type, got ' .. tostring(r.dtype), 3)
+    end
     r.dtype = d
   end
   if r.layout and r.layout ~= 'nhwc' and r.layout ~= 'nchw' then
@@ -486,7 +482,7 @@ end
 -- BatchNorm/LayerNorm parameters and running stats, which the kernels keep in f32 for f16/bf16
 -- data) do not follow a half dtype.
 local function target_dtype(t, dtype, keep)
-  if not dtype or not FLOATS[t.dtype] then return t.dtype end
+  if not dtype or not v100.dtype_is_float(t.dtype) then return t.dtype end
   if keep and (dtype == 'f16' or dtype == 'bf16') then return 'f32' end
   return dtype
 end
