@@ -4,7 +4,8 @@
 # tools/device-pack.sh; the host finds the Lua modules packed in .dev/lua, argparse for the
 # recipes, from .dev/run/../lua). Runs every tests/lua/gpu_*.lua (in parallel), a subset under
 # compute-sanitizer memcheck, the benchmarks (ours and PyTorch's), and optional extra commands.
-# Usage: tools/device-run.sh OUTDIR [step...]; steps: tests memcheck bench recipe:<args...>
+# Usage: tools/device-run.sh OUTDIR [step...]; steps: tests memcheck bench recipe:<args...> py:<args...>
+# (arguments joined by commas). Environment: GPU_TESTS, MEMCHECK_TESTS (files), MEMCHECK_TIMEOUT (s).
 set -uo pipefail
 FINAL="${1:?usage: tools/device-run.sh OUTDIR [steps]}"
 shift
@@ -52,10 +53,18 @@ for step in $steps; do
       done
       ;;
     memcheck)
+      # In parallel: each file under memcheck runs 10-100x slower than alone, and the GPU has room.
+      pids=()
       for f in ${MEMCHECK_TESTS:-tests/lua/gpu_rng.lua tests/lua/gpu_optim.lua}; do
         n=$(basename "$f" .lua)
-        timeout "${MEMCHECK_TIMEOUT:-150}" /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 99 "$V" "$f" >"$OUT/memcheck_$n.log" 2>&1
-        summary+=("memcheck $n rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$n.log" | tail -1)")
+        ( timeout "${MEMCHECK_TIMEOUT:-300}" /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 99 \
+            "$V" "$f" >"$OUT/memcheck_$n.log" 2>&1; echo "rc=$?" >>"$OUT/memcheck_$n.log" ) &
+        pids+=($!)
+      done
+      wait "${pids[@]}"
+      for f in ${MEMCHECK_TESTS:-tests/lua/gpu_rng.lua tests/lua/gpu_optim.lua}; do
+        n=$(basename "$f" .lua)
+        summary+=("memcheck $n $(tail -1 "$OUT/memcheck_$n.log") $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$n.log" | tail -1) | $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/memcheck_$n.log" | tail -1)")
       done
       ;;
     bench)
@@ -70,6 +79,16 @@ for step in $steps; do
       log="$OUT/recipe${nrecipe}_$(basename "${args%%,*}" .lua).log"
       "$V" ${args//,/ } >"$log" 2>&1
       summary+=("recipe ${args} rc=$? $((SECONDS - t0))s: $(grep -E '^test accuracy' "$log" | tail -1)")
+      ;;
+    py:*)
+      # A Python (PyTorch) script with arguments, e.g. py:bench/fashion_resnet.py,--epochs,3: the other
+      # side of a side-by-side figure, in the same call.
+      args="${step#py:}"
+      t0=$SECONDS
+      nrecipe=$((nrecipe + 1))
+      log="$OUT/py${nrecipe}_$(basename "${args%%,*}" .py).log"
+      PYTHONUNBUFFERED=1 python3 ${args//,/ } >"$log" 2>&1
+      summary+=("py ${args} rc=$? $((SECONDS - t0))s: $(grep -E '^BENCH' "$log" | tail -1)")
       ;;
   esac
 done
