@@ -22,6 +22,18 @@ static void release_all(vl_tensor **ts, int n) {
   for (int i = 0; i < n; i++) vl_tensor_release(ts[i]);
 }
 
+/* The end of a backward: on success hands out the gradients asked for (t[5..7] = dx, dweight,
+ * dbias) and releases the rest of the 8 working tensors; on failure releases all, outputs untouched. */
+static vl_status hand_out(vl_status s, vl_tensor **t, vl_tensor **dx, vl_tensor **dweight, vl_tensor **dbias) {
+  if (s == VL_OK) {
+    if (dx) *dx = t[5], t[5] = NULL;
+    if (dweight) *dweight = t[6], t[6] = NULL;
+    if (dbias) *dbias = t[7], t[7] = NULL;
+  }
+  release_all(t, 8);
+  return s;
+}
+
 /* A new uninitialised tensor of x's shape in NCHW-contiguous or channels-last layout. */
 static vl_status empty_layout(const vl_tensor *x, bool nhwc, vl_dtype dt, vl_tensor **out) {
   if (!nhwc) return vl_tensor_empty(x->ndim, x->size, dt, x->storage->device, out);
@@ -214,15 +226,7 @@ vl_status vl_batch_norm_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight,
     s = vl_exec_of(op, dev, &a.ex);
     if (s == VL_OK) s = norm_kernels(dev)->batchnorm_backward(&a);
   }
-  if (s != VL_OK) {
-    release_all(t, 8);
-    return s;
-  }
-  if (dx) *dx = t[5], t[5] = NULL;
-  if (dweight) *dweight = t[6], t[6] = NULL;
-  if (dbias) *dbias = t[7], t[7] = NULL;
-  release_all(t, 8);
-  return VL_OK;
+  return hand_out(s, t, dx, dweight, dbias);
 }
 
 /* ======================= layer norm ======================= */
@@ -326,15 +330,7 @@ vl_status vl_layer_norm_backward(vl_tensor *x, vl_tensor *dy, int nnorm, vl_tens
     s = vl_exec_of(op, dev, &a.ex);
     if (s == VL_OK) s = norm_kernels(dev)->layernorm_backward(&a);
   }
-  if (s != VL_OK) {
-    release_all(t, 8);
-    return s;
-  }
-  if (dx) *dx = t[5], t[5] = NULL;
-  if (dweight) *dweight = t[6], t[6] = NULL;
-  if (dbias) *dbias = t[7], t[7] = NULL;
-  release_all(t, 8);
-  return VL_OK;
+  return hand_out(s, t, dx, dweight, dbias);
 }
 
 /* ======================= softmax backward ======================= */
