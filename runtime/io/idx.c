@@ -115,6 +115,10 @@ static vl_status read_header(gzFile gz, const char *path, idx_header *h) {
     }
     h->numel *= h->size[d];
   }
+  /* The runtime's shape rule (tensor.h), which also bounds the zero-size shapes passed above. */
+  char where[512];
+  snprintf(where, sizeof where, "read_idx: %s", path);
+  if (vl_shape_check(where, h->ndim, h->size, h->dtype, NULL) != VL_OK) return VL_EIO;
   return VL_OK;
 }
 

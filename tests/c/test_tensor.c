@@ -263,6 +263,94 @@ static void test_context(void) {
   CHECK(seed == 67280421310721ULL && off == 0);
 }
 
+/* Fuzzer findings: shape products that wrap (2^32 x 2^32 = 0 elements) must be refused by every
+ * path that makes a shape, and an empty shape may not hide dims whose strides overflow. */
+static void test_shape_overflow(void) {
+  const int64_t G = (int64_t)1 << 32, T40 = (int64_t)1 << 40;
+  vl_device cpu = vl_cpu_device();
+  vl_tensor *o = sentinel();
+  int64_t numel = -7;
+
+  int64_t fits[3] = {0, (int64_t)1 << 30, (int64_t)1 << 30};
+  CHECK_OK(vl_shape_check("t", 3, fits, VL_F32, &numel));
+  CHECK(numel == 0);
+  int64_t wide[2] = {G, G};
+  CHECK_ERR(vl_shape_check("t", 2, wide, VL_U8, &numel), VL_EINVAL,
+            "t: shape 4294967296x4294967296 of u8 is too large (its byte size overflows 64 bits)");
+  CHECK(numel == 0); /* untouched on failure */
+  int64_t e0[3] = {0, T40, T40}, e1[3] = {T40, T40, 0}, e2[3] = {T40, 0, T40};
+  CHECK_ERR(vl_shape_check("t", 3, e0, VL_U8, NULL), VL_EINVAL, "too large");
+  CHECK_ERR(vl_shape_check("t", 3, e1, VL_U8, NULL), VL_EINVAL, "too large");
+  CHECK_ERR(vl_shape_check("t", 3, e2, VL_U8, NULL), VL_EINVAL, "too large");
+  /* the element size counts: 2^60 elements fit as u8 and f32 bytes, not as f64 */
+  int64_t e60[1] = {(int64_t)1 << 60};
+  CHECK_OK(vl_shape_check("t", 1, e60, VL_F32, &numel));
+  CHECK(numel == ((int64_t)1 << 60));
+  CHECK_ERR(vl_shape_check("t", 1, e60, VL_F64, NULL), VL_EINVAL, "of f64 is too large");
+  int64_t maxd[1] = {INT64_MAX};
+  CHECK_OK(vl_shape_check("t", 1, maxd, VL_U8, &numel));
+  CHECK(numel == INT64_MAX);
+  int64_t neg[2] = {2, -3};
+  CHECK_ERR(vl_shape_check("t", 2, neg, VL_F32, NULL), VL_EINVAL, "t: negative size -3 in dim 2");
+
+  /* creation */
+  CHECK_ERR(vl_tensor_empty(2, wide, VL_F32, cpu, &o), VL_EINVAL, "empty: shape 4294967296x4294967296 of f32");
+  CHECK_ERR(vl_tensor_empty(3, e0, VL_F32, cpu, &o), VL_EINVAL, "too large");
+  CHECK_ERR(vl_zeros(3, e1, VL_F32, cpu, &o), VL_EINVAL, "too large");
+  CHECK(o == sentinel());
+  vl_tensor *z = NULL;
+  CHECK_OK(vl_tensor_empty(3, fits, VL_F32, cpu, &z));
+  CHECK(z && z->stride[0] == ((int64_t)1 << 60) && z->stride[1] == ((int64_t)1 << 30) && z->stride[2] == 1);
+  vl_tensor_release(z);
+
+  /* view/reshape of an empty tensor: 2^64 must not wrap to its 0 elements */
+  int64_t zero[1] = {0};
+  CHECK_OK(vl_zeros(1, zero, VL_F32, cpu, &z));
+  CHECK_ERR(vl_view(z, 2, wide, &o), VL_ESHAPE, "view: shape 4294967296x4294967296 is too large");
+  CHECK_ERR(vl_reshape(z, 2, wide, &o), VL_ESHAPE, "reshape: shape 4294967296x4294967296 is too large");
+  int64_t wide3[3] = {G, G, 0};
+  CHECK_ERR(vl_view(z, 3, wide3, &o), VL_EINVAL, "view: shape 4294967296x4294967296x0 of f32 is too large");
+  CHECK_ERR(vl_view(z, 3, e0, &o), VL_EINVAL, "view: shape 0x1099511627776x1099511627776 of f32 is too large");
+  CHECK_ERR(vl_view(z, 3, e1, &o), VL_EINVAL, "too large");
+  int64_t inf1[2] = {-1, G};
+  vl_tensor *v = NULL;
+  CHECK_OK(vl_view(z, 2, inf1, &v));
+  CHECK(v && v->size[0] == 0 && v->size[1] == G && v->stride[0] == G && v->stride[1] == 1);
+  vl_tensor_release(v);
+  CHECK(o == sentinel());
+  vl_tensor_release(z);
+
+  /* expand: a stride-0 view still may not describe more than 2^63 bytes */
+  int64_t one[2] = {1, 1};
+  CHECK_OK(vl_ones(2, one, VL_F32, cpu, &z));
+  CHECK_ERR(vl_expand(z, 2, wide, &o), VL_EINVAL, "expand: shape 4294967296x4294967296 of f32 is too large");
+  int64_t wide4[4] = {G, G, 1, 1};
+  CHECK_ERR(vl_expand(z, 4, wide4, &o), VL_EINVAL, "too large");
+  int64_t ok2[2] = {(int64_t)1 << 20, (int64_t)1 << 10};
+  CHECK_OK(vl_expand(z, 2, ok2, &v));
+  CHECK(v && vl_tensor_numel(v) == ((int64_t)1 << 30) && v->stride[0] == 0 && v->stride[1] == 0);
+  vl_tensor_release(v);
+  CHECK(o == sentinel());
+  vl_tensor_release(z);
+
+  /* as_strided: (size - 1) * stride and the running sum must not wrap below the storage size */
+  int64_t sz[2] = {2, 4};
+  CHECK_OK(vl_zeros(2, sz, VL_F32, cpu, &z));
+  int64_t as[2] = {2, 2}, ast[2] = {(int64_t)1 << 62, (int64_t)1 << 62};
+  CHECK_ERR(vl_as_strided(z, 2, as, ast, 0, &o), VL_EINVAL, "beyond the storage of 8 elements");
+  int64_t as3[1] = {3}, ast3[1] = {((int64_t)1 << 62) + 1};
+  CHECK_ERR(vl_as_strided(z, 1, as3, ast3, 0, &o), VL_EINVAL, "beyond the storage of 8 elements");
+  int64_t ast4[2] = {INT64_MAX, 1};
+  CHECK_ERR(vl_as_strided(z, 2, as, ast4, 7, &o), VL_EINVAL, "beyond the storage");
+  CHECK_ERR(vl_as_strided(z, 2, wide, ast, 0, &o), VL_EINVAL, "as_strided: shape 4294967296x4294967296 of f32 is too large");
+  int64_t emp[2] = {0, 5}, bigst[2] = {INT64_MAX, INT64_MAX};
+  CHECK_OK(vl_as_strided(z, 2, emp, bigst, 0, &v)); /* empty: no element is ever reached */
+  CHECK(v && vl_tensor_numel(v) == 0);
+  vl_tensor_release(v);
+  CHECK(o == sentinel());
+  vl_tensor_release(z);
+}
+
 int main(void) {
   test_context();
   test_empty_and_props();
@@ -271,6 +359,7 @@ int main(void) {
   test_narrow_select();
   test_permute_expand_squeeze();
   test_wrap_dim_and_devices();
+  test_shape_overflow();
   vl_shutdown();
   return vl_test_finish();
 }
