@@ -1,4 +1,5 @@
 /* tests/c/test_tensor.c: storage, views, strides, contiguity, refcounts and error paths. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -351,6 +352,98 @@ static void test_shape_overflow(void) {
   vl_tensor_release(z);
 }
 
+/* The one scalar conversion rule (runtime/core/scalar.h). */
+static void test_scalar_conversion(void) {
+  unsigned char b[8];
+  int32_t i32;
+  int64_t i64;
+  memset(b, 0xAB, sizeof b);
+  CHECK_ERR(vl_scalar_to("tensor", vl_scalar_float(1e10), VL_I32, b), VL_EINVAL,
+            "tensor: value 10000000000 cannot be converted to i32 without overflow");
+  CHECK(b[0] == 0xAB && b[3] == 0xAB); /* untouched */
+  CHECK_ERR(vl_scalar_to("full", vl_scalar_float(NAN), VL_I64, b), VL_EINVAL, "full: value nan cannot be converted to i64");
+  CHECK_ERR(vl_scalar_to("full", vl_scalar_float(-INFINITY), VL_I32, b), VL_EINVAL, "value -inf cannot be converted to i32");
+  CHECK_ERR(vl_scalar_to("x", vl_scalar_float(9223372036854775808.0), VL_I64, b), VL_EINVAL, "to i64 without overflow");
+  CHECK_ERR(vl_scalar_to("x", vl_scalar_int(256), VL_U8, b), VL_EINVAL, "value 256 cannot be converted to u8");
+  CHECK_ERR(vl_scalar_to("x", vl_scalar_int(-1), VL_U8, b), VL_EINVAL, "value -1 cannot be converted to u8");
+  CHECK_ERR(vl_scalar_to("x", vl_scalar_int((int64_t)INT32_MAX + 1), VL_I32, b), VL_EINVAL, "value 2147483648");
+  CHECK(b[0] == 0xAB);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(-9223372036854775808.0), VL_I64, &i64));
+  CHECK(i64 == INT64_MIN);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_int(INT64_MAX), VL_I64, &i64));
+  CHECK(i64 == INT64_MAX);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_int(9007199254740993LL), VL_I64, &i64));
+  CHECK(i64 == 9007199254740993LL);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(-2147483648.9), VL_I32, &i32)); /* truncates toward zero */
+  CHECK(i32 == INT32_MIN);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(1.9), VL_I32, &i32));
+  CHECK(i32 == 1);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(255.5), VL_U8, b));
+  CHECK(b[0] == 255);
+  float f;
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(1e300), VL_F32, &f));
+  CHECK(isinf(f) && f > 0);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(NAN), VL_F32, &f));
+  CHECK(isnan(f));
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(NAN), VL_BOOL, b));
+  CHECK(b[0] == 1);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_int(0), VL_BOOL, b));
+  CHECK(b[0] == 0);
+  CHECK(vl_scalar_exact_f64(vl_scalar_int(9007199254740992LL)) && !vl_scalar_exact_f64(vl_scalar_int(9007199254740993LL)));
+
+  /* the front ends apply it: full/fill/arange/scalar ops, outputs untouched on failure */
+  vl_device cpu = vl_cpu_device();
+  vl_tensor *o = sentinel(), *t = NULL;
+  int64_t sz[2] = {3, 2};
+  CHECK_ERR(vl_full(2, sz, 1e10, VL_I32, cpu, &o), VL_EINVAL, "full: value 10000000000 cannot be converted to i32");
+  CHECK_ERR(vl_arange(0, 1e10, 1e9, VL_I32, cpu, &o), VL_EINVAL, "arange: value 9000000000 cannot be converted to i32");
+  CHECK_ERR(vl_arange_scalar(vl_scalar_int(0), vl_scalar_int(300), vl_scalar_int(1), VL_U8, cpu, &o), VL_EINVAL,
+            "arange: value 299 cannot be converted to u8");
+  CHECK(o == sentinel());
+  const int64_t big = 9007199254740993LL; /* 2^53 + 1 */
+  CHECK_OK(vl_full_scalar(2, sz, vl_scalar_int(big), VL_I64, cpu, &t));
+  const int64_t *p = vl_tensor_data(t);
+  CHECK(p[0] == big && p[5] == big);
+  vl_tensor *tt = NULL;
+  CHECK_OK(vl_transpose(t, 0, 1, &tt));
+  CHECK_OK(vl_fill_scalar_(tt, vl_scalar_int(INT64_MIN + 1)));
+  CHECK(p[0] == INT64_MIN + 1 && p[3] == INT64_MIN + 1 && p[5] == INT64_MIN + 1);
+  CHECK_ERR(vl_fill_(tt, NAN), VL_EINVAL, "fill_: value nan cannot be converted to i64");
+  CHECK(p[4] == INT64_MIN + 1);
+  vl_tensor_release(tt);
+  CHECK_ERR(vl_binary_scalar(VL_BIN_ADD, t, 1e300, false, &o), VL_EINVAL, "add: value 1.0000000000000001e+300");
+  CHECK(o == sentinel());
+  vl_tensor_release(t);
+  CHECK_OK(vl_full(2, sz, 7, VL_I32, cpu, &t));
+  CHECK_ERR(vl_binary_scalar(VL_BIN_MUL, t, 4294967296.0, false, &o), VL_EINVAL, "mul: value 4294967296 cannot be converted to i32");
+  CHECK_ERR(vl_binary_scalar_(VL_BIN_SUB, t, -3e9), VL_EINVAL, "sub_: value -3000000000 cannot be converted to i32");
+  CHECK(((const int32_t *)vl_tensor_data(t))[2] == 7);
+  vl_tensor *lt = NULL;
+  CHECK_OK(vl_binary_scalar(VL_BIN_LT, t, 4294967296.0, false, &lt)); /* compared exactly, not saturated */
+  CHECK(lt && lt->dtype == VL_BOOL && ((const uint8_t *)vl_tensor_data(lt))[0] == 1);
+  vl_tensor_release(lt);
+  vl_tensor_release(t);
+
+  /* integer arange: exact values and counts over the whole int64 range */
+  CHECK_OK(vl_arange_scalar(vl_scalar_int(INT64_MIN), vl_scalar_int(INT64_MAX), vl_scalar_int((int64_t)1 << 62),
+                            VL_I64, cpu, &t));
+  CHECK(t && t->size[0] == 4);
+  p = vl_tensor_data(t);
+  CHECK(p[0] == INT64_MIN && p[1] == -((int64_t)1 << 62) && p[2] == 0 && p[3] == ((int64_t)1 << 62));
+  vl_tensor_release(t);
+  CHECK_OK(vl_arange_scalar(vl_scalar_int(big), vl_scalar_int(big + 5), vl_scalar_int(2), VL_I64, cpu, &t));
+  p = vl_tensor_data(t);
+  CHECK(t->size[0] == 3 && p[0] == big && p[1] == big + 2 && p[2] == big + 4);
+  vl_tensor_release(t);
+  CHECK_OK(vl_arange_scalar(vl_scalar_int(10), vl_scalar_int(0), vl_scalar_int(-3), VL_I32, cpu, &t));
+  const int32_t *q = vl_tensor_data(t);
+  CHECK(t->size[0] == 4 && q[0] == 10 && q[3] == 1);
+  vl_tensor_release(t);
+  CHECK_OK(vl_arange_scalar(vl_scalar_int(0), vl_scalar_int(0), vl_scalar_int(1), VL_I64, cpu, &t));
+  CHECK(t->size[0] == 0);
+  vl_tensor_release(t);
+}
+
 int main(void) {
   test_context();
   test_empty_and_props();
@@ -360,6 +453,7 @@ int main(void) {
   test_permute_expand_squeeze();
   test_wrap_dim_and_devices();
   test_shape_overflow();
+  test_scalar_conversion();
   vl_shutdown();
   return vl_test_finish();
 }
