@@ -24,7 +24,7 @@ static int check_size(lua_State *L, int arg, int64_t size[VL_MAX_DIMS], const ch
     n = l_checksizetable(L, arg, size);
   }
   for (int i = 0; i < n; i++)
-    if (size[i] < 0) return luaL_error(L, "%s: negative size %d in dim %d", fname, (int)size[i], i + 1);
+    if (size[i] < 0) return luaL_error(L, "%s: negative size %I in dim %d", fname, (lua_Integer)size[i], i + 1);
   return n;
 }
 
