@@ -100,15 +100,16 @@ static vl_status read_header(gzFile gz, const char *path, idx_header *h) {
   if (got < 4 * h->ndim)
     return vl_fail(VL_EIO, "read_idx: %s: truncated header: %d dimensions announced, %lld of %d "
                    "size bytes present", path, h->ndim, (long long)got, 4 * h->ndim);
-  h->numel = 1;
-  /* An empty tensor is never too big for the byte cap (whatever the position of its 0);
-   * vl_shape_check below bounds its other dims. */
+  /* An empty tensor is never too big for the byte cap, whatever the position of its 0: starting
+   * the count at 0 passes the cap (and the product stays 0); vl_shape_check below bounds the
+   * other dims. */
   bool empty = false;
   for (int d = 0; d < h->ndim; d++) empty |= be32(dims + 4 * d) == 0;
+  h->numel = empty ? 0 : 1;
   for (int d = 0; d < h->ndim; d++) {
     h->size[d] = be32(dims + 4 * d);
     /* Each size is < 2^32, so the product only overflows after exceeding the byte cap. */
-    if (!empty && h->size[d] != 0 && h->numel > VL_IDX_MAX_BYTES / h->file_elem / h->size[d]) {
+    if (h->size[d] != 0 && h->numel > VL_IDX_MAX_BYTES / h->file_elem / h->size[d]) {
       char shape[160] = "";
       size_t off = 0;
       for (int e = 0; e < h->ndim && off < sizeof shape - 12; e++)
