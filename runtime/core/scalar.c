@@ -24,8 +24,9 @@ vl_status vl_scalar_to(const char *op, vl_scalar s, vl_dtype dt, void *out) {
   if ((unsigned)dt >= VL_NDTYPES) return vl_fail(VL_EDTYPE, "%s: invalid dtype %d", op, (int)dt);
   unsigned char elem[8];
   if (vl_dtype_is_float(dt)) {
-    /* (double)i rounds once, correctly; f32 from an integer goes through double, which can
-     * double-round only for |i| > 2^53 at a tie, far below f32's resolution there anyway. */
+    /* (double)i rounds once, correctly. f16/bf16/f32 from an integer go through that double:
+     * exact up to 2^53; above, a rare tie can round one unit of the narrow type differently
+     * from a direct rounding (what the kernels' double path does too). */
     vl_store_from_f64(elem, dt, s.is_int ? (double)s.i : s.f);
   } else if (dt == VL_BOOL) {
     elem[0] = s.is_int ? s.i != 0 : s.f != 0.0;
