@@ -24,7 +24,7 @@ static int check_size(lua_State *L, int arg, int64_t size[VL_MAX_DIMS], const ch
     n = l_checksizetable(L, arg, size);
   }
   for (int i = 0; i < n; i++)
-    if (size[i] < 0) return luaL_error(L, "%s: negative size %d in dim %d", fname, (int)size[i], i + 1);
+    if (size[i] < 0) return luaL_error(L, "%s: negative size %I in dim %d", fname, (lua_Integer)size[i], i + 1);
   return n;
 }
 
@@ -59,10 +59,10 @@ static void scan_table(lua_State *L, int idx, int d, scan *s) {
   }
 }
 
+/* The conversion rule of runtime/core/scalar.h: out-of-range and NaN/inf into integer dtypes raise. */
 static void store_value(lua_State *L, int idx, char *p, vl_dtype dt) {
-  if (lua_type(L, idx) == LUA_TBOOLEAN) vl_store_from_f64(p, dt, lua_toboolean(L, idx) ? 1.0 : 0.0);
-  else if (dt == VL_I64 && lua_isinteger(L, idx)) *(int64_t *)p = (int64_t)lua_tointeger(L, idx);
-  else vl_store_from_f64(p, dt, (double)lua_tonumber(L, idx));
+  vl_status s = vl_scalar_to("tensor", l_toscalarv(L, idx), dt, p);
+  if (s != VL_OK) vl_lua_error(L, s);
 }
 
 static void fill_table(lua_State *L, int idx, int d, const scan *s, char *buf, vl_dtype dt, size_t *pos) {
@@ -134,20 +134,20 @@ static int m_empty(lua_State *L) {
   return 1;
 }
 
-static int full_at(lua_State *L, const char *fname, double value, int opts) {
+static int full_at(lua_State *L, const char *fname, vl_scalar value, int opts) {
   int64_t size[VL_MAX_DIMS];
   int n = check_size(L, 1, size, fname);
   vl_dtype dt = VL_F32;
   vl_device dev = vl_cpu_device();
   l_opts(L, opts, &dt, &dev);
   vl_tensor **slot = l_slot(L);
-  l_done(L, vl_full(n, size, value, dt, dev, slot));
+  l_done(L, vl_full_scalar(n, size, value, dt, dev, slot));
   l_opt_requires_grad(L, opts, lua_gettop(L));
   return 1;
 }
-static int m_zeros(lua_State *L) { return full_at(L, "zeros", 0.0, 2); }
-static int m_ones(lua_State *L) { return full_at(L, "ones", 1.0, 2); }
-static int m_full(lua_State *L) { return full_at(L, "full", l_toscalar(L, 2), 3); }
+static int m_zeros(lua_State *L) { return full_at(L, "zeros", vl_scalar_int(0), 2); }
+static int m_ones(lua_State *L) { return full_at(L, "ones", vl_scalar_int(1), 2); }
+static int m_full(lua_State *L) { return full_at(L, "full", l_toscalarv(L, 2), 3); }
 
 static int m_arange(lua_State *L) {
   int nnum = 0;
@@ -155,18 +155,18 @@ static int m_arange(lua_State *L) {
   if (nnum == 0) return luaL_argerror(L, 1, "number expected");
   bool integral = true;
   for (int i = 1; i <= nnum; i++) integral = integral && lua_isinteger(L, i);
-  double start = 0, stop, step = 1;
-  if (nnum == 1) stop = lua_tonumber(L, 1);
+  vl_scalar start = vl_scalar_int(0), stop, step = vl_scalar_int(1);
+  if (nnum == 1) stop = l_toscalarv(L, 1);
   else {
-    start = lua_tonumber(L, 1);
-    stop = lua_tonumber(L, 2);
-    if (nnum == 3) step = lua_tonumber(L, 3);
+    start = l_toscalarv(L, 1);
+    stop = l_toscalarv(L, 2);
+    if (nnum == 3) step = l_toscalarv(L, 3);
   }
   vl_dtype dt = integral ? VL_I64 : VL_F32;
   vl_device dev = vl_cpu_device();
   l_opts(L, nnum + 1, &dt, &dev);
   vl_tensor **slot = l_slot(L);
-  l_done(L, vl_arange(start, stop, step, dt, dev, slot));
+  l_done(L, vl_arange_scalar(start, stop, step, dt, dev, slot));
   l_opt_requires_grad(L, nnum + 1, lua_gettop(L));
   return 1;
 }
@@ -201,7 +201,8 @@ static int like(lua_State *L, int kind) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   vl_dtype dt = t->dtype;
   vl_device dev = t->storage->device;
-  double v = kind == 3 ? l_toscalar(L, 2) : kind == 2 ? 1.0 : 0.0;
+  vl_scalar v = vl_scalar_int(kind == 2);
+  if (kind == 3) v = l_toscalarv(L, 2);
   l_opts(L, kind == 3 ? 3 : 2, &dt, &dev);
   vl_tensor **slot = l_slot(L);
   vl_status s;
@@ -213,7 +214,7 @@ static int like(lua_State *L, int kind) {
     case 5: s = vl_randn(t->ndim, t->size, 0.0, 1.0, dt, dev, slot); break;
     default:
       s = vl_empty_like(t, dt, dev, slot);
-      if (s == VL_OK) s = vl_fill_(*slot, v);
+      if (s == VL_OK) s = vl_fill_scalar_(*slot, v);
       break;
   }
   l_done(L, s);

@@ -8,6 +8,7 @@
 #include "bindings/vl_lua.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
+#include "runtime/core/scalar.h"
 
 typedef struct vl_lua_tensor {
   vl_tensor *t; /* NULL while closed: before the runtime filled it, and after free */
@@ -48,6 +49,8 @@ int l_optcudadev(lua_State *L, int arg, const char *fname);
 /* A number argument, booleans accepted as 1/0. */
 bool l_isscalar(lua_State *L, int idx);
 double l_toscalar(lua_State *L, int idx);
+/* The same as a vl_scalar: a Lua integer stays an exact int64 (runtime/core/scalar.h). */
+vl_scalar l_toscalarv(lua_State *L, int idx);
 
 void l_register_tensor_methods(lua_State *L); /* l_tensor.c: into the table at the top */
 /* l_tensor.c: creates the "v100.Tensor" metatable whose __index looks in the methods table at

@@ -221,6 +221,12 @@ double l_toscalar(lua_State *L, int idx) {
   return (double)luaL_checknumber(L, idx);
 }
 
+vl_scalar l_toscalarv(lua_State *L, int idx) {
+  if (lua_type(L, idx) == LUA_TBOOLEAN) return vl_scalar_int(lua_toboolean(L, idx));
+  if (lua_isinteger(L, idx)) return vl_scalar_int((int64_t)lua_tointeger(L, idx));
+  return vl_scalar_float((double)luaL_checknumber(L, idx));
+}
+
 static vl_device tdev(const vl_tensor *t) { return t->storage->device; }
 
 /* ---- fields and introspection ---- */
@@ -521,7 +527,7 @@ static int t_copy_(lua_State *L) {
 }
 static int t_fill_(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
-  return self_or_error(L, vl_ag_fill_(t, l_toscalar(L, 2)));
+  return self_or_error(L, vl_ag_fill_scalar_(t, l_toscalarv(L, 2)));
 }
 static int t_zero_(lua_State *L) { return self_or_error(L, vl_ag_fill_(vl_lua_checktensor(L, 1), 0.0)); }
 static int t_uniform_(lua_State *L) {

@@ -39,6 +39,7 @@ vl_status vl_ag_masked_fill(vl_tensor *a, vl_tensor *mask, double value, vl_tens
 vl_status vl_ag_masked_fill_(vl_tensor *a, vl_tensor *mask, double value);
 /* Fills: the old value of t no longer matters (its history is cut: a zero gradient). */
 vl_status vl_ag_fill_(vl_tensor *t, double value);
+vl_status vl_ag_fill_scalar_(vl_tensor *t, vl_scalar value);
 vl_status vl_ag_uniform_(vl_tensor *t, double lo, double hi);
 vl_status vl_ag_normal_(vl_tensor *t, double mean, double std);
 vl_status vl_ag_bernoulli_(vl_tensor *t, double p);

@@ -426,6 +426,7 @@ static vl_status rec_overwrite(const char *name, vl_tensor *t) {
   return rec ? rec_overwrite("FillBackward", t) : VL_OK;
 
 vl_status vl_ag_fill_(vl_tensor *t, double value) { AG_FILL(vl_fill_(t, value), "fill_") }
+vl_status vl_ag_fill_scalar_(vl_tensor *t, vl_scalar value) { AG_FILL(vl_fill_scalar_(t, value), "fill_") }
 vl_status vl_ag_uniform_(vl_tensor *t, double lo, double hi) { AG_FILL(vl_uniform_(t, lo, hi), "uniform_") }
 vl_status vl_ag_normal_(vl_tensor *t, double mean, double std) { AG_FILL(vl_normal_(t, mean, std), "normal_") }
 vl_status vl_ag_bernoulli_(vl_tensor *t, double p) { AG_FILL(vl_bernoulli_(t, p), "bernoulli_") }

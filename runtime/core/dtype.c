@@ -158,15 +158,28 @@ double vl_load_as_f64(const void *p, vl_dtype dt) {
   }
 }
 
+static int64_t f64_to_i64_sat(double v) {
+  if (v != v) return 0;
+  if (v >= 9223372036854775808.0) return INT64_MAX;
+  if (v < -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)v;
+}
+
 void vl_store_from_f64(void *p, vl_dtype dt, double v) {
   switch (dt) {
     case VL_F32: *(float *)p = (float)v; break;
     case VL_F16: *(uint16_t *)p = vl_f32_to_f16((float)v); break;
     case VL_BF16: *(uint16_t *)p = vl_f32_to_bf16((float)v); break;
     case VL_F64: *(double *)p = v; break;
-    case VL_I32: *(int32_t *)p = (int32_t)v; break;
-    case VL_I64: *(int64_t *)p = (int64_t)v; break;
-    case VL_U8: *(uint8_t *)p = (uint8_t)(int64_t)v; break;
+    /* As the CPU copy kernels (kernels/cpu/cpu_internal.h): truncate and saturate, NaN -> 0; a
+     * raw cast of an out-of-range double is undefined (UBSan's float-cast-overflow). */
+    case VL_I32: {
+      int64_t x = f64_to_i64_sat(v);
+      *(int32_t *)p = x > INT32_MAX ? INT32_MAX : x < INT32_MIN ? INT32_MIN : (int32_t)x;
+      break;
+    }
+    case VL_I64: *(int64_t *)p = f64_to_i64_sat(v); break;
+    case VL_U8: *(uint8_t *)p = (uint8_t)(uint64_t)f64_to_i64_sat(v); break;
     case VL_BOOL: *(uint8_t *)p = v != 0.0; break;
     default: break;
   }

@@ -46,8 +46,10 @@ uint16_t vl_f32_to_bf16(float f);
 float vl_bf16_to_f32(uint16_t h);
 
 /* One element at `p` of dtype `dt`, as a double / stored from a double (with the dtype's own
- * rounding; bool stores v != 0; integers truncate toward zero as C casts do). For host memory
- * only; the slow generic path for printing, item() and tests. */
+ * rounding; bool stores v != 0; integers truncate toward zero and saturate, NaN -> 0, u8 wraps
+ * mod 256 after that, as the CPU copy kernels do; runtime/core/scalar.h has the checked
+ * conversion for user values). For host memory only; the slow generic path for printing,
+ * item() and tests. */
 double vl_load_as_f64(const void *p, vl_dtype dt);
 void vl_store_from_f64(void *p, vl_dtype dt, double v);
 

@@ -58,17 +58,27 @@ static void storage_release(vl_storage *st) {
   free(st);
 }
 
-static vl_status check_shape(const char *op, int ndim, const int64_t *size) {
+vl_status vl_shape_check(const char *op, int ndim, const int64_t *size, vl_dtype dt, int64_t *numel) {
   if (ndim < 0 || ndim > VL_MAX_DIMS)
     return vl_fail(VL_EINVAL, "%s: %d dims requested, at most %d are supported", op, ndim, VL_MAX_DIMS);
-  int64_t n = 1;
+  /* `extent` is the product with zero sizes counted as 1: what contiguous strides multiply up to,
+   * so a zero-size tensor cannot carry dims whose strides overflow (and a permutation of a shape
+   * is accepted exactly when the shape is). Times the element size it bounds every byte count and
+   * byte stride, which the kernels compute in int64. */
+  int64_t n = 1, extent = (int64_t)vl_dtype_size(dt);
+  bool overflow = false;
   for (int i = 0; i < ndim; i++) {
     if (size[i] < 0)
       return vl_fail(VL_EINVAL, "%s: negative size %lld in dim %d", op, (long long)size[i], i + 1);
-    if (size[i] > 0 && n > INT64_MAX / 16 / size[i])
-      return vl_fail(VL_EINVAL, "%s: shape too large (overflows the element count)", op);
-    n *= size[i];
+    if (!overflow) overflow = __builtin_mul_overflow(extent, size[i] > 1 ? size[i] : 1, &extent);
+    if (!overflow) n *= size[i]; /* n <= extent / element size */
   }
+  if (overflow) {
+    char sh[VL_DESC_LEN];
+    return vl_fail(VL_EINVAL, "%s: shape %s of %s is too large (its byte size overflows 64 bits)", op,
+                   vl_shape_fmt(ndim, size, sh, sizeof sh), vl_dtype_name(dt));
+  }
+  if (numel) *numel = n;
   return VL_OK;
 }
 
@@ -86,12 +96,13 @@ static vl_status check_device(const char *op, vl_device dev) {
 
 static vl_status tensor_empty_op(const char *op, int ndim, const int64_t *size, vl_dtype dt, vl_device dev,
                                  vl_tensor **out) {
-  VL_TRY(check_shape(op, ndim, size));
   if ((unsigned)dt >= VL_NDTYPES) return vl_fail(VL_EDTYPE, "%s: invalid dtype %d", op, (int)dt);
+  int64_t numel;
+  VL_TRY(vl_shape_check(op, ndim, size, dt, &numel));
   VL_TRY(check_device(op, dev));
   vl_tensor *t = calloc(1, sizeof *t);
   if (!t) return vl_fail(VL_EOOM, "%s: out of host memory", op);
-  vl_status s = storage_new(op, (size_t)vl_shape_numel(ndim, size) * vl_dtype_size(dt), dev, &t->storage);
+  vl_status s = storage_new(op, (size_t)numel * vl_dtype_size(dt), dev, &t->storage);
   if (s != VL_OK) {
     free(t);
     return s;
@@ -257,6 +268,7 @@ static vl_status infer_shape(const char *op, const vl_tensor *t, int ndim, const
     return vl_fail(VL_EINVAL, "%s: %d dims requested, at most %d are supported", op, ndim, VL_MAX_DIMS);
   int infer = -1;
   int64_t known = 1;
+  bool zero = false, overflow = false;
   for (int i = 0; i < ndim; i++) {
     if (size[i] == -1) {
       if (infer >= 0) return vl_fail(VL_EINVAL, "%s: only one dim can be -1 (tensor %s)", op, vl_tensor_desc(t, d, sizeof d));
@@ -265,10 +277,17 @@ static vl_status infer_shape(const char *op, const vl_tensor *t, int ndim, const
       return vl_fail(VL_EINVAL, "%s: invalid size %lld in dim %d (tensor %s)", op, (long long)size[i], i + 1,
                      vl_tensor_desc(t, d, sizeof d));
     } else {
-      known *= size[i];
+      zero |= size[i] == 0;
+      if (!overflow) overflow = __builtin_mul_overflow(known, size[i], &known);
     }
     res[i] = size[i];
   }
+  /* 2^32 x 2^32 must not wrap to 0 and match an empty tensor (with a 0 size the count is 0, and
+   * vl_shape_check below judges the other dims). */
+  if (zero) known = 0;
+  else if (overflow)
+    return vl_fail(VL_ESHAPE, "%s: shape %s is too large (its element count overflows 64 bits; %s)", op,
+                   vl_shape_fmt(ndim, size, s, sizeof s), vl_tensor_desc(t, d, sizeof d));
   int64_t numel = vl_tensor_numel(t);
   if (infer >= 0) {
     if (known == 0 || numel % known != 0)
@@ -279,7 +298,8 @@ static vl_status infer_shape(const char *op, const vl_tensor *t, int ndim, const
     return vl_fail(VL_ESHAPE, "%s: shape %s is invalid for a tensor of %lld elements (%s)", op,
                    vl_shape_fmt(ndim, size, s, sizeof s), (long long)numel, vl_tensor_desc(t, d, sizeof d));
   }
-  return VL_OK;
+  /* An empty result may still have dims whose strides overflow ({0} viewed as 0x2^40x2^40). */
+  return vl_shape_check(op, ndim, res, t->dtype, NULL);
 }
 
 /* PyTorch's computeStride: whether t's memory can be seen with shape `size` without copying,
@@ -455,6 +475,7 @@ vl_status vl_expand(vl_tensor *t, int ndim, const int64_t *size, vl_tensor **out
                      vl_tensor_desc(t, desc, sizeof desc));
     }
   }
+  VL_TRY(vl_shape_check("expand", ndim, nsize, t->dtype, NULL));
   vl_tensor *v;
   VL_TRY(view_of("expand", t, &v));
   v->ndim = ndim;
@@ -518,16 +539,19 @@ vl_status vl_unsqueeze(vl_tensor *t, int dim, vl_tensor **out) {
 vl_status vl_as_strided(vl_tensor *t, int ndim, const int64_t *size, const int64_t *stride, int64_t offset,
                         vl_tensor **out) {
   char desc[VL_DESC_LEN], s[VL_DESC_LEN];
-  VL_TRY(check_shape("as_strided", ndim, size));
+  VL_TRY(vl_shape_check("as_strided", ndim, size, t->dtype, NULL));
   if (offset < 0) return vl_fail(VL_EINVAL, "as_strided: negative offset %lld", (long long)offset);
-  int64_t last = offset;
-  bool empty = false;
+  int64_t last = offset, step;
+  bool empty = false, overflow = false;
   for (int i = 0; i < ndim; i++) {
     if (stride[i] < 0)
       return vl_fail(VL_EINVAL, "as_strided: negative stride %lld in dim %d", (long long)stride[i], i + 1);
     if (size[i] == 0) empty = true;
-    else last += (size[i] - 1) * stride[i];
+    /* A wrapped `last` would pass the storage check below. */
+    else if (!overflow)
+      overflow = __builtin_mul_overflow(size[i] - 1, stride[i], &step) || __builtin_add_overflow(last, step, &last);
   }
+  if (overflow) last = INT64_MAX;
   int64_t cap = (int64_t)(t->storage->nbytes / vl_dtype_size(t->dtype));
   if (!empty && last >= cap)
     return vl_fail(VL_EINVAL,

@@ -45,6 +45,14 @@ typedef struct vl_tensor {
   void *autograd;                /* vl_autograd_meta (runtime/autograd/autograd.h), NULL until needed */
 } vl_tensor;
 
+/* ---- shapes ---- */
+/* The one shape rule, for creation, views (view, reshape, expand, as_strided) and the file
+ * loaders: ndim in 0..VL_MAX_DIMS, sizes >= 0, and the product of the sizes with zero sizes
+ * counted as 1 (what contiguous strides need), times the element size of dt, fits in int64; so
+ * does then the element count, stored in *numel when numel is not NULL. VL_EINVAL
+ * "<op>: shape AxB of f32 is too large (its byte size overflows 64 bits)" otherwise. */
+vl_status vl_shape_check(const char *op, int ndim, const int64_t *size, vl_dtype dt, int64_t *numel);
+
 /* ---- storage and lifetime ---- */
 /* New uninitialised contiguous tensor. ndim in 0..VL_MAX_DIMS, sizes >= 0. On CUDA the bytes come
  * from the device's caching pool on the device's current stream (VL_EOOM with a message naming

@@ -101,7 +101,12 @@ static vl_status read_header(vl_reader *gz, const char *path, idx_header *h) {
   if (got < 4 * h->ndim)
     return vl_fail(VL_EIO, "read_idx: %s: truncated header: %d dimensions announced, %lld of %d "
                    "size bytes present", path, h->ndim, (long long)got, 4 * h->ndim);
-  h->numel = 1;
+  /* An empty tensor is never too big for the byte cap, whatever the position of its 0: starting
+   * the count at 0 passes the cap (and the product stays 0); vl_shape_check below bounds the
+   * other dims. */
+  bool empty = false;
+  for (int d = 0; d < h->ndim; d++) empty |= be32(dims + 4 * d) == 0;
+  h->numel = empty ? 0 : 1;
   for (int d = 0; d < h->ndim; d++) {
     h->size[d] = be32(dims + 4 * d);
     /* Each size is < 2^32, so the product only overflows after exceeding the byte cap. */
@@ -116,6 +121,10 @@ static vl_status read_header(vl_reader *gz, const char *path, idx_header *h) {
     }
     h->numel *= h->size[d];
   }
+  /* The runtime's shape rule (tensor.h), which also bounds the zero-size shapes passed above. */
+  char where[512];
+  snprintf(where, sizeof where, "read_idx: %s", path);
+  if (vl_shape_check(where, h->ndim, h->size, h->dtype, NULL) != VL_OK) return VL_EIO;
   return VL_OK;
 }
 

@@ -139,6 +139,10 @@ static vl_status parse_entry(const char *path, const cJSON *item, st_entry *e) {
   if (overflow)
     return vl_fail(VL_EIO, "load_safetensors: %s: tensor \"%s\": absurd shape %s (more than %" PRIu64
                    " bytes)", path, name, sh, VL_ST_MAX_BYTES);
+  /* The runtime's shape rule (tensor.h), which also bounds the zero-size shapes passed above. */
+  char where[512];
+  snprintf(where, sizeof where, "load_safetensors: %s: tensor \"%s\"", path, name);
+  if (vl_shape_check(where, ndim, e->size, e->dt, NULL) != VL_OK) return VL_EIO;
   uint64_t b, en;
   if (cJSON_GetArraySize(offs) != 2 || !json_uint(cJSON_GetArrayItem(offs, 0), &b) ||
       !json_uint(cJSON_GetArrayItem(offs, 1), &en))

@@ -17,16 +17,31 @@ static vl_status bumped(vl_tensor *t, vl_status s) {
 
 /* ---- creation ---- */
 
-static vl_status fill_tensor(const char *op, vl_tensor *t, double value) {
+/* Every value passes the one conversion rule (runtime/core/scalar.h), empty tensors included.
+ * The kernels take the value as a double; an i64 integer that a double cannot hold exactly is
+ * written through a one-element tensor broadcast by the copy kernel instead (exact, any device). */
+static vl_status fill_tensor(const char *op, vl_tensor *t, vl_scalar v) {
+  unsigned char elem[8];
+  VL_TRY(vl_scalar_to(op, v, t->dtype, elem));
   if (vl_tensor_numel(t) == 0) return VL_OK;
+  if (!vl_scalar_exact_f64(v) && t->dtype == VL_I64) {
+    vl_tensor *one;
+    VL_TRY(vl_from_host(elem, 0, NULL, VL_I64, t->storage->device, &one));
+    vl_status s = vl_copy_same_device(t, one);
+    vl_tensor_release(one);
+    return s;
+  }
   vl_exec ex;
   VL_TRY(vl_exec_of(op, t->storage->device, &ex));
   vl_iter it;
   vl_iter_make(&it, 1, &t, t->ndim, t->size);
-  return vl_backend_of(t->storage->device)->ops->fill(&it, value);
+  return vl_backend_of(t->storage->device)->ops->fill(&it, v.is_int ? (double)v.i : v.f);
 }
 
-vl_status vl_full(int ndim, const int64_t *size, double value, vl_dtype dt, vl_device dev, vl_tensor **out) {
+vl_status vl_full_scalar(int ndim, const int64_t *size, vl_scalar value, vl_dtype dt, vl_device dev,
+                         vl_tensor **out) {
+  /* Checked before allocating: a refused value costs nothing. */
+  VL_TRY(vl_scalar_to("full", value, dt, NULL));
   vl_tensor *t;
   VL_TRY(vl_tensor_empty(ndim, size, dt, dev, &t));
   vl_status s = fill_tensor("full", t, value);
@@ -38,6 +53,10 @@ vl_status vl_full(int ndim, const int64_t *size, double value, vl_dtype dt, vl_d
   return VL_OK;
 }
 
+vl_status vl_full(int ndim, const int64_t *size, double value, vl_dtype dt, vl_device dev, vl_tensor **out) {
+  return vl_full_scalar(ndim, size, vl_scalar_float(value), dt, dev, out);
+}
+
 vl_status vl_zeros(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl_tensor **out) {
   return vl_full(ndim, size, 0.0, dt, dev, out);
 }
@@ -46,14 +65,8 @@ vl_status vl_ones(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl_
   return vl_full(ndim, size, 1.0, dt, dev, out);
 }
 
-vl_status vl_arange(double start, double end, double step, vl_dtype dt, vl_device dev, vl_tensor **out) {
-  if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
-    return vl_fail(VL_EINVAL, "arange: start %g, end %g and step %g must be finite with step != 0", start, end, step);
-  if (dt == VL_BOOL) return vl_fail(VL_EDTYPE, "arange: dtype bool is not supported");
-  double n = ceil((end - start) / step);
-  if (n < 0) n = 0;
-  if (n > 9.0e15) return vl_fail(VL_EINVAL, "arange: %g elements are too many", n);
-  int64_t numel = (int64_t)n;
+/* numel values start + i * step, computed by the device's kernel in doubles. */
+static vl_status arange_run(int64_t numel, double start, double step, vl_dtype dt, vl_device dev, vl_tensor **out) {
   vl_tensor *t;
   VL_TRY(vl_tensor_empty(1, &numel, dt, dev, &t));
   vl_status s = VL_OK;
@@ -68,6 +81,53 @@ vl_status vl_arange(double start, double end, double step, vl_dtype dt, vl_devic
   }
   *out = t;
   return VL_OK;
+}
+
+/* Integer arange: the count from exact 128-bit arithmetic, and when a value is beyond 2^52 in
+ * magnitude (where start + i * step in doubles stops being exact) the values are made on the
+ * host in int64 and moved to the device. */
+static vl_status arange_int(int64_t start, int64_t end, int64_t step, vl_dtype dt, vl_device dev,
+                            vl_tensor **out) {
+  __int128 span = (__int128)end - start, n = 0;
+  if ((span > 0 && step > 0) || (span < 0 && step < 0)) n = (span + step - (step > 0 ? 1 : -1)) / step;
+  if (n > (__int128)9000000000000000LL)
+    return vl_fail(VL_EINVAL, "arange: %.3g elements are too many", (double)n);
+  int64_t numel = (int64_t)n;
+  int64_t last = numel > 0 ? (int64_t)(start + (__int128)(numel - 1) * step) : start;
+  VL_TRY(vl_scalar_to("arange", vl_scalar_int(start), dt, NULL));
+  VL_TRY(vl_scalar_to("arange", vl_scalar_int(last), dt, NULL));
+  const int64_t lim = (int64_t)1 << 52;
+  if (!(dt == VL_I64 && (start > lim || start < -lim || last > lim || last < -lim)))
+    return arange_run(numel, (double)start, (double)step, dt, dev, out);
+  vl_tensor *h;
+  VL_TRY(vl_tensor_empty(1, &numel, VL_I64, vl_cpu_device(), &h));
+  int64_t *p = vl_tensor_data(h);
+  for (int64_t i = 0; i < numel; i++) p[i] = (int64_t)(start + (__int128)i * step);
+  vl_status s = vl_to(h, VL_I64, dev, out);
+  vl_tensor_release(h);
+  return s;
+}
+
+vl_status vl_arange_scalar(vl_scalar start, vl_scalar end, vl_scalar step, vl_dtype dt, vl_device dev,
+                           vl_tensor **out) {
+  if (start.is_int && end.is_int && step.is_int && step.i != 0 && dt != VL_BOOL && (unsigned)dt < VL_NDTYPES)
+    return arange_int(start.i, end.i, step.i, dt, dev, out);
+  return vl_arange(start.is_int ? (double)start.i : start.f, end.is_int ? (double)end.i : end.f,
+                   step.is_int ? (double)step.i : step.f, dt, dev, out);
+}
+
+vl_status vl_arange(double start, double end, double step, vl_dtype dt, vl_device dev, vl_tensor **out) {
+  if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
+    return vl_fail(VL_EINVAL, "arange: start %g, end %g and step %g must be finite with step != 0", start, end, step);
+  if (dt == VL_BOOL) return vl_fail(VL_EDTYPE, "arange: dtype bool is not supported");
+  double n = ceil((end - start) / step);
+  if (n < 0) n = 0;
+  if (n > 9.0e15) return vl_fail(VL_EINVAL, "arange: %g elements are too many", n);
+  int64_t numel = (int64_t)n;
+  /* Values are monotonic: the first and the last bound them all (for integer dtypes). */
+  VL_TRY(vl_scalar_to("arange", vl_scalar_float(start), dt, NULL));
+  if (numel > 1) VL_TRY(vl_scalar_to("arange", vl_scalar_float(start + (double)(numel - 1) * step), dt, NULL));
+  return arange_run(numel, start, step, dt, dev, out);
 }
 
 vl_status vl_from_host(const void *host, int ndim, const int64_t *size, vl_dtype dt, vl_device dev,
@@ -275,10 +335,12 @@ vl_status vl_copy_(vl_tensor *dst, vl_tensor *src) {
   return bumped(dst, s);
 }
 
-vl_status vl_fill_(vl_tensor *t, double value) {
+vl_status vl_fill_scalar_(vl_tensor *t, vl_scalar value) {
   VL_TRY(vl_check_writable("fill_", t));
   return bumped(t, fill_tensor("fill_", t, value));
 }
+
+vl_status vl_fill_(vl_tensor *t, double value) { return vl_fill_scalar_(t, vl_scalar_float(value)); }
 
 vl_status vl_to_host(vl_tensor *t, void *buf) {
   int64_t numel = vl_tensor_numel(t);

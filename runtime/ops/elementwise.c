@@ -302,6 +302,12 @@ vl_status vl_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reverse
   /* Predicates compare in the promoted dtype without bool -> i64. */
   if (vl_binary_is_predicate(op))
     ct = !vl_dtype_is_float(a->dtype) && (s != floor(s) || !isfinite(s)) ? VL_F32 : a->dtype;
+  /* The scalar conversion rule (runtime/core/scalar.h): arithmetic in an integer dtype refuses a
+   * scalar beyond its range; a comparison with one is made exactly, in f64. */
+  if (!vl_dtype_is_float(ct) && vl_scalar_to(name, vl_scalar_float(s), ct, NULL) != VL_OK) {
+    if (!vl_binary_is_predicate(op)) return VL_EINVAL;
+    ct = VL_F64;
+  }
   if (op == VL_BIN_POW) VL_TRY(scalar_pow_check(name, a, s, reverse, ct));
   vl_dtype out_dt = vl_binary_is_predicate(op) ? VL_BOOL : ct;
   vl_tensor *ca = NULL, *r = NULL;
@@ -323,6 +329,7 @@ static vl_status scalar_inplace(vl_binary_op op, vl_tensor *a, double s) {
   op_name(name, sizeof name, binary_names[op], true);
   VL_TRY(act_backward_check(name, op, a, NULL));
   VL_TRY(inplace_check(name, op, a, NULL, scalar_compute_dtype(op, a->dtype, s)));
+  if (!vl_binary_is_predicate(op) && !vl_dtype_is_float(a->dtype)) VL_TRY(vl_scalar_to(name, vl_scalar_float(s), a->dtype, NULL));
   if (op == VL_BIN_POW) VL_TRY(scalar_pow_check(name, a, s, false, a->dtype));
   if (!vl_binary_is_predicate(op)) return scalar_run(op, a, a, s, false);
   vl_tensor *tmp;
@@ -389,6 +396,7 @@ static vl_status masked_run(vl_tensor *out, vl_tensor *in, vl_tensor *mask, doub
 
 vl_status vl_masked_fill(vl_tensor *a, vl_tensor *mask, double value, vl_tensor **out) {
   VL_TRY(check_bool("masked_fill", "mask", mask));
+  VL_TRY(vl_scalar_to("masked_fill", vl_scalar_float(value), a->dtype, NULL)); /* runtime/core/scalar.h */
   VL_TRY(vl_check_same_device("masked_fill", a, "a", mask, "mask"));
   vl_tensor *ts[2] = {a, mask};
   const char *names[2] = {"a", "mask"};
@@ -409,6 +417,7 @@ vl_status vl_masked_fill(vl_tensor *a, vl_tensor *mask, double value, vl_tensor 
 vl_status vl_masked_fill_(vl_tensor *a, vl_tensor *mask, double value) {
   char d1[VL_DESC_LEN], d2[VL_DESC_LEN], s1[VL_DESC_LEN], s2[VL_DESC_LEN];
   VL_TRY(check_bool("masked_fill_", "mask", mask));
+  VL_TRY(vl_scalar_to("masked_fill_", vl_scalar_float(value), a->dtype, NULL)); /* runtime/core/scalar.h */
   VL_TRY(vl_check_same_device("masked_fill_", a, "a", mask, "mask"));
   if (!vl_broadcasts_to(mask, a->ndim, a->size))
     return vl_fail(VL_ESHAPE, "masked_fill_: mask of shape %s cannot be broadcast to a's shape %s (a %s, mask %s)",

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "runtime/core/scalar.h"
 #include "runtime/core/tensor.h"
 
 #ifdef __cplusplus
@@ -26,6 +27,13 @@ vl_status vl_zeros(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl
 vl_status vl_ones(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl_tensor **out);
 /* [start, end) by step (step != 0); numel = ceil((end - start) / step). */
 vl_status vl_arange(double start, double end, double step, vl_dtype dt, vl_device dev, vl_tensor **out);
+/* Values pass the conversion rule of runtime/core/scalar.h (VL_EINVAL "full: value 1e+10 cannot
+ * be converted to i32 without overflow"); integer scalars reach i64 tensors exactly. The double
+ * forms above are these with vl_scalar_float. arange's integer form counts in exact integers. */
+vl_status vl_full_scalar(int ndim, const int64_t *size, vl_scalar value, vl_dtype dt, vl_device dev,
+                         vl_tensor **out);
+vl_status vl_arange_scalar(vl_scalar start, vl_scalar end, vl_scalar step, vl_dtype dt, vl_device dev,
+                           vl_tensor **out);
 /* Copies numel(size) host elements of dtype `dt` (contiguous) into a new tensor on dev. */
 vl_status vl_from_host(const void *host, int ndim, const int64_t *size, vl_dtype dt, vl_device dev,
                        vl_tensor **out);
@@ -47,6 +55,7 @@ vl_status vl_to(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out);
 /* dst[...] = src broadcast to dst's shape, converting dtype and crossing devices as needed. */
 vl_status vl_copy_(vl_tensor *dst, vl_tensor *src);
 vl_status vl_fill_(vl_tensor *t, double value);
+vl_status vl_fill_scalar_(vl_tensor *t, vl_scalar value); /* the rule of runtime/core/scalar.h */
 /* The single element of a numel-1 tensor as a double (synchronises a CUDA tensor's stream). */
 vl_status vl_item(vl_tensor *t, double *out);
 /* Copies t (any device/strides) to host memory as contiguous elements of t's dtype.

@@ -118,6 +118,7 @@ static void test_batch_norm_forward(void) {
     bn_ref(xv, N, C, hw, w, b, false, rm2, rv2, 0.1, 1e-3, y, mean, invstd);
     CHECK(tensor_close(ty, y, tol, tol) && tensor_close(ti, invstd, 1e-6, 1e-6));
     CHECK(tensor_close(trm, rm2, 0, 0)); /* untouched in eval */
+    free(rm2), free(rv2); /* LeakSanitizer (tools/test-sanitize.sh) */
     REL(ty), REL(tm), REL(ti);
     /* affine off, no running stats */
     CHECK_OK(vl_batch_norm(tx, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, &ty, NULL, NULL));

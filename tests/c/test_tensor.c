@@ -1,4 +1,5 @@
 /* tests/c/test_tensor.c: storage, views, strides, contiguity, refcounts and error paths. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -263,6 +264,186 @@ static void test_context(void) {
   CHECK(seed == 67280421310721ULL && off == 0);
 }
 
+/* Fuzzer findings: shape products that wrap (2^32 x 2^32 = 0 elements) must be refused by every
+ * path that makes a shape, and an empty shape may not hide dims whose strides overflow. */
+static void test_shape_overflow(void) {
+  const int64_t G = (int64_t)1 << 32, T40 = (int64_t)1 << 40;
+  vl_device cpu = vl_cpu_device();
+  vl_tensor *o = sentinel();
+  int64_t numel = -7;
+
+  int64_t fits[3] = {0, (int64_t)1 << 30, (int64_t)1 << 30};
+  CHECK_OK(vl_shape_check("t", 3, fits, VL_F32, &numel));
+  CHECK(numel == 0);
+  int64_t wide[2] = {G, G};
+  CHECK_ERR(vl_shape_check("t", 2, wide, VL_U8, &numel), VL_EINVAL,
+            "t: shape 4294967296x4294967296 of u8 is too large (its byte size overflows 64 bits)");
+  CHECK(numel == 0); /* untouched on failure */
+  int64_t e0[3] = {0, T40, T40}, e1[3] = {T40, T40, 0}, e2[3] = {T40, 0, T40};
+  CHECK_ERR(vl_shape_check("t", 3, e0, VL_U8, NULL), VL_EINVAL, "too large");
+  CHECK_ERR(vl_shape_check("t", 3, e1, VL_U8, NULL), VL_EINVAL, "too large");
+  CHECK_ERR(vl_shape_check("t", 3, e2, VL_U8, NULL), VL_EINVAL, "too large");
+  /* the element size counts: 2^60 elements fit as u8 and f32 bytes, not as f64 */
+  int64_t e60[1] = {(int64_t)1 << 60};
+  CHECK_OK(vl_shape_check("t", 1, e60, VL_F32, &numel));
+  CHECK(numel == ((int64_t)1 << 60));
+  CHECK_ERR(vl_shape_check("t", 1, e60, VL_F64, NULL), VL_EINVAL, "of f64 is too large");
+  int64_t maxd[1] = {INT64_MAX};
+  CHECK_OK(vl_shape_check("t", 1, maxd, VL_U8, &numel));
+  CHECK(numel == INT64_MAX);
+  int64_t neg[2] = {2, -3};
+  CHECK_ERR(vl_shape_check("t", 2, neg, VL_F32, NULL), VL_EINVAL, "t: negative size -3 in dim 2");
+
+  /* creation */
+  CHECK_ERR(vl_tensor_empty(2, wide, VL_F32, cpu, &o), VL_EINVAL, "empty: shape 4294967296x4294967296 of f32");
+  CHECK_ERR(vl_tensor_empty(3, e0, VL_F32, cpu, &o), VL_EINVAL, "too large");
+  CHECK_ERR(vl_zeros(3, e1, VL_F32, cpu, &o), VL_EINVAL, "too large");
+  CHECK(o == sentinel());
+  vl_tensor *z = NULL;
+  CHECK_OK(vl_tensor_empty(3, fits, VL_F32, cpu, &z));
+  CHECK(z && z->stride[0] == ((int64_t)1 << 60) && z->stride[1] == ((int64_t)1 << 30) && z->stride[2] == 1);
+  vl_tensor_release(z);
+
+  /* view/reshape of an empty tensor: 2^64 must not wrap to its 0 elements */
+  int64_t zero[1] = {0};
+  CHECK_OK(vl_zeros(1, zero, VL_F32, cpu, &z));
+  CHECK_ERR(vl_view(z, 2, wide, &o), VL_ESHAPE, "view: shape 4294967296x4294967296 is too large");
+  CHECK_ERR(vl_reshape(z, 2, wide, &o), VL_ESHAPE, "reshape: shape 4294967296x4294967296 is too large");
+  int64_t wide3[3] = {G, G, 0};
+  CHECK_ERR(vl_view(z, 3, wide3, &o), VL_EINVAL, "view: shape 4294967296x4294967296x0 of f32 is too large");
+  CHECK_ERR(vl_view(z, 3, e0, &o), VL_EINVAL, "view: shape 0x1099511627776x1099511627776 of f32 is too large");
+  CHECK_ERR(vl_view(z, 3, e1, &o), VL_EINVAL, "too large");
+  int64_t inf1[2] = {-1, G};
+  vl_tensor *v = NULL;
+  CHECK_OK(vl_view(z, 2, inf1, &v));
+  CHECK(v && v->size[0] == 0 && v->size[1] == G && v->stride[0] == G && v->stride[1] == 1);
+  vl_tensor_release(v);
+  CHECK(o == sentinel());
+  vl_tensor_release(z);
+
+  /* expand: a stride-0 view still may not describe more than 2^63 bytes */
+  int64_t one[2] = {1, 1};
+  CHECK_OK(vl_ones(2, one, VL_F32, cpu, &z));
+  CHECK_ERR(vl_expand(z, 2, wide, &o), VL_EINVAL, "expand: shape 4294967296x4294967296 of f32 is too large");
+  int64_t wide4[4] = {G, G, 1, 1};
+  CHECK_ERR(vl_expand(z, 4, wide4, &o), VL_EINVAL, "too large");
+  int64_t ok2[2] = {(int64_t)1 << 20, (int64_t)1 << 10};
+  CHECK_OK(vl_expand(z, 2, ok2, &v));
+  CHECK(v && vl_tensor_numel(v) == ((int64_t)1 << 30) && v->stride[0] == 0 && v->stride[1] == 0);
+  vl_tensor_release(v);
+  CHECK(o == sentinel());
+  vl_tensor_release(z);
+
+  /* as_strided: (size - 1) * stride and the running sum must not wrap below the storage size */
+  int64_t sz[2] = {2, 4};
+  CHECK_OK(vl_zeros(2, sz, VL_F32, cpu, &z));
+  int64_t as[2] = {2, 2}, ast[2] = {(int64_t)1 << 62, (int64_t)1 << 62};
+  CHECK_ERR(vl_as_strided(z, 2, as, ast, 0, &o), VL_EINVAL, "beyond the storage of 8 elements");
+  int64_t as3[1] = {3}, ast3[1] = {((int64_t)1 << 62) + 1};
+  CHECK_ERR(vl_as_strided(z, 1, as3, ast3, 0, &o), VL_EINVAL, "beyond the storage of 8 elements");
+  int64_t ast4[2] = {INT64_MAX, 1};
+  CHECK_ERR(vl_as_strided(z, 2, as, ast4, 7, &o), VL_EINVAL, "beyond the storage");
+  CHECK_ERR(vl_as_strided(z, 2, wide, ast, 0, &o), VL_EINVAL, "as_strided: shape 4294967296x4294967296 of f32 is too large");
+  int64_t emp[2] = {0, 5}, bigst[2] = {INT64_MAX, INT64_MAX};
+  CHECK_OK(vl_as_strided(z, 2, emp, bigst, 0, &v)); /* empty: no element is ever reached */
+  CHECK(v && vl_tensor_numel(v) == 0);
+  vl_tensor_release(v);
+  CHECK(o == sentinel());
+  vl_tensor_release(z);
+}
+
+/* The one scalar conversion rule (runtime/core/scalar.h). */
+static void test_scalar_conversion(void) {
+  unsigned char b[8];
+  int32_t i32;
+  int64_t i64;
+  memset(b, 0xAB, sizeof b);
+  CHECK_ERR(vl_scalar_to("tensor", vl_scalar_float(1e10), VL_I32, b), VL_EINVAL,
+            "tensor: value 10000000000 cannot be converted to i32 without overflow");
+  CHECK(b[0] == 0xAB && b[3] == 0xAB); /* untouched */
+  CHECK_ERR(vl_scalar_to("full", vl_scalar_float(NAN), VL_I64, b), VL_EINVAL, "full: value nan cannot be converted to i64");
+  CHECK_ERR(vl_scalar_to("full", vl_scalar_float(-INFINITY), VL_I32, b), VL_EINVAL, "value -inf cannot be converted to i32");
+  CHECK_ERR(vl_scalar_to("x", vl_scalar_float(9223372036854775808.0), VL_I64, b), VL_EINVAL, "to i64 without overflow");
+  CHECK_ERR(vl_scalar_to("x", vl_scalar_int(256), VL_U8, b), VL_EINVAL, "value 256 cannot be converted to u8");
+  CHECK_ERR(vl_scalar_to("x", vl_scalar_int(-1), VL_U8, b), VL_EINVAL, "value -1 cannot be converted to u8");
+  CHECK_ERR(vl_scalar_to("x", vl_scalar_int((int64_t)INT32_MAX + 1), VL_I32, b), VL_EINVAL, "value 2147483648");
+  CHECK(b[0] == 0xAB);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(-9223372036854775808.0), VL_I64, &i64));
+  CHECK(i64 == INT64_MIN);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_int(INT64_MAX), VL_I64, &i64));
+  CHECK(i64 == INT64_MAX);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_int(9007199254740993LL), VL_I64, &i64));
+  CHECK(i64 == 9007199254740993LL);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(-2147483648.9), VL_I32, &i32)); /* truncates toward zero */
+  CHECK(i32 == INT32_MIN);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(1.9), VL_I32, &i32));
+  CHECK(i32 == 1);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(255.5), VL_U8, b));
+  CHECK(b[0] == 255);
+  float f;
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(1e300), VL_F32, &f));
+  CHECK(isinf(f) && f > 0);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(NAN), VL_F32, &f));
+  CHECK(isnan(f));
+  CHECK_OK(vl_scalar_to("x", vl_scalar_float(NAN), VL_BOOL, b));
+  CHECK(b[0] == 1);
+  CHECK_OK(vl_scalar_to("x", vl_scalar_int(0), VL_BOOL, b));
+  CHECK(b[0] == 0);
+  CHECK(vl_scalar_exact_f64(vl_scalar_int(9007199254740992LL)) && !vl_scalar_exact_f64(vl_scalar_int(9007199254740993LL)));
+
+  /* the front ends apply it: full/fill/arange/scalar ops, outputs untouched on failure */
+  vl_device cpu = vl_cpu_device();
+  vl_tensor *o = sentinel(), *t = NULL;
+  int64_t sz[2] = {3, 2};
+  CHECK_ERR(vl_full(2, sz, 1e10, VL_I32, cpu, &o), VL_EINVAL, "full: value 10000000000 cannot be converted to i32");
+  CHECK_ERR(vl_arange(0, 1e10, 1e9, VL_I32, cpu, &o), VL_EINVAL, "arange: value 9000000000 cannot be converted to i32");
+  CHECK_ERR(vl_arange_scalar(vl_scalar_int(0), vl_scalar_int(300), vl_scalar_int(1), VL_U8, cpu, &o), VL_EINVAL,
+            "arange: value 299 cannot be converted to u8");
+  CHECK(o == sentinel());
+  const int64_t big = 9007199254740993LL; /* 2^53 + 1 */
+  CHECK_OK(vl_full_scalar(2, sz, vl_scalar_int(big), VL_I64, cpu, &t));
+  const int64_t *p = vl_tensor_data(t);
+  CHECK(p[0] == big && p[5] == big);
+  vl_tensor *tt = NULL;
+  CHECK_OK(vl_transpose(t, 0, 1, &tt));
+  CHECK_OK(vl_fill_scalar_(tt, vl_scalar_int(INT64_MIN + 1)));
+  CHECK(p[0] == INT64_MIN + 1 && p[3] == INT64_MIN + 1 && p[5] == INT64_MIN + 1);
+  CHECK_ERR(vl_fill_(tt, NAN), VL_EINVAL, "fill_: value nan cannot be converted to i64");
+  CHECK(p[4] == INT64_MIN + 1);
+  vl_tensor_release(tt);
+  CHECK_ERR(vl_binary_scalar(VL_BIN_ADD, t, 1e300, false, &o), VL_EINVAL, "add: value 1.0000000000000001e+300");
+  CHECK(o == sentinel());
+  vl_tensor_release(t);
+  CHECK_OK(vl_full(2, sz, 7, VL_I32, cpu, &t));
+  CHECK_ERR(vl_binary_scalar(VL_BIN_MUL, t, 4294967296.0, false, &o), VL_EINVAL, "mul: value 4294967296 cannot be converted to i32");
+  CHECK_ERR(vl_binary_scalar_(VL_BIN_SUB, t, -3e9), VL_EINVAL, "sub_: value -3000000000 cannot be converted to i32");
+  CHECK(((const int32_t *)vl_tensor_data(t))[2] == 7);
+  vl_tensor *lt = NULL;
+  CHECK_OK(vl_binary_scalar(VL_BIN_LT, t, 4294967296.0, false, &lt)); /* compared exactly, not saturated */
+  CHECK(lt && lt->dtype == VL_BOOL && ((const uint8_t *)vl_tensor_data(lt))[0] == 1);
+  vl_tensor_release(lt);
+  vl_tensor_release(t);
+
+  /* integer arange: exact values and counts over the whole int64 range */
+  CHECK_OK(vl_arange_scalar(vl_scalar_int(INT64_MIN), vl_scalar_int(INT64_MAX), vl_scalar_int((int64_t)1 << 62),
+                            VL_I64, cpu, &t));
+  CHECK(t && t->size[0] == 4);
+  p = vl_tensor_data(t);
+  CHECK(p[0] == INT64_MIN && p[1] == -((int64_t)1 << 62) && p[2] == 0 && p[3] == ((int64_t)1 << 62));
+  vl_tensor_release(t);
+  CHECK_OK(vl_arange_scalar(vl_scalar_int(big), vl_scalar_int(big + 5), vl_scalar_int(2), VL_I64, cpu, &t));
+  p = vl_tensor_data(t);
+  CHECK(t->size[0] == 3 && p[0] == big && p[1] == big + 2 && p[2] == big + 4);
+  vl_tensor_release(t);
+  CHECK_OK(vl_arange_scalar(vl_scalar_int(10), vl_scalar_int(0), vl_scalar_int(-3), VL_I32, cpu, &t));
+  const int32_t *q = vl_tensor_data(t);
+  CHECK(t->size[0] == 4 && q[0] == 10 && q[3] == 1);
+  vl_tensor_release(t);
+  CHECK_OK(vl_arange_scalar(vl_scalar_int(0), vl_scalar_int(0), vl_scalar_int(1), VL_I64, cpu, &t));
+  CHECK(t->size[0] == 0);
+  vl_tensor_release(t);
+}
+
 int main(void) {
   test_context();
   test_empty_and_props();
@@ -271,6 +452,8 @@ int main(void) {
   test_narrow_select();
   test_permute_expand_squeeze();
   test_wrap_dim_and_devices();
+  test_shape_overflow();
+  test_scalar_conversion();
   vl_shutdown();
   return vl_test_finish();
 }
