@@ -31,11 +31,10 @@ static vl_status fill_tensor(const char *op, vl_tensor *t, vl_scalar v) {
     vl_tensor_release(one);
     return s;
   }
-  vl_exec ex;
-  VL_TRY(vl_exec_of(op, t->storage->device, &ex));
   vl_iter it;
-  vl_iter_make(&it, 1, &t, t->ndim, t->size);
-  return vl_backend_of(t->storage->device)->ops->fill(&it, v.is_int ? (double)v.i : v.f);
+  const vl_kernels *k;
+  VL_TRY(vl_iter_make(op, &it, 1, &t, t->ndim, t->size, &k));
+  return k->fill(&it, v.is_int ? (double)v.i : v.f);
 }
 
 vl_status vl_full_scalar(int ndim, const int64_t *size, vl_scalar value, vl_dtype dt, vl_device dev,

@@ -69,12 +69,11 @@ static void op_name(char *buf, size_t n, const char *base, bool inplace) {
 
 static vl_status unary_run(vl_unary_op op, vl_tensor *out, vl_tensor *in, double p0, double p1) {
   if (vl_tensor_numel(out) == 0) return VL_OK;
-  vl_exec ex;
-  VL_TRY(vl_exec_of(unary_names[op], out->storage->device, &ex));
   vl_tensor *ops[2] = {out, in};
   vl_iter it;
-  vl_iter_make(&it, 2, ops, out->ndim, out->size);
-  return vl_backend_of(out->storage->device)->ops->unary(op, &it, p0, p1);
+  const vl_kernels *k;
+  VL_TRY(vl_iter_make(unary_names[op], &it, 2, ops, out->ndim, out->size, &k));
+  return k->unary(op, &it, p0, p1);
 }
 
 static vl_status unary_check(const char *name, vl_unary_op op, const vl_tensor *a) {
@@ -177,12 +176,11 @@ static vl_status check_int_exponent(const char *name, vl_tensor *base, vl_tensor
 
 static vl_status binary_run(vl_binary_op op, vl_tensor *out, vl_tensor *a, vl_tensor *b, double alpha) {
   if (vl_tensor_numel(out) == 0) return VL_OK;
-  vl_exec ex;
-  VL_TRY(vl_exec_of(binary_names[op], out->storage->device, &ex));
   vl_tensor *ops[3] = {out, a, b};
   vl_iter it;
-  vl_iter_make(&it, 3, ops, out->ndim, out->size);
-  return vl_backend_of(out->storage->device)->ops->binary(op, &it, alpha);
+  const vl_kernels *k;
+  VL_TRY(vl_iter_make(binary_names[op], &it, 3, ops, out->ndim, out->size, &k));
+  return k->binary(op, &it, alpha);
 }
 
 vl_status vl_binary(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha, vl_tensor **out) {
@@ -286,12 +284,11 @@ static vl_status scalar_pow_check(const char *name, vl_tensor *a, double s, bool
 
 static vl_status scalar_run(vl_binary_op op, vl_tensor *out, vl_tensor *a, double s, bool reverse) {
   if (vl_tensor_numel(out) == 0) return VL_OK;
-  vl_exec ex;
-  VL_TRY(vl_exec_of(binary_names[op], out->storage->device, &ex));
   vl_tensor *ops[2] = {out, a};
   vl_iter it;
-  vl_iter_make(&it, 2, ops, out->ndim, out->size);
-  return vl_backend_of(out->storage->device)->ops->binary_scalar(op, &it, s, reverse);
+  const vl_kernels *k;
+  VL_TRY(vl_iter_make(binary_names[op], &it, 2, ops, out->ndim, out->size, &k));
+  return k->binary_scalar(op, &it, s, reverse);
 }
 
 vl_status vl_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reverse, vl_tensor **out) {
@@ -365,14 +362,11 @@ vl_status vl_where(vl_tensor *cond, vl_tensor *a, vl_tensor *b, vl_tensor **out)
   vl_tensor *lay[2] = {a, b};
   if (s == VL_OK) s = empty_result(2, lay, nd, size, ct, &r);
   if (s == VL_OK && vl_tensor_numel(r) > 0) {
-    vl_exec ex;
-    s = vl_exec_of("where", r->storage->device, &ex);
-    if (s == VL_OK) {
-      vl_tensor *ops[4] = {r, cond, ca, cb};
-      vl_iter it;
-      vl_iter_make(&it, 4, ops, nd, size);
-      s = vl_backend_of(r->storage->device)->ops->where(&it);
-    }
+    vl_tensor *ops[4] = {r, cond, ca, cb};
+    vl_iter it;
+    const vl_kernels *k;
+    s = vl_iter_make("where", &it, 4, ops, nd, size, &k);
+    if (s == VL_OK) s = k->where(&it);
   }
   vl_tensor_release(ca);
   vl_tensor_release(cb);
@@ -386,12 +380,11 @@ vl_status vl_where(vl_tensor *cond, vl_tensor *a, vl_tensor *b, vl_tensor **out)
 
 static vl_status masked_run(vl_tensor *out, vl_tensor *in, vl_tensor *mask, double value) {
   if (vl_tensor_numel(out) == 0) return VL_OK;
-  vl_exec ex;
-  VL_TRY(vl_exec_of("masked_fill", out->storage->device, &ex));
   vl_tensor *ops[3] = {out, in, mask};
   vl_iter it;
-  vl_iter_make(&it, 3, ops, out->ndim, out->size);
-  return vl_backend_of(out->storage->device)->ops->masked_fill(&it, value);
+  const vl_kernels *k;
+  VL_TRY(vl_iter_make("masked_fill", &it, 3, ops, out->ndim, out->size, &k));
+  return k->masked_fill(&it, value);
 }
 
 vl_status vl_masked_fill(vl_tensor *a, vl_tensor *mask, double value, vl_tensor **out) {

@@ -107,20 +107,24 @@ static int should_swap(const vl_iter *it, int a, int b) {
   return 0;
 }
 
-void vl_iter_make(vl_iter *it, int nops, vl_tensor *const *ops, int ndim, const int64_t *size) {
+vl_status vl_iter_make(const char *op_name, vl_iter *it, int nops, vl_tensor *const *ops, int ndim,
+                       const int64_t *size, const vl_kernels **k) {
+  vl_exec ex;
+  VL_TRY(vl_exec_of(op_name, ops[0]->storage->device, &ex));
+  *k = vl_backend_of(ops[0]->storage->device)->ops;
   memset(it, 0, sizeof *it);
+  it->ex = ex;
   it->nops = nops;
   it->numel = vl_shape_numel(ndim, size);
   for (int op = 0; op < nops; op++) {
     it->data[op] = vl_tensor_data(ops[op]);
     it->dtype[op] = ops[op]->dtype;
   }
-  vl_exec_of("iter", ops[0]->storage->device, &it->ex); /* the callers already resolved this stream */
   if (it->numel == 0) {
     it->ndim = 1;
     it->size[0] = 0;
     for (int op = 0; op < nops; op++) it->stride[op][0] = 1;
-    return;
+    return VL_OK;
   }
   /* Drop size-1 dims; they contribute nothing to addressing. */
   int64_t st[VL_ITER_MAX][VL_MAX_DIMS];
@@ -133,7 +137,7 @@ void vl_iter_make(vl_iter *it, int nops, vl_tensor *const *ops, int ndim, const 
     nd++;
   }
   it->ndim = nd;
-  if (nd == 0) return;
+  if (nd == 0) return VL_OK;
   /* Insertion sort, outermost first: dims with smaller strides move inward. */
   for (int i = 1; i < nd; i++) {
     for (int j = i; j > 0; j--) {
@@ -169,6 +173,7 @@ void vl_iter_make(vl_iter *it, int nops, vl_tensor *const *ops, int ndim, const 
     it->size[i] = it->size[i + shift];
     for (int op = 0; op < nops; op++) it->stride[op][i] = it->stride[op][i + shift];
   }
+  return VL_OK;
 }
 
 /* [lo, hi) in bytes of the memory a view can touch. */
@@ -219,10 +224,9 @@ vl_status vl_cast(vl_tensor *t, vl_dtype dt, vl_tensor **out) {
 
 vl_status vl_copy_same_device(vl_tensor *dst, vl_tensor *src) {
   if (vl_tensor_numel(dst) == 0) return VL_OK;
-  vl_exec ex;
-  VL_TRY(vl_exec_of("copy_", dst->storage->device, &ex));
   vl_tensor *ops[2] = {dst, src};
   vl_iter it;
-  vl_iter_make(&it, 2, ops, dst->ndim, dst->size);
-  return vl_backend_of(dst->storage->device)->ops->copy(&it);
+  const vl_kernels *k;
+  VL_TRY(vl_iter_make("copy_", &it, 2, ops, dst->ndim, dst->size, &k));
+  return k->copy(&it);
 }

@@ -40,8 +40,10 @@ bool vl_broadcasts_to(const vl_tensor *t, int ndim, const int64_t *size);
 
 /* Builds the kernels' iteration: operand 0 is the output and has exactly `size`; inputs are
  * broadcast (stride 0), dims are ordered by the output's strides and merged where every operand
- * allows, so contiguous problems arrive flat. */
-void vl_iter_make(vl_iter *it, int nops, vl_tensor *const *ops, int ndim, const int64_t *size);
+ * allows, so contiguous problems arrive flat. Resolves the output device's stream once (a failure
+ * names `op`) and hands back that device's op table in *k, so a caller is one line from its kernel. */
+vl_status vl_iter_make(const char *op, vl_iter *it, int nops, vl_tensor *const *ops, int ndim, const int64_t *size,
+                       const vl_kernels **k);
 
 /* `in` as it may be read while `out` is written elementwise: a new reference to `in` itself when
  * they cannot interfere, otherwise a contiguous copy (partial overlap such as a:add_(a:t())). */

@@ -57,30 +57,32 @@ static void test_iter(void) {
   CHECK_OK(vl_zeros(3, s, VL_F32, CPU, &b));
   vl_tensor *ops[2] = {a, b};
   vl_iter it;
-  vl_iter_make(&it, 2, ops, 3, s);
+  const vl_kernels *k = NULL;
+  CHECK_OK(vl_iter_make("test", &it, 2, ops, 3, s, &k));
+  CHECK(k == &vl_cpu_kernels);
   CHECK(it.ndim == 1 && it.size[0] == 24 && vl_iter_is_flat(&it) && it.numel == 24);
   /* both operands permuted alike still collapse to one flat dim */
   int perm[3] = {2, 0, 1};
   CHECK_OK(vl_permute(a, 3, perm, &at));
   CHECK_OK(vl_permute(b, 3, perm, &bt));
   vl_tensor *ops2[2] = {at, bt};
-  vl_iter_make(&it, 2, ops2, 3, at->size);
+  CHECK_OK(vl_iter_make("test", &it, 2, ops2, 3, at->size, &k));
   CHECK(vl_iter_is_flat(&it) && it.size[0] == 24);
   /* a broadcast operand keeps stride 0 on its broadcast dims; the rest merge */
   CHECK_OK(vl_zeros(1, s4, VL_F32, CPU, &c));
   vl_tensor *ops3[2] = {a, c};
-  vl_iter_make(&it, 2, ops3, 3, s);
+  CHECK_OK(vl_iter_make("test", &it, 2, ops3, 3, s, &k));
   CHECK(it.ndim == 2 && it.size[0] == 6 && it.size[1] == 4 && it.stride[0][0] == 4 && it.stride[1][0] == 0 &&
         it.stride[1][1] == 1);
   /* a column slice cannot merge its rows */
   CHECK_OK(vl_narrow(a, 2, 1, 2, &v));
   vl_tensor *ops4[1] = {v};
-  vl_iter_make(&it, 1, ops4, 3, v->size);
+  CHECK_OK(vl_iter_make("test", &it, 1, ops4, 3, v->size, &k));
   CHECK(it.ndim == 2 && it.size[0] == 6 && it.size[1] == 2 && it.stride[0][0] == 4);
   int64_t s0[2] = {0, 4};
   vl_tensor *e = NULL;
   CHECK_OK(vl_zeros(2, s0, VL_F32, CPU, &e));
-  vl_iter_make(&it, 1, &e, 2, s0);
+  CHECK_OK(vl_iter_make("test", &it, 1, &e, 2, s0, &k));
   CHECK(it.numel == 0);
   (void)s34;
   REL(e); REL(v); REL(c); REL(at); REL(bt); REL(a); REL(b);
