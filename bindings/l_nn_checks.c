@@ -3,7 +3,9 @@
  * nothing and raises the runtime's message; these bindings only translate Lua values:
  *   check_linear(x, w, b|nil)              check_embedding(ids, w)
  *   check_class_target(op, input, target, probs_ok) (class ids, or probabilities of the input's shape)
- *   check_class_ids(op, input, ids)        (ids free of ignored positions: every id in [0, C))
+ *   gather_as(op, src, dim, index) -> t    index_select_as(op, src, dim, index) -> t
+ *       (src:gather / src:index_select, recorded, whose index errors name op: the range check of
+ *       class ids and embedding ids is the gather itself, not a second kernel)
  *   check_same_shape(op, input, target)    check_sdpa(q, k, v, mask|nil)
  *   check_prob(op, what, p)                (0 <= p <= 1; NaN fails)
  *   check_ndim(op, x, {ranks...})          (e.g. BatchNorm2d: {4})
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "bindings/l_priv.h"
+#include "runtime/autograd/ops.h"
 #include "runtime/nn/nn.h"
 
 static int check_done(lua_State *L, vl_status s) {
@@ -40,10 +43,22 @@ static int c_class_target(lua_State *L) {
   return check_done(L, vl_class_target_check(op, x, t, lua_toboolean(L, 4)));
 }
 
-static int c_class_ids(lua_State *L) {
+static int c_gather_as(lua_State *L) {
   const char *op = luaL_checkstring(L, 1);
-  vl_tensor *x = l_nn_checktensor(L, 2, op, "input"), *t = l_nn_checktensor(L, 3, op, "target");
-  return check_done(L, vl_class_ids_check(op, x, t));
+  vl_tensor *src = l_nn_checktensor(L, 2, op, "input");
+  int d = l_checkdim(L, 3);
+  vl_tensor *index = l_nn_checktensor(L, 4, op, "index");
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_ag_gather_as(op, src, d, index, slot));
+}
+
+static int c_index_select_as(lua_State *L) {
+  const char *op = luaL_checkstring(L, 1);
+  vl_tensor *src = l_nn_checktensor(L, 2, op, "weight");
+  int d = l_checkdim(L, 3);
+  vl_tensor *index = l_nn_checktensor(L, 4, op, "ids");
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_ag_index_select_as(op, src, d, index, slot));
 }
 
 static int c_same_shape(lua_State *L) {
@@ -128,7 +143,8 @@ const luaL_Reg l_check_funcs[] = {
     {"check_linear", c_linear},
     {"check_embedding", c_embedding},
     {"check_class_target", c_class_target},
-    {"check_class_ids", c_class_ids},
+    {"gather_as", c_gather_as},
+    {"index_select_as", c_index_select_as},
     {"check_same_shape", c_same_shape},
     {"check_sdpa", c_sdpa},
     {"check_prob", c_prob},

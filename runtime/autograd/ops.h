@@ -59,6 +59,10 @@ vl_status vl_ag_addmm(vl_tensor *bias, vl_tensor *a, vl_tensor *b, double beta, 
 
 /* ---- indexing and joining ---- */
 vl_status vl_ag_gather(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
+/* gather / index_select whose errors (an index out of range, also when CUDA reports it
+ * asynchronously) name `op`, the layer that gathers: cross_entropy's class ids, embedding's ids. */
+vl_status vl_ag_gather_as(const char *op, vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
+vl_status vl_ag_index_select_as(const char *op, vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
 vl_status vl_ag_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out);
 vl_status vl_ag_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
 vl_status vl_ag_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);

@@ -159,8 +159,12 @@ static vl_status gather_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 }
 
 vl_status vl_ag_gather(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
+  return vl_ag_gather_as("gather", src, dim, index, out);
+}
+
+vl_status vl_ag_gather_as(const char *op, vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
   vl_tensor *r;
-  VL_TRY(vl_gather(src, dim, index, &r));
+  VL_TRY(vl_gather_as(op, src, dim, index, &r));
   dim_ctx c = {dim};
   return vl_ag_out(VL_AG_RECORD(.name = "GatherBackward", .backward = gather_bw, .nin = 1, .in = &src, .out = &r,
                                 .save = {index}, VL_AG_CTX_OF(c)),
@@ -232,8 +236,12 @@ static vl_status index_select_bw(vl_node *n, vl_tensor *const *go, vl_tensor **g
 }
 
 vl_status vl_ag_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
+  return vl_ag_index_select_as("index_select", src, dim, index, out);
+}
+
+vl_status vl_ag_index_select_as(const char *op, vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
   vl_tensor *r;
-  VL_TRY(vl_index_select(src, dim, index, &r));
+  VL_TRY(vl_index_select_as(op, src, dim, index, &r));
   dim_ctx c = {dim < 0 ? dim + src->ndim : dim};
   return vl_ag_out(VL_AG_RECORD(.name = "IndexSelectBackward", .backward = index_select_bw, .nin = 1, .in = &src,
                                 .out = &r, .save = {index}, VL_AG_CTX_OF(c)),

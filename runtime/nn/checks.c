@@ -63,18 +63,6 @@ vl_status vl_linear_check(const vl_tensor *x, const vl_tensor *w, const vl_tenso
 /* The ids of t checked against [0, size) along `dim` of a zero-strided stand-in of `shape` by
  * the index kernel itself, with `op` as its name: no host read of the ids (on CUDA the check is
  * asynchronous and reported at the next synchronisation, like any index error). */
-static vl_status check_ids(const char *op, const vl_tensor *like, int ndim, const int64_t *shape, int dim,
-                           vl_tensor *ids, bool select) {
-  vl_tensor *zero = NULL, *src = NULL, *r = NULL;
-  vl_status s = vl_full(0, NULL, 0.0, VL_U8, like->storage->device, &zero);
-  if (s == VL_OK) s = vl_expand(zero, ndim, shape, &src);
-  if (s == VL_OK) s = select ? vl_index_select_as(op, src, dim, ids, &r) : vl_gather_as(op, src, dim, ids, &r);
-  vl_tensor_release(zero);
-  vl_tensor_release(src);
-  vl_tensor_release(r);
-  return s;
-}
-
 vl_status vl_embedding_check(vl_tensor *ids, const vl_tensor *weight) {
   const char *op = "embedding";
   char di[VL_DESC_LEN], dw[VL_DESC_LEN];
@@ -83,13 +71,7 @@ vl_status vl_embedding_check(vl_tensor *ids, const vl_tensor *weight) {
     return vl_fail(VL_EDTYPE, "%s: ids must be i64 or i32, got %s", op, vl_tensor_desc(ids, di, sizeof di));
   if (weight->ndim != 2)
     return vl_fail(VL_ESHAPE, "%s: weight must be 2-D (num x dim), got %s", op, vl_tensor_desc(weight, dw, sizeof dw));
-  if (vl_tensor_numel(ids) == 0) return VL_OK;
-  vl_tensor *flat = NULL;
-  int64_t n = vl_tensor_numel(ids);
-  vl_status s = vl_reshape(ids, 1, &n, &flat);
-  if (s == VL_OK) s = check_ids(op, weight, 1, weight->size, 0, flat, true);
-  vl_tensor_release(flat);
-  return s;
+  return VL_OK;
 }
 
 vl_status vl_embedding_padding_idx(const char *op, int64_t num, int64_t padding_idx, int64_t *wrapped) {
@@ -135,19 +117,6 @@ vl_status vl_class_target_check(const char *op, const vl_tensor *input, const vl
     return vl_fail(VL_ESHAPE, "%s: target shape does not match the input without its class dim (input %s, target %s)",
                    op, vl_tensor_desc(input, dx, sizeof dx), vl_tensor_desc(target, dt, sizeof dt));
   return VL_OK;
-}
-
-vl_status vl_class_ids_check(const char *op, const vl_tensor *input, vl_tensor *ids) {
-  VL_TRY(vl_class_target_check(op, input, ids, false));
-  if (vl_tensor_numel(ids) == 0) return VL_OK;
-  int cd = class_dim(input);
-  int64_t isize[VL_MAX_DIMS];
-  for (int i = 0, j = 0; i < input->ndim; i++) isize[i] = i == cd ? 1 : ids->size[j++];
-  vl_tensor *idx = NULL;
-  vl_status s = vl_reshape(ids, input->ndim, isize, &idx); /* ids with the class dim as size 1 */
-  if (s == VL_OK) s = check_ids(op, input, input->ndim, input->size, cd, idx, false);
-  vl_tensor_release(idx);
-  return s;
 }
 
 vl_status vl_same_shape_check(const char *op, const vl_tensor *input, const vl_tensor *target) {

@@ -82,17 +82,16 @@ vl_status vl_nn_check_prob(const char *op, const char *what, double p);
 vl_status vl_nn_check_ndim(const char *op, const vl_tensor *x, unsigned mask);
 /* y = x w^T + b: w out x in, x ... x in, bias [out] or NULL, one device and float dtype. */
 vl_status vl_linear_check(const vl_tensor *x, const vl_tensor *w, const vl_tensor *bias);
-/* ids (i64/i32, any shape) rows of weight (num x dim): also every id in [0, num), checked by the
- * index kernel ("embedding: index 7 is out of bounds ..."; asynchronous on CUDA). */
+/* ids (i64/i32, any shape) rows of weight (num x dim), on one device. The range of every id is
+ * checked by the gather itself, vl_ag_index_select_as("embedding", ...) (runtime/autograd/ops.h):
+ * "embedding: index 7 is out of bounds ..." (asynchronous on CUDA), with no second pass. */
 vl_status vl_embedding_check(vl_tensor *ids, const vl_tensor *weight);
 /* padding_idx (negative from the end) of a table of num rows, wrapped into *wrapped. */
 vl_status vl_embedding_padding_idx(const char *op, int64_t num, int64_t padding_idx, int64_t *wrapped);
 /* target of a classification loss for input (N x C [x d...] or C): class ids (i64/i32) of the
- * input's shape without the class dim, or (probs_ok) a float tensor of the input's shape. */
+ * input's shape without the class dim, or (probs_ok) a float tensor of the input's shape. Whether
+ * every id is in [0, C) is checked by the loss's gather, vl_ag_gather_as(op, ...). */
 vl_status vl_class_target_check(const char *op, const vl_tensor *input, const vl_tensor *target, bool probs_ok);
-/* The class-id target check plus every id in [0, C) (ids already free of ignored positions),
- * checked by the index kernel under op's name (asynchronous on CUDA: no host read). */
-vl_status vl_class_ids_check(const char *op, const vl_tensor *input, vl_tensor *ids);
 /* Elementwise losses: target of input's shape, on its device. */
 vl_status vl_same_shape_check(const char *op, const vl_tensor *input, const vl_tensor *target);
 /* q ... x L x E, k ... x S x E, v ... x S x Ev; mask NULL, bool or float; one device. */

@@ -7,6 +7,7 @@
 #include "runtime/autograd/layout.h"
 #include "runtime/core/context.h"
 #include "runtime/core/layout.h"
+#include "runtime/autograd/ops.h"
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops.h"
 #include "vl_test.h"
@@ -69,17 +70,28 @@ static void test_linear(void) {
   REL(xi);
 }
 
+/* x[i, ids[i]] through the loss's gather (functional.lua's nll_terms), its result dropped. */
+static vl_status gather_ids(const char *op, vl_tensor *x, vl_tensor *ids) {
+  vl_tensor *col = NULL, *r = NULL;
+  vl_status s = vl_unsqueeze(ids, 1, &col);
+  if (s == VL_OK) s = vl_ag_gather_as(op, x, 1, col, &r);
+  vl_tensor_release(col);
+  vl_tensor_release(r);
+  return s;
+}
+
 static void test_class_ids(void) {
   int64_t sx[2] = {2, 3};
   vl_tensor *x = zeros(2, sx, VL_F32);
   const double good[2] = {0, 2}, over[2] = {0, 3}, neg[2] = {-1, 1};
   vl_tensor *tg = ids(2, good, VL_I64), *to = ids(2, over, VL_I64), *tn = ids(2, neg, VL_I32);
   vl_tensor *tf = ids(2, good, VL_F32), *t3 = ids(3, (const double[3]){0, 1, 2}, VL_I64);
-  CHECK_OK(vl_class_ids_check("cross_entropy", x, tg));
-  /* the index kernel's error, under the loss's name (not "gather: ...") */
-  CHECK_ERR(vl_class_ids_check("cross_entropy", x, to), VL_EINVAL,
+  CHECK_OK(vl_class_target_check("cross_entropy", x, tg, false));
+  /* The loss's own gather checks the ids, under the loss's name (not "gather: ..."). */
+  CHECK_OK(gather_ids("cross_entropy", x, tg));
+  CHECK_ERR(gather_ids("cross_entropy", x, to), VL_EINVAL,
             "cross_entropy: index 3 is out of bounds for dim 2 with size 3");
-  CHECK_ERR(vl_class_ids_check("nll_loss", x, tn), VL_EINVAL, "nll_loss: index -1 is out of bounds");
+  CHECK_ERR(gather_ids("nll_loss", x, tn), VL_EINVAL, "nll_loss: index -1 is out of bounds");
   CHECK_ERR(vl_class_target_check("nll_loss", x, tf, false), VL_EDTYPE,
             "nll_loss: target must hold class ids (i64 or i32) (input 2x3 f32 cpu, target 2 f32 cpu)");
   CHECK_ERR(vl_class_target_check("cross_entropy", x, tf, true), VL_ESHAPE,
@@ -113,7 +125,14 @@ static void test_embedding(void) {
   const double good[3] = {0, 4, 2}, over[3] = {0, 5, 1};
   vl_tensor *tg = ids(3, good, VL_I32), *to = ids(3, over, VL_I64), *tf = ids(3, good, VL_F32);
   CHECK_OK(vl_embedding_check(tg, w));
-  CHECK_ERR(vl_embedding_check(to, w), VL_EINVAL, "embedding: index 5 is out of bounds for dim 1 with size 5");
+  CHECK_OK(vl_embedding_check(to, w)); /* the ids' range is the gather's to check, below */
+  vl_tensor *r = NULL;
+  CHECK_OK(vl_ag_index_select_as("embedding", w, 0, tg, &r));
+  REL(r);
+  r = NULL;
+  CHECK_ERR(vl_ag_index_select_as("embedding", w, 0, to, &r), VL_EINVAL,
+            "embedding: index 5 is out of bounds for dim 1 with size 5");
+  CHECK(r == NULL, "no result on failure");
   CHECK_ERR(vl_embedding_check(tf, w), VL_EDTYPE, "embedding: ids must be i64 or i32, got 3 f32 cpu");
   CHECK_ERR(vl_embedding_check(tg, tg), VL_ESHAPE, "embedding: weight must be 2-D (num x dim)");
   int64_t pad = -7;

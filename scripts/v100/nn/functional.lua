@@ -85,7 +85,8 @@ end
 function F.embedding(ids, weight, opts)
   core_nn().check_embedding(ids, weight)
   local dim = weight.shape[2]
-  local out = weight:index_select(1, ids:reshape{ -1 })
+  -- the gather itself checks every id, naming embedding (no second pass over the ids)
+  local out = core_nn().index_select_as('embedding', weight, 1, ids:reshape{ -1 })
   local shape = ids.shape
   shape[#shape + 1] = dim
   out = out:view(shape)
@@ -156,15 +157,14 @@ end
 -- The class dim of an input: 2 for N x C [x d1 ...], 1 for an unbatched C vector.
 local function class_dim(x) return x.ndim == 1 and 1 or 2 end
 
--- Per-element -logp[target] with ignored positions zeroed, and the valid mask (bool). The class
--- ids are checked (in C, under the loss's name) once the ignored positions are replaced.
+-- Per-element -logp[target] with ignored positions zeroed, and the valid mask (bool). The gather
+-- checks the class ids under the loss's name, once the ignored positions are replaced.
 local function nll_terms(fname, logp, target, ignore_index)
   local cd = class_dim(logp)
   local valid = target:ne(ignore_index)
   -- ignored targets may hold any value (e.g. -100): gather a safe class 0 there, then zero it
   local safe = v100.where(valid, target, 0)
-  core_nn().check_class_ids(fname, logp, safe)
-  local picked = logp:gather(cd, safe:unsqueeze(cd)):squeeze(cd)
+  local picked = core_nn().gather_as(fname, logp, cd, safe:unsqueeze(cd)):squeeze(cd)
   return (-picked):masked_fill(valid:logical_not(), 0), valid
 end
 
