@@ -561,6 +561,18 @@ T.test('out-of-range index on cuda raises "out of bounds" by the next synchroniz
     local r = src:gather(2, gidx)
     return r:sum():item()
   end, 'out of bounds')
+  -- the layers' gathers name the layer, also when the error is only seen at a later sync
+  local nn = require 'v100.nn'
+  local logits = v100.randn({ 4, 3 }, { device = 'cuda' })
+  local y = v100.tensor({ 0, 2, 3, 1 }, { dtype = 'i64', device = 'cuda' })
+  T.raises(function() return nn.F.cross_entropy(logits, y):item() end,
+    { 'cross_entropy: index 3 is out of bounds', 'asynchronously' })
+  local w = v100.randn({ 5, 2 }, { device = 'cuda' })
+  T.raises(function() return nn.F.embedding(v100.tensor({ 0, 5 }, { dtype = 'i64', device = 'cuda' }), w):sum():item() end,
+    { 'embedding: index 5 is out of bounds', 'asynchronously' })
+  -- the flag was cleared by the report: the device works on
+  local ok = nn.F.cross_entropy(logits, v100.tensor({ 0, 2, 1, 1 }, { dtype = 'i64', device = 'cuda' })):item()
+  T.eq(ok == ok and ok > 0 and ok < math.huge, true, 'a finite positive loss after the reported error')
 end)
 
 T.run()
