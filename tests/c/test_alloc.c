@@ -100,8 +100,9 @@ static vl_alloc *make_pool(mock *m, size_t capacity) {
   memset(m, 0, sizeof *m);
   m->next_addr = 0x10000000;
   m->capacity = capacity;
-  vl_alloc_backend be = {m, mock_alloc, mock_free, mock_event_record, mock_event_query,
-                        mock_event_destroy, mock_mem_info, "mock:0"};
+  vl_alloc_backend be = {.ud = m, .raw_alloc = mock_alloc, .raw_free = mock_free,
+                         .event_record = mock_event_record, .event_query = mock_event_query,
+                         .event_destroy = mock_event_destroy, .mem_info = mock_mem_info, .name = "mock:0"};
   vl_alloc *p = NULL;
   if (vl_alloc_create(&be, &p) != VL_OK) {
     fprintf(stderr, "vl_alloc_create failed: %s\n", vl_errmsg());
@@ -679,7 +680,7 @@ static void test_no_events_backend(void) {
   memset(&m, 0, sizeof m);
   m.next_addr = 0x10000000;
   m.capacity = 64 * MiB;
-  vl_alloc_backend be = {&m, mock_alloc, mock_free, NULL, NULL, NULL, NULL, NULL};
+  vl_alloc_backend be = {.ud = &m, .raw_alloc = mock_alloc, .raw_free = mock_free}; /* no streams */
   vl_alloc *p = NULL;
   CHECK(vl_alloc_create(&be, &p) == VL_OK);
   if (!p) return;
@@ -696,7 +697,7 @@ static void test_no_events_backend(void) {
   vl_alloc_free(p, b);
   check_consistent(p, &m);
   vl_alloc_destroy(p);
-  vl_alloc_backend bad = {&m, NULL, mock_free, NULL, NULL, NULL, NULL, NULL};
+  vl_alloc_backend bad = {.ud = &m, .raw_free = mock_free}; /* raw_alloc missing */
   CHECK(vl_alloc_create(&bad, &p) == VL_EINVAL);
 }
 
