@@ -8,6 +8,12 @@
 -- makes one fused call per group; on CUDA that is one multi-tensor launch per stage and dtype
 -- group, with no host synchronisation. State tensors are created lazily as zeros, per parameter
 -- (f32 for f16/bf16 parameters, the parameter's dtype otherwise).
+--
+-- master_weights = true (AMP O2, docs/AMP.md): every f16/bf16 parameter gets an f32 master copy
+-- (state.master, made at its first step). The fused kernels step the master with the gradient
+-- cast to f32, and the half parameter is then refreshed from it by one cast copy, so that small
+-- updates accumulate in f32 instead of being rounded away in half. A step skipped on found_inf
+-- leaves the masters unchanged, and the refresh then rewrites the same half values.
 local v100 = require 'v100'
 local _nn = v100._nn
 
@@ -137,6 +143,17 @@ local function group_call(kind, g)
   }
 end
 
+local function is_half(t) return t.dtype == 'f16' or t.dtype == 'bf16' end
+
+-- The f32 master of a half parameter (master_weights), made from the parameter on first use.
+local function master_of(self, p, st)
+  if not self.master_weights or not is_half(p) then return nil end
+  if st.master == nil then
+    st.master = v100.no_grad(function() return p:to('f32'):contiguous() end)
+  end
+  return st.master
+end
+
 local function uses_momentum(kind, g)
   return (kind == 'sgd' or kind == 'lars') and (g.momentum or 0) ~= 0
 end
@@ -153,6 +170,7 @@ function Optimizer:step(arg)
     amp = arg
   end
   local kind = self.kind
+  local refresh = {} -- half parameter -> its master, refreshed after the fused calls
   for _, g in ipairs(self.param_groups) do
     local k, hp = group_call(kind, g)
     local mom = uses_momentum(kind, g)
@@ -167,24 +185,29 @@ function Optimizer:step(arg)
           self.state[p] = st
         end
         st.step = st.step + 1
+        -- q: the tensor the kernel updates (the f32 master of a half parameter, else p)
+        local master = master_of(self, p, st)
+        local q = master or p
+        if master then refresh[#refresh + 1] = { p, master } end
         local first = false
         local s1, s2
         if adam then
           if st.exp_avg == nil then
-            st.exp_avg = v100.zeros_like(p, { dtype = state_dtype(p) })
-            st.exp_avg_sq = v100.zeros_like(p, { dtype = state_dtype(p) })
+            st.exp_avg = v100.zeros_like(q, { dtype = state_dtype(q) })
+            st.exp_avg_sq = v100.zeros_like(q, { dtype = state_dtype(q) })
           end
           s1, s2 = st.exp_avg, st.exp_avg_sq
         elseif mom then
           if st.momentum_buffer == nil then
-            st.momentum_buffer = v100.zeros_like(p, { dtype = state_dtype(p) })
+            st.momentum_buffer = v100.zeros_like(q, { dtype = state_dtype(q) })
             first = true
           end
           s1 = st.momentum_buffer
         end
-        if grad.dtype ~= p.dtype then grad = grad:to(p.dtype) end
+        -- the kernels take gradients of the updated tensor's dtype
+        if grad.dtype ~= q.dtype then grad = grad:to(q.dtype) end
         if not grad:is_contiguous() then grad = grad:contiguous() end
-        local key = p.device .. '|' .. p.dtype .. '|' .. st.step .. '|' .. tostring(first)
+        local key = q.device .. '|' .. q.dtype .. '|' .. st.step .. '|' .. tostring(first)
         local b = buckets[key]
         if b == nil then
           b = { p = {}, g = {}, s1 = {}, s2 = {}, step = st.step, first = first }
@@ -192,7 +215,7 @@ function Optimizer:step(arg)
           order[#order + 1] = key
         end
         local n = #b.p + 1
-        b.p[n], b.g[n], b.s1[n], b.s2[n] = p, grad, s1, s2
+        b.p[n], b.g[n], b.s1[n], b.s2[n] = q, grad, s1, s2
       end
     end
     for _, key in ipairs(order) do
@@ -202,7 +225,26 @@ function Optimizer:step(arg)
         amp and amp.found_inf, amp and amp.inv_scale)
     end
   end
+  if #refresh > 0 then
+    -- the half parameters from their masters (a skipped step rewrites the same values)
+    v100.no_grad(function()
+      for _, e in ipairs(refresh) do e[1]:copy_(e[2]) end
+    end)
+  end
   return loss
+end
+
+-- Copies every half parameter into its f32 master (master_weights): after the model's weights
+-- were changed outside the optimizer, e.g. by model:load_state_dict without the optimizer's state.
+function Optimizer:refresh_masters()
+  v100.no_grad(function()
+    for _, g in ipairs(self.param_groups) do
+      for _, p in ipairs(g.params) do
+        local st = self.state[p]
+        if st ~= nil and st.master ~= nil then st.master:copy_(p) end
+      end
+    end
+  end)
 end
 
 -- Drops the gradients (set_to_none, the default) or zeroes them in place.
@@ -220,13 +262,14 @@ function Optimizer:zero_grad(set_to_none)
   end
 end
 
-local STATE_KEYS = { 'momentum_buffer', 'exp_avg', 'exp_avg_sq' }
+local STATE_KEYS = { 'momentum_buffer', 'exp_avg', 'exp_avg_sq', 'master' }
 
--- {state = {[index] = {step=, momentum_buffer= | exp_avg=, exp_avg_sq=}}, param_groups = {{lr=,
--- ..., params = {index, ...}}}}; indices number the parameters 1.. in group order. The buffers are
--- the optimizer's own tensors (load_state_dict copies them).
+-- {state = {[index] = {step=, momentum_buffer= | exp_avg=, exp_avg_sq=, master=}}, param_groups =
+-- {{lr=, ..., params = {index, ...}}}, master_weights = bool}; indices number the parameters 1..
+-- in group order. The buffers are the optimizer's own tensors (load_state_dict copies them);
+-- master is the f32 master of a half parameter (master_weights).
 function Optimizer:state_dict()
-  local sd = { state = {}, param_groups = {} }
+  local sd = { state = {}, param_groups = {}, master_weights = self.master_weights }
   local idx = 0
   for gi, g in ipairs(self.param_groups) do
     local pg = { params = {} }
@@ -290,6 +333,9 @@ function Optimizer:load_state_dict(sd)
         local st = { step = e.step or 0 }
         for _, k in ipairs(STATE_KEYS) do
           local t = e[k]
+          -- a master only for a half parameter of an optimizer with master weights (a state
+          -- saved with masters loads into a plain optimizer without them)
+          if k == 'master' and not (self.master_weights and is_half(p)) then t = nil end
           if t ~= nil then
             if not is_tensor(t) then error('load_state_dict: ' .. k .. ' of parameter ' .. idx .. ' is not a tensor', 2) end
             if t:numel() ~= p:numel() then
@@ -299,6 +345,9 @@ function Optimizer:load_state_dict(sd)
             st[k] = t:to({ device = p.device, dtype = state_dtype(p) }):reshape(p.shape):clone()
           end
         end
+        -- the masters are the weights: the half parameter is their rounding (as apex's
+        -- FP16_Optimizer, loading the optimizer restores the model's half weights too)
+        if st.master ~= nil then v100.no_grad(function() p:copy_(st.master) end) end
         self.state[p] = st
       end
     end
@@ -310,9 +359,13 @@ local function new(kind, name, params, opts, defaults)
   local d = {}
   for k, v in pairs(defaults) do d[k] = v end
   for k, v in pairs(opts) do
-    if k ~= 'no_decay' then d[k] = v end
+    if k ~= 'no_decay' and k ~= 'master_weights' then d[k] = v end
   end
-  local self = setmetatable({ kind = kind, name = name, defaults = d, state = {} }, Optimizer)
+  if opts.master_weights ~= nil and type(opts.master_weights) ~= 'boolean' then
+    error(name .. ': master_weights must be a boolean, got ' .. type(opts.master_weights), 3)
+  end
+  local self = setmetatable({ kind = kind, name = name, defaults = d, state = {},
+    master_weights = opts.master_weights == true }, Optimizer)
   self.param_groups = make_groups(name, params, d, opts.no_decay)
   for _, g in ipairs(self.param_groups) do check_group(name, g) end
   return self
