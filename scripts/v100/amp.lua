@@ -241,4 +241,7 @@ function Scaler:load_state_dict(sd)
   self._unscaled = {}
 end
 
+-- The O0..O3 levels and the half-model conversion (scripts/v100/amp_policy.lua).
+amp.policy, amp.half_model, amp.is_policy = (function(p) return p.policy, p.half_model, p.is_policy end)(require 'v100.amp_policy')
+
 return amp
