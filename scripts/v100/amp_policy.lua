@@ -23,7 +23,8 @@ local DTYPE_CODE = { f16 = 1, bf16 = 2 }
 local DTYPE_OF_CODE = { 'f16', 'bf16' }
 local DEFAULT_KEEP = { O0 = {}, O1 = {}, O2 = { 'BatchNorm1d', 'BatchNorm2d', 'LayerNorm' }, O3 = {} }
 
-local function fail(level, fmt, ...) error(string.format(fmt, ...), level + 1) end
+-- level 1: the error is reported at the caller of the function that calls fail.
+local function fail(level, fmt, ...) error(string.format(fmt, ...), level + 2) end
 
 local function half_dtype(what, dt, level)
   if dt == nil then return 'f16' end
