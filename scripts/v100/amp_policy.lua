@@ -90,14 +90,25 @@ local function cast_all(dtype, ...)
 end
 
 -- A module kept in f32 inside a half model: its floating tensor inputs are cast to f32 and its
--- outputs back to the model's half dtype, so its neighbours see the dtype they are in. The norm
--- layers (a class field _keep_f32) need no cast: their C ops take half data with f32 parameters.
-local function wrap_f32_boundary(m, half)
+-- floating outputs back to the dtype of its first floating input (the half dtype its neighbours
+-- are in; after a later model:float() nothing is cast). The norm layers (a class field
+-- _keep_f32) need no cast: their C ops take half data with f32 parameters.
+local function input_dtype(...)
+  for i = 1, select('#', ...) do
+    local v = select(i, ...)
+    if v100.is_tensor(v) and v100.dtype_is_float(v.dtype) then return v.dtype end
+  end
+  return nil
+end
+
+local function wrap_f32_boundary(m)
   if rawget(m, '_amp_f32_forward') then return end
   local fwd = m.forward
   rawset(m, '_amp_f32_forward', fwd)
   rawset(m, 'forward', function(self, ...)
-    return cast_all(half, fwd(self, cast_all('f32', ...)))
+    local dt = input_dtype(...)
+    if dt == nil or dt == 'f32' then return fwd(self, ...) end
+    return cast_all(dt, fwd(self, cast_all('f32', ...)))
   end)
 end
 
@@ -164,7 +175,7 @@ function M.half_model(model, opts, _level)
     end
   end
   for _, m in ipairs(roots) do
-    if getmetatable(m)._keep_f32 == nil then wrap_f32_boundary(m, half) end
+    if getmetatable(m)._keep_f32 == nil then wrap_f32_boundary(m) end
   end
   return model
 end

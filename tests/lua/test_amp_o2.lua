@@ -107,6 +107,9 @@ T.test('keep_fp32 by class name and by dotted path (subtree kept, f32 boundary c
   T.eq(net.encoder.layer[1].attention.weight.grad.dtype, 'f32', 'gradients flow into the f32 module')
   T.ok(net.encoder.layer[1].attention.weight.grad:abs():sum():item() > 0)
   T.eq(net.encoder.layer[2].attention.weight.grad.dtype, 'f16')
+  -- the boundary follows its input: an f32 model again passes f32 through unchanged
+  net:float()
+  T.eq(net(v100.randn({ 3, 4 })).dtype, 'f32', 'no cast back to half after model:float()')
   -- a subclass is kept by its base class's name
   local MyNorm = nn.LayerNorm:extend('MyNorm')
   local s = nn.Sequential(nn.Linear(4, 4), MyNorm(4))
