@@ -241,7 +241,6 @@ function Scaler:load_state_dict(sd)
   self._unscaled = {}
 end
 
--- The O0..O3 levels and the half-model conversion (scripts/v100/amp_policy.lua).
-amp.policy, amp.half_model, amp.is_policy = (function(p) return p.policy, p.half_model, p.is_policy end)(require 'v100.amp_policy')
+for k, f in pairs(require 'v100.amp_policy') do amp[k] = f end -- amp.policy (O0..O3), amp.half_model, amp.is_policy
 
 return amp

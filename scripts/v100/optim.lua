@@ -362,7 +362,8 @@ local function new(kind, name, params, opts, defaults)
     if k ~= 'no_decay' and k ~= 'master_weights' then d[k] = v end
   end
   if opts.master_weights ~= nil and type(opts.master_weights) ~= 'boolean' then
-    error(name .. ': master_weights must be a boolean, got ' .. type(opts.master_weights), 2) -- optim.SGD etc. tail-call new
+    -- level 2: optim.SGD and the others tail-call new, so the caller is the user's line
+    error(name .. ': master_weights must be a boolean, got ' .. type(opts.master_weights), 2)
   end
   local self = setmetatable({ kind = kind, name = name, defaults = d, state = {},
     master_weights = opts.master_weights == true }, Optimizer)
