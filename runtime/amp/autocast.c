@@ -283,7 +283,11 @@ vl_status vl_autocast_inputs(vl_autocast_op op, int n, vl_tensor *const *in, vl_
     casted[i] = NULL;
     if (!in[i]) continue;
     vl_dtype dt = target_of(ac, c, widest, in[i]);
-    vl_status s = dt == in[i]->dtype ? (casted[i] = vl_tensor_retain(in[i]), VL_OK) : cast_one(ac, in[i], dt, &casted[i]);
+    vl_status s = VL_OK;
+    if (dt == in[i]->dtype)
+      casted[i] = vl_tensor_retain(in[i]);
+    else
+      s = cast_one(ac, in[i], dt, &casted[i]);
     if (s != VL_OK) {
       vl_autocast_done(i, casted, s);
       return s;

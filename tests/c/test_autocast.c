@@ -92,7 +92,7 @@ static void test_inputs(void) {
 }
 
 static void test_cache(void) {
-  vl_tensor *w = rand_t(3, 3, VL_F32), *x = rand_t(2, 3, VL_F32), *c1 = NULL, *c2 = NULL, *y = NULL;
+  vl_tensor *w = rand_t(3, 3, VL_F32), *x = rand_t(2, 3, VL_F32), *c1 = NULL, *c2 = NULL, *y = NULL, *c[2];
   CHECK_OK(vl_set_requires_grad(w, true));
   CHECK_OK(vl_ag_binary_scalar(VL_BIN_MUL, w, 2.0, false, &y)); /* a non-leaf that requires grad */
   vl_autocast_reset_stats();
@@ -125,13 +125,22 @@ static void test_cache(void) {
   vl_autocast_get_stats(&st);
   CHECK(st.casts == 6 && st.cached == 1);
   REL(c2);
-  /* a bf16 cast of the same weight is another entry */
+  /* the same weight cast to another dtype is another entry */
+  vl_tensor *in2[2] = {w, NULL};
+  CHECK_OK(vl_autocast_inputs(VL_AC_SOFTMAX, 2, in2, c)); /* f32 already: no entry, no cast */
+  CHECK(c[0] == w && c[1] == NULL);
+  vl_autocast_done(2, c, VL_OK);
+  CHECK_OK(vl_autocast_enter(true, VL_BF16, &q));
+  CHECK_OK(vl_autocast_inputs(VL_AC_MM, 1, &w, &c2));
+  CHECK(c2->dtype == VL_BF16);
+  REL(c2);
+  vl_autocast_get_stats(&st);
+  CHECK(st.cached == 2 && st.casts == 7, "cached %d casts %llu", st.cached, (unsigned long long)st.casts);
+  CHECK_OK(vl_autocast_exit(&q));
   CHECK_OK(vl_autocast_exit(&p));
-  CHECK_OK(vl_autocast_enter(true, VL_BF16, &p));
   vl_autocast_get_stats(&st);
   CHECK(st.cached == 0, "the outermost exit emptied the cache");
   CHECK(c1->refcount == 1, "and dropped its reference (refcount %d)", c1->refcount);
-  CHECK_OK(vl_autocast_exit(&p));
   REL(c1);
   REL(y);
   REL(x);
@@ -145,6 +154,7 @@ int main(void) {
   test_table();
   test_inputs();
   test_cache();
-  CHECK(vl_autograd_live_nodes() == live, "every graph was freed (%lld left)", (long long)(vl_autograd_live_nodes() - live));
+  CHECK(vl_autograd_live_nodes() == live, "every graph was freed (%lld left)",
+        (long long)(vl_autograd_live_nodes() - live));
   return vl_test_finish();
 }
