@@ -379,6 +379,8 @@ static const luaL_Reg debug_funcs[] = {
     {NULL, NULL},
 };
 
+int luaopen_v100_amp(lua_State *L); /* bindings/l_amp.c */
+
 static void set_submodule(lua_State *L, lua_CFunction open, const char *name) {
   lua_pushcfunction(L, open);
   lua_call(L, 0, 1);
@@ -408,5 +410,6 @@ int luaopen_v100_core(lua_State *L) {
   set_submodule(L, luaopen_v100_memory, "memory");
   set_submodule(L, luaopen_v100_io, "io");
   set_submodule(L, luaopen_v100_nn_ops, "_nn");
+  set_submodule(L, luaopen_v100_amp, "_amp"); /* bindings/l_amp.c */
   return 1;
 }

@@ -1,6 +1,7 @@
 /* runtime/autograd/nn_conv.c: autograd-recording conv2d and pool2d (runtime/nn/nn.h). The nodes'
  * contexts are the layers' own parameter structs. Backward formulas call the raw front ends,
  * which record nothing. */
+#include "runtime/amp/autocast.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/nn/nn.h"
 
@@ -17,6 +18,7 @@ static vl_status conv_backward(vl_node *n, vl_tensor *const *go, vl_tensor **gi)
 }
 
 vl_status vl_ag_conv2d(vl_tensor *x, vl_tensor *w, vl_tensor *bias, const vl_conv2d_params *p, vl_tensor **y) {
+  VL_AUTOCAST(VL_AC_CONV2D, vl_ag_conv2d(vl_ac[0], vl_ac[1], vl_ac[2], p, y), x, w, bias);
   vl_tensor *r, *in[3] = {x, w, bias};
   VL_TRY(vl_conv2d(x, w, bias, p, &r));
   return vl_ag_out(VL_AG_RECORD(.name = "ConvolutionBackward", .backward = conv_backward, .nin = 3, .in = in,

@@ -3,6 +3,7 @@
  * The nodes' inputs are x, weight, bias (absent ones NULL: no edge). Saved: x, weight (when
  * given), then the statistics the raw forward returned. Backward formulas call the raw ops only,
  * so they record nothing. */
+#include "runtime/amp/autocast.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops.h"
@@ -67,6 +68,9 @@ static vl_status bn_backward(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 
 vl_status vl_ag_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
                            vl_tensor *running_var, bool training, double momentum, double eps, vl_tensor **y) {
+  VL_AUTOCAST(VL_AC_BATCH_NORM,
+              vl_ag_batch_norm(vl_ac[0], vl_ac[1], vl_ac[2], running_mean, running_var, training, momentum, eps, y), x,
+              weight, bias);
   vl_tensor *in[3] = {x, weight, bias};
   if (!vl_ag_needs(3, in))
     return vl_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, y, NULL, NULL);
@@ -96,6 +100,7 @@ static vl_status ln_backward(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 }
 
 vl_status vl_ag_layer_norm(vl_tensor *x, int nnorm, vl_tensor *weight, vl_tensor *bias, double eps, vl_tensor **y) {
+  VL_AUTOCAST(VL_AC_LAYER_NORM, vl_ag_layer_norm(vl_ac[0], nnorm, vl_ac[1], vl_ac[2], eps, y), x, weight, bias);
   vl_tensor *in[3] = {x, weight, bias};
   if (!vl_ag_needs(3, in)) return vl_layer_norm(x, nnorm, weight, bias, eps, y, NULL, NULL);
   vl_tensor *r = NULL, *mean = NULL, *rstd = NULL;

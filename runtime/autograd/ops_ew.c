@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "runtime/amp/autocast.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/ops/ops_internal.h"
 
@@ -120,6 +121,7 @@ static vl_status rec_unary(vl_unary_op op, vl_tensor *a, vl_tensor *a_val, vl_te
 }
 
 vl_status vl_ag_unary(vl_unary_op op, vl_tensor *a, vl_tensor **out) {
+  VL_AUTOCAST(vl_autocast_op_of_unary(op), vl_ag_unary(op, vl_ac[0], out), a);
   vl_tensor *r;
   VL_TRY(vl_unary(op, a, &r));
   return vl_ag_out(rec_unary(op, a, a, r, 0, 0), r, out);
@@ -245,6 +247,7 @@ static vl_status rec_binary(vl_binary_op op, vl_tensor *a, vl_tensor *av, vl_ten
 }
 
 vl_status vl_ag_binary(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha, vl_tensor **out) {
+  VL_AUTOCAST(vl_autocast_op_of_binary(op), vl_ag_binary(op, vl_ac[0], vl_ac[1], alpha, out), a, b);
   vl_tensor *r;
   VL_TRY(vl_binary(op, a, b, alpha, &r));
   return vl_ag_out(rec_binary(op, a, a, b, b, r, alpha), r, out);
@@ -342,6 +345,7 @@ static vl_status rec_scalar(vl_binary_op op, vl_tensor *a, vl_tensor *av, double
 }
 
 vl_status vl_ag_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reverse, vl_tensor **out) {
+  VL_AUTOCAST(op == VL_BIN_POW ? VL_AC_POW : VL_AC_NONE, vl_ag_binary_scalar(op, vl_ac[0], s, reverse, out), a);
   vl_tensor *r;
   VL_TRY(vl_binary_scalar(op, a, s, reverse, &r));
   return vl_ag_out(rec_scalar(op, a, a, s, reverse, r), r, out);
@@ -379,6 +383,7 @@ static vl_status where_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 }
 
 vl_status vl_ag_where(vl_tensor *cond, vl_tensor *a, vl_tensor *b, vl_tensor **out) {
+  VL_AUTOCAST(VL_AC_WHERE, vl_ag_where(cond, vl_ac[0], vl_ac[1], out), a, b);
   vl_tensor *r, *in[2] = {a, b};
   VL_TRY(vl_where(cond, a, b, &r));
   return vl_ag_out(VL_AG_RECORD(.name = "WhereBackward", .backward = where_bw, .nin = 2, .in = in, .out = &r,

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/amp/autocast.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/ops/ops_internal.h"
 
@@ -86,12 +87,14 @@ static vl_status rec_mm(const char *name, vl_backward_fn fn, vl_tensor *a, vl_te
 }
 
 vl_status vl_ag_matmul(vl_tensor *a, vl_tensor *b, vl_tensor **out) {
+  VL_AUTOCAST(VL_AC_MATMUL, vl_ag_matmul(vl_ac[0], vl_ac[1], out), a, b);
   vl_tensor *r;
   VL_TRY(vl_matmul(a, b, &r));
   return rec_mm("MatmulBackward", matmul_bw, a, b, r, out);
 }
 
 vl_status vl_ag_mm(vl_tensor *a, vl_tensor *b, vl_tensor **out) {
+  VL_AUTOCAST(VL_AC_MM, vl_ag_mm(vl_ac[0], vl_ac[1], out), a, b);
   vl_tensor *r;
   VL_TRY(vl_mm(a, b, &r));
   return rec_mm("MmBackward", matmul_bw, a, b, r, out);
@@ -104,6 +107,7 @@ static vl_status bmm_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 }
 
 vl_status vl_ag_bmm(vl_tensor *a, vl_tensor *b, vl_tensor **out) {
+  VL_AUTOCAST(VL_AC_BMM, vl_ag_bmm(vl_ac[0], vl_ac[1], out), a, b);
   vl_tensor *r;
   VL_TRY(vl_bmm(a, b, &r));
   return rec_mm("BmmBackward", bmm_bw, a, b, r, out);
@@ -127,6 +131,7 @@ static vl_status addmm_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 }
 
 vl_status vl_ag_addmm(vl_tensor *bias, vl_tensor *a, vl_tensor *b, double beta, double alpha, vl_tensor **out) {
+  VL_AUTOCAST(VL_AC_ADDMM, vl_ag_addmm(vl_ac[0], vl_ac[1], vl_ac[2], beta, alpha, out), bias, a, b);
   vl_tensor *r, *in[3] = {bias, a, b};
   VL_TRY(vl_addmm(bias, a, b, beta, alpha, &r));
   addmm_ctx c = {beta, alpha};

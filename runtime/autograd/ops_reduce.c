@@ -2,6 +2,7 @@
  * softmax / log_softmax. */
 #include <math.h>
 
+#include "runtime/amp/autocast.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops_internal.h"
@@ -175,6 +176,7 @@ static vl_status reduce_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 
 vl_status vl_ag_reduce(vl_reduce_op op, vl_tensor *a, int ndims, const int *dims, bool keepdim, double param,
                        vl_tensor **out, vl_tensor **indices) {
+  VL_AUTOCAST(vl_autocast_op_of_reduce(op), vl_ag_reduce(op, vl_ac[0], ndims, dims, keepdim, param, out, indices), a);
   vl_tensor *r, *ix = NULL;
   VL_TRY(vl_reduce(op, a, ndims, dims, keepdim, param, &r, indices ? &ix : NULL));
   vl_status s = VL_OK;
@@ -213,6 +215,7 @@ static vl_status softmax_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 }
 
 vl_status vl_ag_softmax(vl_tensor *a, int dim, bool log, vl_tensor **out) {
+  VL_AUTOCAST(log ? VL_AC_LOG_SOFTMAX : VL_AC_SOFTMAX, vl_ag_softmax(vl_ac[0], dim, log, out), a);
   vl_tensor *r;
   VL_TRY(vl_softmax(a, dim, log, &r));
   softmax_ctx c = {dim, log};

@@ -9,7 +9,7 @@
 #define VL_DEFAULT_SEED 67280421310721ULL
 
 /* Statically initialised so that the RNG and flags have their defaults before vl_init. */
-static vl_context g_ctx = {.seed = VL_DEFAULT_SEED, .grad_enabled = true};
+static vl_context g_ctx = {.seed = VL_DEFAULT_SEED, .grad_enabled = true, .autocast = {.dtype = VL_F16}};
 
 vl_context *vl_ctx(void) { return &g_ctx; }
 

@@ -8,12 +8,26 @@
 #include <stdint.h>
 
 #include "runtime/core/device.h"
+#include "runtime/core/dtype.h"
 #include "runtime/alloc/alloc.h"
 #include "runtime/core/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Autocast (runtime/amp/autocast.h): the O1 mixed-precision state. Read by every recorded op
+ * (runtime/autograd), so it lives here; only runtime/amp/autocast.c writes it. */
+#define VL_AUTOCAST_MAX_OPS 48
+typedef struct vl_autocast {
+  bool enabled;                              /* ops cast their inputs per their class */
+  vl_dtype dtype;                            /* the half dtype: VL_F16 (default) or VL_BF16 */
+  int depth;                                 /* regions entered (enabled or not) and not yet left */
+  uint8_t op_class[VL_AUTOCAST_MAX_OPS];     /* 0: the op's default class, else class + 1 (set_op) */
+  void *cache;                               /* the weight cast cache, owned by autocast.c */
+  int cache_n, cache_cap;
+  uint64_t casts, cache_hits;                /* casts made by autocast, casts reused from the cache */
+} vl_autocast;
 
 typedef struct vl_context {
   bool initialized;
@@ -35,6 +49,7 @@ typedef struct vl_context {
   void *cudnn_state[VL_MAX_DEVICES];         /* owned by kernels/cuda/cuda_cudnn.cu: cuDNN handles, plans */
   int (*reclaim)(void *ud);                  /* host GC hook for the OOM path (bindings set it) */
   void *reclaim_ud;
+  vl_autocast autocast;                      /* off by default */
 } vl_context;
 
 /* Idempotent. Counts CUDA devices (touching nothing else on them). */

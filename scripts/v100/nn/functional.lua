@@ -101,6 +101,10 @@ end
 -- y = x w^T + b. 2-D (and flattened N-D) inputs go through one addmm so the bias add is fused
 -- into the GEMM.
 function F.linear(x, w, b)
+  -- Under autocast the operands are cast here, the parameters as themselves (the weight cache
+  -- knows leaves, not their transposes): a weight is cast once per region. A no-op otherwise.
+  local cast = require('v100.core')._amp.cast
+  x, w, b = cast('linear', x), cast('linear', w), cast('linear', b)
   core_nn().check_linear(x, w, b)
   local s = x.shape
   if x.ndim == 1 then
