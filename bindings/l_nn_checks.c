@@ -43,23 +43,17 @@ static int c_class_target(lua_State *L) {
   return check_done(L, vl_class_target_check(op, x, t, lua_toboolean(L, 4)));
 }
 
-static int c_gather_as(lua_State *L) {
+/* gather_as / index_select_as: (op, src, dim, index) -> the recorded op, its errors naming op. */
+static int gather_like(lua_State *L, bool select) {
   const char *op = luaL_checkstring(L, 1);
-  vl_tensor *src = l_nn_checktensor(L, 2, op, "input");
+  vl_tensor *src = l_nn_checktensor(L, 2, op, select ? "weight" : "input");
   int d = l_checkdim(L, 3);
-  vl_tensor *index = l_nn_checktensor(L, 4, op, "index");
+  vl_tensor *index = l_nn_checktensor(L, 4, op, select ? "ids" : "index");
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_ag_gather_as(op, src, d, index, slot));
+  return l_done(L, select ? vl_ag_index_select_as(op, src, d, index, slot) : vl_ag_gather_as(op, src, d, index, slot));
 }
-
-static int c_index_select_as(lua_State *L) {
-  const char *op = luaL_checkstring(L, 1);
-  vl_tensor *src = l_nn_checktensor(L, 2, op, "weight");
-  int d = l_checkdim(L, 3);
-  vl_tensor *index = l_nn_checktensor(L, 4, op, "ids");
-  vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_ag_index_select_as(op, src, d, index, slot));
-}
+static int c_gather_as(lua_State *L) { return gather_like(L, false); }
+static int c_index_select_as(lua_State *L) { return gather_like(L, true); }
 
 static int c_same_shape(lua_State *L) {
   const char *op = luaL_checkstring(L, 1);

@@ -230,19 +230,6 @@ static void test_errors(void) {
 }
 
 
-static unsigned char *slurp(const char *p, size_t *n) {
-  FILE *f = fopen(p, "rb");
-  if (!f) exit(2);
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = malloc((size_t)len + 1);
-  if (!b || fread(b, 1, (size_t)len, f) != (size_t)len) exit(2);
-  fclose(f);
-  *n = (size_t)len;
-  return b;
-}
-
 static void test_gzip_integrity(void) {
   unsigned char payload[300], buf[400];
   for (size_t i = 0; i < sizeof payload; i++) payload[i] = (unsigned char)(i * 7);
@@ -251,7 +238,7 @@ static void test_gzip_integrity(void) {
   char whole[600];
   snprintf(whole, sizeof whole, "%s", write_file("whole.idx.gz", buf, n, 1));
   size_t gzn;
-  unsigned char *gz = slurp(whole, &gzn);
+  unsigned char *gz = vl_test_slurp(whole, &gzn);
   vl_tensor *t = NULL;
   CHECK(vl_idx_read(whole, &t) == VL_OK);
   vl_tensor_release(t);
@@ -274,9 +261,9 @@ static void test_gzip_integrity(void) {
   size_t half = n / 3, n1, n2;
   unsigned char *a, *b;
   write_file("m1.gz", buf, half, 1);
-  a = slurp(path_of("m1.gz"), &n1);
+  a = vl_test_slurp(path_of("m1.gz"), &n1);
   write_file("m2.gz", buf + half, n - half, 1);
-  b = slurp(path_of("m2.gz"), &n2);
+  b = vl_test_slurp(path_of("m2.gz"), &n2);
   unsigned char *ab = malloc(n1 + n2);
   memcpy(ab, a, n1);
   memcpy(ab + n1, b, n2);

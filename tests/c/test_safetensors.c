@@ -365,19 +365,6 @@ static void test_write_errors(void) {
 
 /* ---- gzip integrity, bounds and names ---- */
 
-static unsigned char *slurp(const char *p, size_t *n) {
-  FILE *f = fopen(p, "rb");
-  if (!f) exit(2);
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = malloc((size_t)len + 1);
-  if (!b || fread(b, 1, (size_t)len, f) != (size_t)len) exit(2);
-  fclose(f);
-  *n = (size_t)len;
-  return b;
-}
-
 static int count_of(const char *hay, const char *needle) {
   int k = 0;
   for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) k++;
@@ -390,7 +377,7 @@ static void test_gzip_integrity(void) {
   const char *h = "{\"t\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[0,256]}}";
   const char *p = write_st("whole.safetensors.gz", h, -1, v, sizeof v, 1);
   size_t n;
-  unsigned char *gz = slurp(p, &n);
+  unsigned char *gz = vl_test_slurp(p, &n);
   vl_safetensors st;
   CHECK(vl_safetensors_read(p, &st) == VL_OK && st.n == 1);
   vl_safetensors_free(&st);
@@ -443,7 +430,7 @@ static void test_gzip_integrity(void) {
     write_bytes(path_of("m1.gz"), raw, half, 1);
     write_bytes(path_of("m2.gz"), raw + half, total - half, 1);
     size_t n1, n2;
-    unsigned char *a = slurp(path_of("m1.gz"), &n1), *b = slurp(path_of("m2.gz"), &n2);
+    unsigned char *a = vl_test_slurp(path_of("m1.gz"), &n1), *b = vl_test_slurp(path_of("m2.gz"), &n2);
     unsigned char *ab = malloc(n1 + n2);
     memcpy(ab, a, n1);
     memcpy(ab + n1, b, n2);

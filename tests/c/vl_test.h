@@ -59,6 +59,20 @@ static inline VL_TEST_PRINTF_(4, 5) void vl_test_checkf_(bool ok, const char *fi
 /* CHECK(cond) or CHECK(cond, fmt, ...). Plain C11 macros cannot make an argument optional, so the
  * number of arguments (up to 32) picks VL_TEST_CHECK_1 or VL_TEST_CHECK_M; both keep printf
  * format checking of the message. The condition's text is taken before macro expansion. */
+/* The whole file p (malloc'ed, *n bytes); a test that cannot read its own fixture exits 2. */
+static inline unsigned char *vl_test_slurp(const char *p, size_t *n) {
+  FILE *f = fopen(p, "rb");
+  if (!f) exit(2);
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc((size_t)len + 1);
+  if (!b || fread(b, 1, (size_t)len, f) != (size_t)len) exit(2);
+  fclose(f);
+  *n = (size_t)len;
+  return b;
+}
+
 #define VL_TEST_CAT2_(a, b) a##b
 #define VL_TEST_CAT_(a, b) VL_TEST_CAT2_(a, b)
 #define VL_TEST_PICK_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17, _18, _19, _20, \

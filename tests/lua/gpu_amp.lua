@@ -7,13 +7,7 @@ local nn = require 'v100.nn'
 local optim = require 'v100.optim'
 local amp = require 'v100.amp'
 
-if not T.has_cuda() then
-  print('no CUDA device: skipped')
-  T.run()
-end
-
-v100.set_allow_tf32(false)
-v100.manual_seed(T.seed % 1000003)
+T.cuda_or_skip()
 
 -- Runs `bad` (a set of step numbers whose input holds inf or NaN) on one device; returns the
 -- counters after each step and the final weight (f32, on the CPU).

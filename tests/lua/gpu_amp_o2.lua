@@ -8,13 +8,7 @@ local nn = require 'v100.nn'
 local optim = require 'v100.optim'
 local amp = require 'v100.amp'
 
-if not T.has_cuda() then
-  print('no CUDA device: skipped')
-  T.run()
-end
-
-v100.set_allow_tf32(false)
-v100.manual_seed(T.seed % 1000003)
+T.cuda_or_skip()
 
 local function mlp()
   return nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.LayerNorm(16), nn.Linear(16, 3))

@@ -7,13 +7,7 @@ local v100 = require 'v100'
 local F = require 'v100.nn.functional'
 local amp = require 'v100.amp'
 
-if not T.has_cuda() then
-  print('no CUDA device: skipped')
-  T.run()
-end
-
-v100.set_allow_tf32(false)
-v100.manual_seed(T.seed % 1000003)
+T.cuda_or_skip()
 
 -- Inputs made once on the CPU (f32 unless said) and copied to each device.
 local function inputs(specs)

@@ -7,13 +7,7 @@ local v100 = require 'v100'
 local nn = require 'v100.nn'
 local F = nn.F
 
-if not T.has_cuda() then
-  print('no CUDA device: skipped')
-  T.run()
-end
-
-v100.set_allow_tf32(false)
-v100.manual_seed(T.seed % 1000003)
+T.cuda_or_skip()
 
 local TOL = { f32 = 1e-5, f16 = 1e-3, bf16 = 1e-2 }
 

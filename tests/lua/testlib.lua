@@ -338,6 +338,19 @@ function T.has_cuda()
   return ok and r == true
 end
 
+-- The start of a GPU test that compares CUDA against the CPU: without a GPU it reports the skip
+-- and ends (0 passed, exit 0); otherwise TF32 off (the CPU reference is plain f32) and the RNG
+-- seeded from T.seed, so a failure replays with V100_TEST_SEED.
+function T.cuda_or_skip()
+  if not T.has_cuda() then
+    print('no CUDA device: skipped')
+    T.run()
+  end
+  local v100 = require 'v100'
+  v100.set_allow_tf32(false)
+  v100.manual_seed(T.seed % 1000003)
+end
+
 -- ---------------------------------------------------------------------------------------------
 -- Running the binary (recipes as a user runs them)
 
