@@ -4,7 +4,9 @@
  *       kind 'sgd' | 'adamw' | 'lamb' | 'lars'; params/grads lists of tensors of one device and
  *       dtype; state1/state2 lists or nil; hparams {lr=, momentum=, dampening=, weight_decay=,
  *       beta1=, beta2=, eps=, trust_coef=, nesterov=, first_step=, step=} (absent fields are 0 /
- *       false). Updates in place; returns nothing.
+ *       false, dyn = nil | a {lr, step} f64 tensor for capturable steps). Updates in place;
+ *       returns nothing.
+ *   optim_advance(dyn[, found_inf]): dyn[2] += 1 on the device unless found_inf is non-zero.
  *   l2norms(list) -> f32 tensor [#list] of per-tensor L2 norms on the tensors' device.
  *   unscale_(list, inv_scale, found_inf): every tensor *= inv_scale, found_inf = 1 on inf/NaN. */
 #include <string.h>
@@ -79,7 +81,17 @@ static int o_optim_step(lua_State *L) {
   h.nesterov = bool_field(L, 6, "nesterov");
   h.first_step = bool_field(L, 6, "first_step");
   h.step = (int64_t)num_field(L, 6, "step", 0);
+  lua_getfield(L, 6, "dyn");
+  h.dyn = lua_isnil(L, -1) ? NULL : vl_lua_checktensor(L, -1);
+  lua_pop(L, 1); /* the hparams table keeps dyn alive */
   vl_status s = vl_optim_step(kind, n, params, grads, s1, s2, &h, found_inf, inv_scale);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  return 0;
+}
+
+static int o_optim_advance(lua_State *L) {
+  vl_tensor *dyn = vl_lua_checktensor(L, 1), *found_inf = opt_tensor(L, 2);
+  vl_status s = vl_optim_advance(dyn, found_inf);
   if (s != VL_OK) return vl_lua_error(L, s);
   return 0;
 }
@@ -102,6 +114,7 @@ static int o_unscale_(lua_State *L) {
 
 const luaL_Reg l_optim_funcs[] = {
     {"optim_step", o_optim_step},
+    {"optim_advance", o_optim_advance},
     {"l2norms", o_l2norms},
     {"unscale_", o_unscale_},
     {NULL, NULL},

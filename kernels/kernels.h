@@ -230,6 +230,10 @@ typedef struct vl_rand_args {
   uint64_t seed, offset; /* Philox key and first counter */
   double a, b;
   vl_exec ex;
+  /* Under CUDA graph capture (runtime/core/graph.h): {seed, base} in device memory, read when the
+   * kernel runs; the key is then base[0] and the first counter base[1] + offset, so a replay draws
+   * from the generator's state at replay time. NULL otherwise. */
+  const uint64_t *base;
 } vl_rand_args;
 
 /* Resolution of the uniforms a call draws (runtime/core/philox.h): f16 and bf16 uniforms use as many

@@ -142,6 +142,10 @@ typedef struct vl_optim_args {
   bool nesterov, first_step;      /* SGD: first step initialises the momentum buffer with grad */
   int64_t step;                   /* 1-based step count for bias correction */
   const float *found_inf, *inv_scale;
+  /* Capturable steps (CUDA graphs): {lr, step} as two f64 in the tensors' memory, read when the
+   * kernel runs instead of `lr` and `step`, so a replayed step uses the current values. NULL:
+   * the host values above. */
+  const double *dyn;
   void *scratch;                  /* device scratch of scratch_bytes for per-tensor norms */
   int64_t scratch_bytes;
   vl_exec ex;
@@ -149,6 +153,9 @@ typedef struct vl_optim_args {
 
 typedef struct vl_optim_kernels {
   vl_status (*step)(const vl_optim_args *a);
+  /* Capturable steps: dyn[1] += 1 (the step count) unless found_inf (may be NULL) is non-zero;
+   * runs before the step's kernels, which then read the advanced count. */
+  vl_status (*advance)(double *dyn, const float *found_inf, vl_exec ex);
   /* Per-tensor L2 norms of n tensors into out[n] (f32, device), for clipping and LAMB/LARS. */
   vl_status (*l2norms)(vl_dtype dt, int n, void *const *ptrs, const int64_t *numel, float *out, vl_exec ex);
   /* For AMP: found_inf[0] = 1 if any element of the n tensors is inf/NaN, after scaling them in

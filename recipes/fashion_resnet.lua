@@ -11,6 +11,7 @@
 local v100 = require 'v100'
 local nn = require 'v100.nn'
 local optim = require 'v100.optim'
+local amp = require 'v100.amp'
 local data = require 'v100.data'
 local resnet = require 'v100.models.resnet'
 local recipe = require 'v100.recipe'
@@ -36,13 +37,21 @@ local opts, parser = recipe.options{
   { '--root', nil, 'Fashion-MNIST folder (default: ' .. data.FASHION_MNIST_ROOT .. ')', argname = '<DIR>' },
   { '--tf32', 'on', 'f32 convolutions and GEMMs on TF32 tensor cores (cuda only)', { 'on', 'off' } },
   { '--cudnn-benchmark', 'off', 'convolution algorithms by timing on first use (cuda only)', { 'on', 'off' } },
+  { '--amp', 'O0', 'mixed precision: O0 f32, O1 autocast, O2 half model + f32 masters, O3 pure half (docs/AMP.md)',
+    { 'O0', 'O1', 'O2', 'O3' } },
+  { '--dtype', 'fp16', 'half dtype of --amp O1-O3 (fp16 adds a loss scaler)', { 'fp16', 'bf16' } },
+  { '--graph', 'off', 'replay each training step as one CUDA graph (cuda only)', { 'on', 'off' } },
 }
 
 local dev = opts.device or v100.device()
+if opts.graph == 'on' and not dev:match('^cuda') then parser:error("option '--graph' on needs a CUDA device, got " .. dev) end
 -- As PyTorch does for convolutions by default: f32 convolutions and GEMMs may use TF32 tensor cores.
 v100.set_allow_tf32(opts.tf32 == 'on')
 v100.set_cudnn_benchmark(opts.cudnn_benchmark == 'on')
 local PAD, SIZE = 2, 28
+local policy = amp.policy(opts.amp, { dtype = opts.dtype })
+-- O2/O3 models take half inputs; O0/O1 f32 (O1's autocast casts where it runs in half).
+local half_input = opts.amp == 'O2' or opts.amp == 'O3'
 
 -- u8 N x 28 x 28 -> standardised f32 N x 1 x (28 + 2 pad) x ... on the device. The padding is
 -- black (0) before standardising, as torchvision's RandomCrop(28, padding=2) pads the image.
@@ -81,6 +90,7 @@ local function augment(xb)
 end
 
 local function to_layout(x)
+  if half_input then x = x:to(policy.dtype) end
   if opts.layout == 'nhwc' then return x:to_channels_last() end
   return x
 end
@@ -88,22 +98,30 @@ end
 v100.manual_seed(opts.seed)
 local model = resnet.resnet18{ classes = 10, small_input = true, in_channels = 1 }
 model:to{ device = dev, layout = opts.layout }
-local opt = optim.SGD(model:named_parameters(), { lr = opts.lr, momentum = 0.9, nesterov = true,
-  weight_decay = opts.wd, no_decay = optim.no_decay_bias_and_norm })
+policy:convert(model)
+local scaler = opts.amp ~= 'O0' and opts.dtype == 'fp16' and amp.Scaler() or nil
+local opt = optim.SGD(model:named_parameters(), policy:optimizer_opts{ lr = opts.lr, momentum = 0.9, nesterov = true,
+  weight_decay = opts.wd, no_decay = optim.no_decay_bias_and_norm, capturable = opts.graph == 'on' })
 local sched = optim.schedule.warmup_cosine{ warmup = math.floor(opts.warmup_epochs * steps_per_epoch + 0.5),
   total = opts.epochs * steps_per_epoch }
 
 recipe.printf('fashion_resnet: resnet18 small_input, %d train / %d test images, device %s, layout %s, ' ..
-  '%d parameters, batch %d, lr %g, wd %g, smoothing %g, %d epochs, tf32 %s', ntrain, ntest, dev, opts.layout,
-  model:num_parameters(), opts.batch, opts.lr, opts.wd, opts.smoothing, opts.epochs, opts.tf32)
+  '%d parameters, batch %d, lr %g, wd %g, smoothing %g, %d epochs, tf32 %s, amp %s%s, graph %s', ntrain, ntest, dev,
+  opts.layout, model:num_parameters(), opts.batch, opts.lr, opts.wd, opts.smoothing, opts.epochs, opts.tf32, opts.amp,
+  opts.amp == 'O0' and '' or (' ' .. opts.dtype .. (scaler and ' + loss scaling' or '')), opts.graph)
 
 train.fit{
-  epochs = opts.epochs, device = dev, model = model, opt = opt, sched = sched, eval_every = opts.eval_every,
+  epochs = opts.epochs, device = dev, model = model, eval_every = opts.eval_every,
   batches = function(epoch)
     return data.batches(xtr, ytr, opts.batch, { shuffle = true, drop_last = true, seed = opts.seed * 1000 + epoch })
   end,
-  loss = function(xb, yb)
-    return nn.cross_entropy(model(to_layout(augment(xb))), yb, { smoothing = opts.smoothing })
-  end,
-  test = { x = xte, y = yte, forward = function(xb) return model(to_layout(xb)) end },
+  step = train.stepper{
+    opt = opt, sched = sched, policy = policy, scaler = scaler, graph = opts.graph == 'on',
+    loss = function(xb, yb)
+      return nn.cross_entropy(model(to_layout(augment(xb))):float(), yb, { smoothing = opts.smoothing })
+    end,
+  },
+  test = { x = xte, y = yte, forward = function(xb)
+    return policy:autocast(function() return model(to_layout(xb)):float() end)
+  end },
 }

@@ -216,8 +216,13 @@ static vl_status cpu_optim_step(const vl_optim_args *a) {
   if (a->kind < VL_OPTIM_SGD || a->kind > VL_OPTIM_LARS)
     return vl_fail(VL_EINVAL, "optim_step: unknown optimizer kind %d", (int)a->kind);
   if (a->found_inf && *a->found_inf != 0.0f) return VL_OK; /* AMP: the step is skipped */
-  if (a->param_dtype == VL_F64) step_double(a, a->inv_scale ? (double)*a->inv_scale : 1.0);
-  else step_float(a, a->inv_scale ? *a->inv_scale : 1.0f);
+  vl_optim_args b = *a;
+  if (a->dyn) { /* capturable: lr and step from memory, as the CUDA kernels read them */
+    b.lr = a->dyn[0];
+    b.step = (int64_t)a->dyn[1];
+  }
+  if (b.param_dtype == VL_F64) step_double(&b, b.inv_scale ? (double)*b.inv_scale : 1.0);
+  else step_float(&b, b.inv_scale ? *b.inv_scale : 1.0f);
   return VL_OK;
 }
 
@@ -269,8 +274,15 @@ static vl_status cpu_unscale(vl_dtype dt, int n, void *const *ptrs, const int64_
   return VL_OK;
 }
 
+static vl_status cpu_optim_advance(double *dyn, const float *found_inf, vl_exec ex) {
+  (void)ex;
+  if (!found_inf || *found_inf == 0.0f) dyn[1] += 1.0;
+  return VL_OK;
+}
+
 const vl_optim_kernels vl_cpu_optim_kernels = {
     .step = cpu_optim_step,
+    .advance = cpu_optim_advance,
     .l2norms = cpu_l2norms,
     .unscale = cpu_unscale,
 };

@@ -12,6 +12,8 @@ vl_status vl_cpu_rand(const vl_rand_args *a) {
   int per = is_f64 ? 2 : 4;
   int bits = vl_rand_uniform_bits(a->dtype, a->kind);
   int64_t es = (int64_t)vl_dtype_size(a->dtype);
+  /* The same contract as the CUDA kernel's (kernels.h): a base overrides key and first counter. */
+  const uint64_t seed = a->base ? a->base[0] : a->seed, first = a->base ? a->base[1] + a->offset : a->offset;
   double buf[VL_CPU_BLOCK];
   for (int64_t off = 0; off < a->numel; off += VL_CPU_BLOCK) {
     /* VL_CPU_BLOCK is a multiple of 4, so a block starts at a group boundary. */
@@ -19,8 +21,8 @@ vl_status vl_cpu_rand(const vl_rand_args *a) {
     for (int64_t i = 0; i < m; i += per) {
       uint64_t g = (uint64_t)((off + i) / per);
       double v[4];
-      if (a->kind == VL_RAND_NORMAL) vl_philox_group_normal(a->seed, a->offset + g, is_f64, v);
-      else vl_philox_group_uniform(a->seed, a->offset + g, is_f64, bits, v);
+      if (a->kind == VL_RAND_NORMAL) vl_philox_group_normal(seed, first + g, is_f64, v);
+      else vl_philox_group_uniform(seed, first + g, is_f64, bits, v);
       for (int j = 0; j < per && i + j < m; j++) {
         double u = v[j];
         buf[i + j] = a->kind == VL_RAND_UNIFORM ? a->a + (a->b - a->a) * u

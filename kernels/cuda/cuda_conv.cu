@@ -14,8 +14,10 @@
  * pool allocated on the stream and freed right after enqueueing: the pool is stream-ordered, so
  * the block is reused only by later work of the same stream. No host synchronisation otherwise. */
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "runtime/core/graph.h"
 #include "kernels/cuda/cuda_cudnn.cuh"
 #include "kernels/nn_kernels.h"
 #include "runtime/core/cuda.h"
@@ -180,6 +182,14 @@ static vl_status conv_run(const vl_conv_args *a, vl_conv_dir dir) {
   if (cached) {
     cands[0] = *cached;
     ncand = 1;
+  } else if (a->benchmark && vl_graph_capturing()) {
+    /* Timing runs kernels and reads their times back on the host: not capturable. */
+    char why[256];
+    snprintf(why, sizeof why, "a cuDNN benchmark search (first use of input %lldx%lldx%lldx%lld, weight "
+             "%lldx%lldx%lldx%lld %s; warm up before capturing, or turn cudnn benchmark off)",
+             (long long)a->n, (long long)a->c, (long long)a->h, (long long)a->w, (long long)a->k,
+             (long long)(a->c / a->groups), (long long)a->r, (long long)a->s, vl_dtype_name(a->dtype));
+    return vl_graph_refuse(op, why);
   } else if (dir == VL_CONV_FWD) {
     cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int n = 0;

@@ -55,7 +55,32 @@ template <typename A>
 struct vl_mt_hp {
   A lr, mom, omd, wd, decay, b1, b2, omb1, omb2, eps, step_size, bc2s, bc1, bc2, trust;
   bool nesterov, first, has_m;
+  /* Device {lr, step} (capturable steps, nn_kernels.h) and the doubles its terms derive from. */
+  const double *dyn;
+  double beta1, beta2, weight_decay;
 };
+
+/* The lr- and step-dependent terms from the device {lr, step}, by the host's formulas (the
+ * explicitly rounded double operations keep them identical to vl_mt_make_hp's). */
+template <typename A>
+__device__ __forceinline__ vl_mt_hp<A> vl_mt_hp_at_run(const vl_mt_hp<A> &h0) {
+  vl_mt_hp<A> h = h0;
+  if (!h.dyn) return h;
+  const double lr = h.dyn[0], step = h.dyn[1];
+  const double bc1 = __dsub_rn(1.0, pow(h.beta1, step)), bc2 = __dsub_rn(1.0, pow(h.beta2, step));
+  h.lr = (A)lr;
+  h.decay = (A)__dsub_rn(1.0, __dmul_rn(lr, h.weight_decay));
+  h.step_size = (A)__ddiv_rn(lr, bc1);
+  h.bc2s = (A)__dsqrt_rn(bc2);
+  h.bc1 = (A)bc1;
+  h.bc2 = (A)bc2;
+  return h;
+}
+
+/* Capturable steps: the step count advances on the device, unless AMP found inf/NaN. */
+__global__ void vl_mt_advance(double *dyn, const float *found_inf) {
+  if (!found_inf || *found_inf == 0.0f) dyn[1] = dyn[1] + 1.0;
+}
 
 /* ---- explicitly rounded arithmetic (never contracted into FMAs) ---- */
 VL_DEV float vadd(float a, float b) { return __fadd_rn(a, b); }
@@ -108,9 +133,10 @@ VL_DEV A vl_lamb_u(const vl_mt_hp<A> &h, A p, A m, A v) {
  * per tensor of this launch. */
 template <int KIND, typename P, typename S, typename A>
 __global__ void __launch_bounds__(VL_MT_THREADS)
-    vl_mt_update(const __grid_constant__ vl_mt_meta m, const vl_mt_hp<A> h, const float *found_inf,
+    vl_mt_update(const __grid_constant__ vl_mt_meta m, const vl_mt_hp<A> h0, const float *found_inf,
                  const float *inv_scale, const A *ratio) {
   if (found_inf && *found_inf != 0.0f) return;
+  const vl_mt_hp<A> h = vl_mt_hp_at_run(h0);
   const int b = blockIdx.x, t = vl_mt_find(m, b);
   const int64_t start = (int64_t)(b - m.chunk_start[t]) * VL_MT_CHUNK;
   const int64_t end = start + VL_MT_CHUNK < m.numel[t] ? start + VL_MT_CHUNK : m.numel[t];
@@ -172,10 +198,11 @@ __global__ void __launch_bounds__(VL_MT_THREADS)
  * and (KIND < 0) the plain sum of squares of l2norms: one pair of partials per block. */
 template <int KIND, typename P, typename S, typename A>
 __global__ void __launch_bounds__(VL_MT_THREADS)
-    vl_mt_stage1(const __grid_constant__ vl_mt_meta m, const vl_mt_hp<A> h, const float *found_inf,
+    vl_mt_stage1(const __grid_constant__ vl_mt_meta m, const vl_mt_hp<A> h0, const float *found_inf,
                  const float *inv_scale, A *partials) {
   __shared__ A sh[32];
   if (found_inf && *found_inf != 0.0f) return;
+  const vl_mt_hp<A> h = vl_mt_hp_at_run(h0);
   const int b = blockIdx.x, t = vl_mt_find(m, b);
   const int64_t start = (int64_t)(b - m.chunk_start[t]) * VL_MT_CHUNK;
   const int64_t end = start + VL_MT_CHUNK < m.numel[t] ? start + VL_MT_CHUNK : m.numel[t];
@@ -230,10 +257,11 @@ __global__ void __launch_bounds__(VL_MT_THREADS)
  * norm is 0. */
 template <int KIND, typename A>
 __global__ void __launch_bounds__(VL_MT_FIN_THREADS)
-    vl_mt_finish(const __grid_constant__ vl_mt_meta m, const vl_mt_hp<A> h, const float *found_inf,
+    vl_mt_finish(const __grid_constant__ vl_mt_meta m, const vl_mt_hp<A> h0, const float *found_inf,
                  const A *partials, A *ratio, float *norms_out) {
   __shared__ A sh[32];
   if (found_inf && *found_inf != 0.0f) return;
+  const vl_mt_hp<A> h = vl_mt_hp_at_run(h0);
   const int t = blockIdx.x;
   A sa = 0, sb = 0;
   for (int c = m.chunk_start[t] + threadIdx.x; c < m.chunk_start[t + 1]; c += blockDim.x) {
@@ -324,6 +352,10 @@ static vl_mt_hp<A> vl_mt_make_hp(const vl_optim_args *a) {
   h.nesterov = a->nesterov;
   h.first = a->first_step;
   h.has_m = a->state1 != NULL && a->momentum != 0.0;
+  h.dyn = a->dyn;
+  h.beta1 = a->beta1;
+  h.beta2 = a->beta2;
+  h.weight_decay = a->weight_decay;
   return h;
 }
 
@@ -447,8 +479,17 @@ static vl_status vl_cuda_unscale(vl_dtype dt, int n, void *const *ptrs, const in
   return VL_OK;
 }
 
+static vl_status vl_cuda_optim_advance(double *dyn, const float *found_inf, vl_exec ex) {
+  VL_CUDA_ENTER(guard, st, ex);
+  (void)st;
+  vl_mt_advance<<<1, 1, 0, (cudaStream_t)ex.stream>>>(dyn, found_inf);
+  VL_LAUNCH_CHECK();
+  return VL_OK;
+}
+
 extern "C" const vl_optim_kernels vl_cuda_optim_kernels = {
     .step = vl_cuda_optim_step,
+    .advance = vl_cuda_optim_advance,
     .l2norms = vl_cuda_l2norms,
     .unscale = vl_cuda_unscale,
 };

@@ -11,8 +11,12 @@
 /* PER: elements per group (2 for f64 uniform/normal, 4 otherwise). */
 template <typename T, int PER>
 __global__ void __launch_bounds__(256)
-    vl_rand_kernel(T *out, int64_t numel, uint64_t seed, uint64_t offset, int kind, double a,
-                   double b, int bits, bool vec_ok) {
+    vl_rand_kernel(T *out, int64_t numel, uint64_t seed, uint64_t offset, const uint64_t *base, int kind,
+                   double a, double b, int bits, bool vec_ok) {
+  if (base) {
+    seed = base[0];
+    offset += base[1];
+  }
   const int64_t groups = (numel + PER - 1) / PER;
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   const double span = __dsub_rn(b, a);
@@ -46,7 +50,7 @@ static vl_status vl_rand_launch(const vl_rand_args *a, const vl_cuda_state *st) 
   const unsigned g = vl_grid(groups, 256, st, 2);
   const bool vec_ok = (uintptr_t)a->out % sizeof(vl_vec<T, PER>) == 0;
   vl_rand_kernel<T, PER><<<g, 256, 0, (cudaStream_t)a->ex.stream>>>(
-      (T *)a->out, a->numel, a->seed, a->offset, (int)a->kind, a->a, a->b, vl_rand_uniform_bits(a->dtype, a->kind), vec_ok);
+      (T *)a->out, a->numel, a->seed, a->offset, a->base, (int)a->kind, a->a, a->b, vl_rand_uniform_bits(a->dtype, a->kind), vec_ok);
   VL_LAUNCH_CHECK();
   return VL_OK;
 }

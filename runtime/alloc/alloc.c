@@ -48,6 +48,8 @@ struct vl_private {
   int id;
   bool released;
   size_t nsegs;
+  vl_block **held;            /* default-pool blocks freed while it was active */
+  size_t nheld, capheld;
   vl_private *next;
 };
 
@@ -257,6 +259,7 @@ static void remove_private(vl_alloc *p, vl_private *priv) {
   for (vl_private **pp = &p->privs; *pp; pp = &(*pp)->next) {
     if (*pp == priv) {
       *pp = priv->next;
+      free(priv->held);
       free(priv);
       return;
     }
@@ -292,6 +295,9 @@ static bool segment_unused(const vl_segment *s) {
 /* Releases cached segments of the default pool and of released private pools. Segments of a
  * live private pool stay: a captured graph still refers to their addresses. */
 static void release_cached(vl_alloc *p) {
+  /* While a private pool is active a graph is being captured: freeing device memory then would
+   * synchronise (not capturable), so the cache is kept until the capture ends. */
+  if (p->nactive) return;
   vl_segment *s = p->segs;
   while (s) {
     vl_segment *next = s->next;
@@ -528,6 +534,7 @@ void vl_alloc_destroy(vl_alloc *p) {
   }
   for (vl_private *q = p->privs, *n; q; q = n) {
     n = q->next;
+    free(q->held);
     free(q);
   }
   free(p->active);
@@ -575,8 +582,34 @@ vl_status vl_alloc_malloc(vl_alloc *p, size_t nbytes, void *stream, vl_block **o
   return VL_OK;
 }
 
+static void free_now(vl_alloc *p, vl_block *b);
+
+/* A default-pool block freed while a private pool is active is held by that pool until it is
+ * released: a graph captured meanwhile may have recorded kernels that use the block, and
+ * handing it to an eager allocation after the capture would let a replay overwrite it. On host
+ * OOM the block simply stays allocated (the safe side). */
+static void hold(vl_alloc *p, vl_block *b) {
+  vl_private *q = p->active[0].priv;
+  if (q->nheld == q->capheld) {
+    size_t cap = q->capheld ? 2 * q->capheld : 16;
+    vl_block **h = realloc(q->held, cap * sizeof *h);
+    if (!h) return;
+    q->held = h;
+    q->capheld = cap;
+  }
+  q->held[q->nheld++] = b;
+}
+
 void vl_alloc_free(vl_alloc *p, vl_block *b) {
   if (!p || !b || b->state != VL_B_ALLOC) return;
+  if (p->nactive && b->seg && !b->seg->priv) {
+    hold(p, b);
+    return;
+  }
+  free_now(p, b);
+}
+
+static void free_now(vl_alloc *p, vl_block *b) {
   p->st.free_count++;
   p->st.active_blocks--;
   if (!b->seg) {
@@ -773,6 +806,9 @@ vl_status vl_alloc_private_release(vl_alloc *p, int id) {
       return vl_fail(VL_EINVAL, "vl_alloc_private_release: private pool %d on %s is still in use "
                      "by stream %p (call vl_alloc_private_end first)", id, pool_name(p),
                      p->active[i].stream);
+  /* The held blocks go back to the default pool now that no graph of this pool can run. */
+  for (size_t i = 0; i < q->nheld; i++) free_now(p, q->held[i]);
+  q->nheld = 0;
   /* Before marking it released: a completion that empties its last segment would free q. */
   if (p->pending) process_pending(p);
   q->released = true;

@@ -112,8 +112,11 @@ void vl_alloc_snapshot_free(vl_alloc_segment_info *segs, size_t nsegs);
 
 /* Private pools (for CUDA graph capture): while a private pool is active on a stream, every
  * allocation on that stream comes from segments that belong to that pool alone, and freed blocks
- * go back to it; other streams never see them. Releasing a private pool returns its segments to
- * the device once all its blocks are freed (later frees finish the job). */
+ * go back to it; other streams never see them. While any private pool is active, blocks of the
+ * default pool that are freed are held by it (a graph captured meanwhile may still use them on
+ * replay) and return to the default pool when it is released, and cached segments are not
+ * returned to the device (that would synchronise). Releasing a private pool returns its segments
+ * to the device once all its blocks are freed (later frees finish the job). */
 vl_status vl_alloc_private_create(vl_alloc *p, int *id);
 vl_status vl_alloc_private_begin(vl_alloc *p, int id, void *stream);
 void vl_alloc_private_end(vl_alloc *p, void *stream);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runtime/core/context.h"
+#include "runtime/core/graph.h"
 
 #ifdef VL_HAVE_MPI
 #include <mpi.h>
@@ -40,23 +41,7 @@ static void mpi_version(char *buf, size_t n) {
 
 #include "kernels/backend.h"
 
-#define VL_CUDA_CHECK(call)                                                                  \
-  do {                                                                                       \
-    cudaError_t vl_ce_ = (call);                                                             \
-    if (vl_ce_ != cudaSuccess)                                                               \
-      return vl_fail(VL_ECUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                   \
-                     cudaGetErrorString(vl_ce_));                                            \
-  } while (0)
-
-/* For calls in functions that cannot return a status (frees, teardown): the failure still lands
- * in the error message, and a sticky error resurfaces at the next checked call. */
-#define VL_CUDA_NOTE(call)                                                                   \
-  do {                                                                                       \
-    cudaError_t vl_ce_ = (call);                                                             \
-    if (vl_ce_ != cudaSuccess)                                                               \
-      (void)vl_fail(VL_ECUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                    \
-                    cudaGetErrorString(vl_ce_));                                             \
-  } while (0)
+#include "runtime/core/cuda_check.h"
 
 /* Immutable per-device data the backends point at (the pool keeps `ud` and `name`). */
 static const int vl_dev_ids[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
@@ -199,6 +184,7 @@ vl_status vl_stream_destroy(int dev, void *stream) {
 }
 
 vl_status vl_stream_synchronize(int dev, void *stream) {
+  VL_TRY(vl_graph_refuse("stream:synchronize", "a wait for a stream"));
   VL_TRY(resolve_stream("vl_stream_synchronize", dev, &stream));
   VL_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
   return VL_OK;
@@ -254,6 +240,7 @@ vl_status vl_event_record(int dev, void *event, void *stream) {
 
 vl_status vl_event_synchronize(int dev, void *event) {
   if (!event) return vl_fail(VL_EINVAL, "vl_event_synchronize: NULL event (cuda:%d)", dev);
+  VL_TRY(vl_graph_refuse("event:synchronize", "a wait for an event"));
   VL_TRY(check_dev("vl_event_synchronize", dev));
   VL_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)event));
   return VL_OK;
@@ -282,6 +269,7 @@ vl_status vl_event_elapsed_ms(void *start, void *end, float *ms) {
 }
 
 vl_status vl_cuda_synchronize(int dev) {
+  VL_TRY(vl_graph_refuse("synchronize", "a wait for the device"));
   VL_TRY(check_dev("vl_cuda_synchronize", dev));
   VL_TRY(set_device(dev));
   VL_CUDA_CHECK(cudaDeviceSynchronize());
@@ -299,6 +287,12 @@ vl_status vl_memcpy(void *dst, vl_device dst_dev, const void *src, vl_device src
     memmove(dst, src, nbytes);
     return VL_OK;
   }
+  if (vl_graph_capturing()) {
+    if (dst_dev.type != VL_CUDA || src_dev.type != VL_CUDA)
+      VL_TRY(vl_graph_refuse("copy", dst_dev.type == VL_CUDA ? "a copy from host memory" : "a copy to host memory"));
+    VL_TRY(vl_graph_check_device("copy", VL_CUDA, dst_dev.index));
+    VL_TRY(vl_graph_check_device("copy", VL_CUDA, src_dev.index));
+  }
   /* The copy runs on the CUDA side's stream: the destination's for device-to-device. */
   int dev = dst_dev.type == VL_CUDA ? dst_dev.index : src_dev.index;
   if (src_dev.type == VL_CUDA) VL_TRY(check_dev("vl_memcpy", src_dev.index));
@@ -315,7 +309,12 @@ static vl_status dev_raw_alloc(void *ud, size_t nbytes, void **ptr) {
   int dev = *(const int *)ud;
   VL_TRY(set_device(dev));
   void *p = NULL;
+  /* A new segment of a graph's private pool is obtained during capture; cudaMalloc is not a
+   * stream operation, and relaxed mode lets it through (the capture never records it). */
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  VL_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
   cudaError_t e = cudaMalloc(&p, nbytes);
+  VL_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError(); /* not sticky: the pool frees its cache and retries */
     return VL_EOOM;

@@ -45,7 +45,7 @@ static const char *const status_names[] = {
     [VL_EDTYPE] = "VL_EDTYPE", [VL_EDEVICE] = "VL_EDEVICE", [VL_EOOM] = "VL_EOOM",
     [VL_EFREED] = "VL_EFREED", [VL_EUNSUPPORTED] = "VL_EUNSUPPORTED", [VL_EIO] = "VL_EIO",
     [VL_ECUDA] = "VL_ECUDA",   [VL_ECUBLAS] = "VL_ECUBLAS", [VL_ECUDNN] = "VL_ECUDNN",
-    [VL_ENCCL] = "VL_ENCCL",   [VL_EMPI] = "VL_EMPI",       [VL_EINTERNAL] = "VL_EINTERNAL",
+    [VL_ENCCL] = "VL_ENCCL",   [VL_EMPI] = "VL_EMPI", [VL_EGRAPH] = "VL_EGRAPH",       [VL_EINTERNAL] = "VL_EINTERNAL",
 };
 VL_TABLE_SIZE(status_names, VL_NSTATUS);
 

@@ -28,6 +28,7 @@ typedef enum vl_status {
   VL_ECUDNN,
   VL_ENCCL,
   VL_EMPI,
+  VL_EGRAPH,       /* an operation that a CUDA graph capture cannot record */
   VL_EINTERNAL,    /* a bug: an invariant of ours broke */
   VL_NSTATUS       /* the number of codes, not a code */
 } vl_status;

@@ -1,4 +1,5 @@
 /* runtime/core/tensor.c: refcounted storage and strided views. */
+#include "runtime/core/graph.h"
 #include "runtime/core/tensor.h"
 
 #include <stdio.h>
@@ -34,6 +35,7 @@ static vl_status storage_new(const char *op, size_t nbytes, vl_device dev, vl_st
     vl_block *block;
     vl_status s = vl_cuda_alloc(dev.index, &pool);
     if (s == VL_OK) s = vl_cuda_current_stream(dev.index, &stream);
+    if (s == VL_OK && vl_graph_capturing()) s = vl_graph_check_alloc(dev.index, stream, nbytes);
     if (s == VL_OK) s = vl_alloc_malloc(pool, nbytes, stream, &block);
     if (s != VL_OK) {
       free(st);

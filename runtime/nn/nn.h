@@ -63,10 +63,15 @@ typedef struct vl_optim_hparams {
   double lr, momentum, dampening, weight_decay, beta1, beta2, eps, trust_coef;
   bool nesterov, first_step;
   int64_t step;
+  /* Capturable steps: a 2-element f64 tensor {lr, step} on the parameters' device that the kernels
+   * read instead of lr and step (advanced by vl_optim_advance), or NULL. */
+  vl_tensor *dyn;
 } vl_optim_hparams;
 vl_status vl_optim_step(vl_optim_kind kind, int n, vl_tensor *const *params, vl_tensor *const *grads,
                         vl_tensor *const *state1, vl_tensor *const *state2, const vl_optim_hparams *h,
                         vl_tensor *found_inf, vl_tensor *inv_scale);
+/* dyn[1] += 1 on dyn's device unless found_inf (1-element f32 there, or NULL) is non-zero. */
+vl_status vl_optim_advance(vl_tensor *dyn, vl_tensor *found_inf);
 /* Per-tensor L2 norms as a new f32 tensor [n] on the tensors' device (no host sync). */
 vl_status vl_l2norms(int n, vl_tensor *const *ts, vl_tensor **out);
 /* AMP: multiply every tensor by inv_scale[0] in place and set found_inf[0] = 1 on inf/NaN. */

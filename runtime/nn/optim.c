@@ -35,6 +35,18 @@ static vl_status check_scalar(const char *op, const char *what, const vl_tensor 
   return VL_OK;
 }
 
+/* The {lr, step} tensor of a capturable step: 2 contiguous f64 on dev. */
+static vl_status check_dyn(const char *op, const vl_tensor *t, vl_device dev) {
+  char d[VL_DESC_LEN], ds[64];
+  if (t->dtype != VL_F64 || vl_tensor_numel(t) != 2 || !vl_tensor_is_contiguous(t))
+    return vl_fail(VL_EINVAL, "%s: dyn must be a contiguous 2-element f64 tensor {lr, step} (got %s)", op,
+                   vl_tensor_desc(t, d, sizeof d));
+  if (!vl_device_eq(t->storage->device, dev))
+    return vl_fail(VL_EDEVICE, "%s: dyn is on %s but the tensors are on %s", op, vl_tensor_desc(t, d, sizeof d),
+                   vl_device_str(dev, ds, sizeof ds));
+  return VL_OK;
+}
+
 /* Role `role` tensor i of a group: on dev, dense, of dtype dt, with `numel` elements. */
 static vl_status check_member(const char *op, const char *role, int i, const vl_tensor *t, vl_device dev,
                               vl_dtype dt, int64_t numel) {
@@ -104,8 +116,9 @@ vl_status vl_optim_step(vl_optim_kind kind, int n, vl_tensor *const *params, vl_
   if (sdt != pdt && !(half && sdt == VL_F32))
     return vl_fail(VL_EDTYPE, "%s (%s): state dtype %s does not fit %s parameters (the state is the parameters' dtype, "
                    "or f32 for f16/bf16 parameters)", op, kn, vl_dtype_name(sdt), vl_dtype_name(pdt));
+  if (h->dyn) VL_TRY(check_dyn(op, h->dyn, dev));
   if (kind == VL_OPTIM_ADAMW || kind == VL_OPTIM_LAMB) {
-    if (h->step < 1) return vl_fail(VL_EINVAL, "%s (%s): step must be >= 1 (1-based), got %lld", op, kn, (long long)h->step);
+    if (h->step < 1 && !h->dyn) return vl_fail(VL_EINVAL, "%s (%s): step must be >= 1 (1-based), got %lld", op, kn, (long long)h->step);
     if (!(h->beta1 >= 0 && h->beta1 < 1) || !(h->beta2 >= 0 && h->beta2 < 1))
       return vl_fail(VL_EINVAL, "%s (%s): betas must be in [0, 1), got %g and %g", op, kn, h->beta1, h->beta2);
   }
@@ -182,6 +195,7 @@ vl_status vl_optim_step(vl_optim_kind kind, int n, vl_tensor *const *params, vl_
       .step = h->step,
       .found_inf = found_inf ? (const float *)vl_tensor_data(found_inf) : NULL,
       .inv_scale = inv_scale ? (const float *)vl_tensor_data(inv_scale) : NULL,
+      .dyn = h->dyn ? (const double *)vl_tensor_data(h->dyn) : NULL,
       .scratch = NULL, /* the CUDA kernels use the stream's workspace for their per-chunk partial norms */
       .scratch_bytes = 0,
       .ex = ex,
@@ -197,6 +211,21 @@ vl_status vl_optim_step(vl_optim_kind kind, int n, vl_tensor *const *params, vl_
     if (need2) bump(state2[i]);
   }
   if (s != VL_OK) return vl_fail_prefix(s, "%s (%s): ", op, kn);
+  return VL_OK;
+}
+
+vl_status vl_optim_advance(vl_tensor *dyn, vl_tensor *found_inf) {
+  const char *op = "optim_advance";
+  if (!dyn) return vl_fail(VL_EINVAL, "%s: dyn is required", op);
+  vl_device dev = dyn->storage->device;
+  VL_TRY(check_dyn(op, dyn, dev));
+  if (found_inf) VL_TRY(check_scalar(op, "found_inf", found_inf, dev));
+  const vl_optim_kernels *K;
+  VL_TRY(optim_kernels_of(op, dev, &K));
+  vl_exec ex;
+  VL_TRY(vl_exec_of(op, dev, &ex));
+  VL_TRY(K->advance((double *)vl_tensor_data(dyn), found_inf ? (const float *)vl_tensor_data(found_inf) : NULL, ex));
+  bump(dyn);
   return VL_OK;
 }
 

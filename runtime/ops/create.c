@@ -5,6 +5,7 @@
 
 #include "runtime/core/context.h"
 #include "runtime/core/cuda.h"
+#include "runtime/core/graph.h"
 #include "runtime/core/layout.h"
 #include "runtime/ops/ops_internal.h"
 #include "runtime/core/philox.h"
@@ -174,11 +175,20 @@ static vl_status rand_fill(const char *op, vl_rand_kind kind, vl_tensor *t, doub
   int64_t numel = vl_tensor_numel(t);
   if (numel == 0) return VL_OK;
   vl_context *ctx = vl_ctx();
-  vl_rand_args ra = {kind, t->dtype, vl_tensor_data(t), numel, ctx->seed, ctx->rng_offset, a, b, {0, NULL}};
+  vl_rand_args ra = {kind, t->dtype, vl_tensor_data(t), numel, ctx->seed, ctx->rng_offset, a, b, {0, NULL}, NULL};
   VL_TRY(vl_exec_of(op, t->storage->device, &ra.ex));
-  VL_TRY(vl_backend_of(t->storage->device)->ops->rand(&ra));
   /* runtime/core/philox.h: only f64 UNIFORM/NORMAL take 2 elements per counter. */
-  ctx->rng_offset += vl_philox_groups(t->dtype == VL_F64 && kind != VL_RAND_BERNOULLI, numel);
+  const uint64_t groups = vl_philox_groups(t->dtype == VL_F64 && kind != VL_RAND_BERNOULLI, numel);
+  /* Under capture the counters are relative to the base the replay writes; the generator itself
+   * advances at each replay (vl_graph_replay), not now. */
+  uint64_t rel = 0;
+  const uint64_t *base = vl_graph_capturing() ? vl_graph_rng_draw(t->storage->device.index, groups, &rel) : NULL;
+  if (base) {
+    ra.base = base;
+    ra.offset = rel;
+  }
+  VL_TRY(vl_backend_of(t->storage->device)->ops->rand(&ra));
+  if (!base) ctx->rng_offset += groups;
   return VL_OK;
 }
 
@@ -370,6 +380,7 @@ vl_status vl_item(vl_tensor *t, double *out) {
     *out = vl_load_as_f64(vl_tensor_data(t), t->dtype);
     return VL_OK;
   }
+  VL_TRY(vl_graph_refuse("item", "a read of a device value on the host"));
   unsigned char buf[16];
   VL_TRY(vl_to_host(t, buf));
   *out = vl_load_as_f64(buf, t->dtype);

@@ -2,12 +2,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/core/graph.h"
 #include "runtime/core/layout.h"
 #include "runtime/ops/ops_internal.h"
 
 vl_status vl_exec_of(const char *op, vl_device dev, vl_exec *ex) {
   const vl_backend *be;
   VL_TRY(vl_backend_check(op, dev, &be));
+  if (vl_graph_capturing()) VL_TRY(vl_graph_check_device(op, dev.type, dev.index));
   vl_exec e = {.device = dev.index, .stream = NULL};
   if (be->current_stream) {
     vl_status s = be->current_stream(dev.index, &e.stream);

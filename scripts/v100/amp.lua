@@ -17,6 +17,7 @@
 -- `scaler:counters()`) synchronises, and says so.
 local v100 = require 'v100'
 local _nn = require('v100.core')._nn
+local graph = require 'v100.graph'
 
 local amp = {}
 
@@ -65,6 +66,8 @@ function amp.is_scaler(x) return getmetatable(x) == Scaler end
 -- found_inf (0 or 1 for the current step) and the number of skipped steps; all 1-element f32.
 function Scaler:_state(device)
   if self._scale == nil then
+    -- Made under capture, the initial fill would be recorded and replayed every step.
+    if graph.capturing() then fail('its state would be made inside a CUDA graph capture: run warm-up steps first') end
     local dev = self.device or device or v100.device()
     local o = { dtype = 'f32', device = dev }
     self.device = dev

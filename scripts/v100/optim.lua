@@ -14,8 +14,13 @@
 -- cast to f32, and the half parameter is then refreshed from it by one cast copy, so that small
 -- updates accumulate in f32 instead of being rounded away in half. A step skipped on found_inf
 -- leaves the masters unchanged, and the refresh then rewrites the same half values.
+--
+-- capturable = true (CUDA graphs, docs/AMP.md): the lr and step count of each group live on the
+-- device, the count advancing there (and not on a skipped AMP step), so a step replayed by
+-- v100.graph uses the current lr and the right bias corrections. Required inside a capture.
 local v100 = require 'v100'
 local _nn = v100._nn
+local graph = require 'v100.graph'
 
 local optim = {}
 
@@ -158,6 +163,37 @@ local function uses_momentum(kind, g)
   return (kind == 'sgd' or kind == 'lars') and (g.momentum or 0) ~= 0
 end
 
+-- Capturable steps (capturable = true, PyTorch's name): the lr and the step count of each (group,
+-- device, dtype) live in a 2-element f64 tensor {lr, step} on the device that the fused kernels
+-- read when they run, and the count advances on the device (not on a step AMP skipped). A
+-- CUDA graph replaying the step then uses the current lr (written before each replay when the
+-- group's lr changed, e.g. by a schedule) and bias corrections of the right step.
+local function dyn_of(self, gi, g, dk, q, st, capturing)
+  self._dyn = self._dyn or {}
+  local per = self._dyn[gi]
+  if per == nil then
+    per = {}
+    self._dyn[gi] = per
+  end
+  local d = per[dk]
+  if d == nil then
+    if capturing then
+      error(self.name .. ':step: the capturable state of a parameter group would be made inside a CUDA graph '
+        .. 'capture: run warm-up steps first', 3)
+    end
+    d = { t = v100.tensor({ g.lr, st.step - 1 }, { dtype = 'f64' }):to(q.device), lr = g.lr }
+    per[dk] = d
+  end
+  local function sync()
+    if d.lr ~= g.lr then
+      d.t:narrow(1, 1, 1):fill_(g.lr)
+      d.lr = g.lr
+    end
+  end
+  if capturing then graph.on_replay(sync) else sync() end
+  return d.t
+end
+
 -- opt:step([closure | {found_inf=, inv_scale=}]): one fused update of every parameter that has a
 -- gradient. found_inf / inv_scale (1-element f32 tensors on the parameters' device) come from
 -- AMP: grads are multiplied by inv_scale and the whole step is skipped on the device when
@@ -169,9 +205,21 @@ function Optimizer:step(arg)
   elseif type(arg) == 'table' then
     amp = arg
   end
+  local capturing = graph.capturing()
+  if capturing and not self.capturable then
+    error(self.name .. ':step: inside a CUDA graph capture the optimizer needs capturable = true (its lr and '
+      .. 'step count must live on the device to change between replays)', 2)
+  end
+  local function no_new_state(what)
+    if capturing then
+      error(string.format('%s:step: %s would be made inside a CUDA graph capture: run warm-up steps first',
+        self.name, what), 3)
+    end
+  end
   local kind = self.kind
   local refresh = {} -- half parameter -> its master, refreshed after the fused calls
-  for _, g in ipairs(self.param_groups) do
+  local advanced = {}
+  for gi, g in ipairs(self.param_groups) do
     local k, hp = group_call(kind, g)
     local mom = uses_momentum(kind, g)
     local adam = k == 'adamw' or k == 'lamb'
@@ -181,11 +229,13 @@ function Optimizer:step(arg)
       if grad ~= nil then
         local st = self.state[p]
         if st == nil then
+          no_new_state('the state of a parameter')
           st = { step = 0 }
           self.state[p] = st
         end
         st.step = st.step + 1
         -- q: the tensor the kernel updates (the f32 master of a half parameter, else p)
+        if self.master_weights and is_half(p) and st.master == nil then no_new_state('an f32 master weight') end
         local master = master_of(self, p, st)
         local q = master or p
         if master then refresh[#refresh + 1] = { p, master } end
@@ -193,12 +243,14 @@ function Optimizer:step(arg)
         local s1, s2
         if adam then
           if st.exp_avg == nil then
+            no_new_state('the moments')
             st.exp_avg = v100.zeros_like(q, { dtype = state_dtype(q) })
             st.exp_avg_sq = v100.zeros_like(q, { dtype = state_dtype(q) })
           end
           s1, s2 = st.exp_avg, st.exp_avg_sq
         elseif mom then
           if st.momentum_buffer == nil then
+            no_new_state('the momentum buffer')
             st.momentum_buffer = v100.zeros_like(q, { dtype = state_dtype(q) })
             first = true
           end
@@ -207,10 +259,12 @@ function Optimizer:step(arg)
         -- the kernels take gradients of the updated tensor's dtype
         if grad.dtype ~= q.dtype then grad = grad:to(q.dtype) end
         if not grad:is_contiguous() then grad = grad:contiguous() end
-        local key = q.device .. '|' .. q.dtype .. '|' .. st.step .. '|' .. tostring(first)
+        local dk = q.device .. '|' .. q.dtype
+        local dyn = self.capturable and dyn_of(self, gi, g, dk, q, st, capturing) or nil
+        local key = dk .. '|' .. (dyn and 'dyn' or st.step) .. '|' .. tostring(first)
         local b = buckets[key]
         if b == nil then
-          b = { p = {}, g = {}, s1 = {}, s2 = {}, step = st.step, first = first }
+          b = { p = {}, g = {}, s1 = {}, s2 = {}, step = st.step, first = first, dyn = dyn }
           buckets[key] = b
           order[#order + 1] = key
         end
@@ -220,7 +274,11 @@ function Optimizer:step(arg)
     end
     for _, key in ipairs(order) do
       local b = buckets[key]
-      hp.step, hp.first_step = b.step, b.first
+      hp.step, hp.first_step, hp.dyn = b.step, b.first, b.dyn
+      if b.dyn and not advanced[b.dyn] then
+        _nn.optim_advance(b.dyn, amp and amp.found_inf)
+        advanced[b.dyn] = true
+      end
       _nn.optim_step(k, b.p, b.g, (adam or mom) and b.s1 or nil, adam and b.s2 or nil, hp,
         amp and amp.found_inf, amp and amp.inv_scale)
     end
@@ -268,6 +326,16 @@ local STATE_KEYS = { 'momentum_buffer', 'exp_avg', 'exp_avg_sq', 'master' }
 -- {{lr=, ..., params = {index, ...}}}, master_weights = bool}; indices number the parameters 1..
 -- in group order. The buffers are the optimizer's own tensors (load_state_dict copies them);
 -- master is the f32 master of a half parameter (master_weights).
+-- The device step count of a capturable parameter (synchronises), or nil.
+function Optimizer:_device_step(gi, g, p, st)
+  local per = self._dyn and self._dyn[gi]
+  if per == nil then return nil end
+  local q = st.master or p
+  local d = per[q.device .. '|' .. q.dtype]
+  if d == nil then return nil end
+  return math.tointeger(d.t:cpu():totable()[2])
+end
+
 function Optimizer:state_dict()
   local sd = { state = {}, param_groups = {}, master_weights = self.master_weights }
   local idx = 0
@@ -288,7 +356,7 @@ function Optimizer:state_dict()
       pg.params[#pg.params + 1] = idx
       local st = self.state[p]
       if st ~= nil then
-        local e = { step = st.step }
+        local e = { step = self:_device_step(gi, g, p, st) or st.step }
         for _, k in ipairs(STATE_KEYS) do e[k] = st[k] end
         sd.state[idx] = e
       end
@@ -315,6 +383,7 @@ function Optimizer:load_state_dict(sd)
   end
   local idx = 0
   self.state = {}
+  self._dyn = nil -- capturable counters are made again from the loaded steps
   for gi, g in ipairs(self.param_groups) do
     for k, v in pairs(sd.param_groups[gi]) do
       if k ~= 'params' and k ~= 'names' then
@@ -359,14 +428,17 @@ local function new(kind, name, params, opts, defaults)
   local d = {}
   for k, v in pairs(defaults) do d[k] = v end
   for k, v in pairs(opts) do
-    if k ~= 'no_decay' and k ~= 'master_weights' then d[k] = v end
+    if k ~= 'no_decay' and k ~= 'master_weights' and k ~= 'capturable' then d[k] = v end
+  end
+  if opts.capturable ~= nil and type(opts.capturable) ~= 'boolean' then
+    error(name .. ': capturable must be a boolean, got ' .. type(opts.capturable), 2)
   end
   if opts.master_weights ~= nil and type(opts.master_weights) ~= 'boolean' then
     -- level 2: optim.SGD and the others tail-call new, so the caller is the user's line
     error(name .. ': master_weights must be a boolean, got ' .. type(opts.master_weights), 2)
   end
   local self = setmetatable({ kind = kind, name = name, defaults = d, state = {},
-    master_weights = opts.master_weights == true }, Optimizer)
+    master_weights = opts.master_weights == true, capturable = opts.capturable == true }, Optimizer)
   self.param_groups = make_groups(name, params, d, opts.no_decay)
   for _, g in ipairs(self.param_groups) do check_group(name, g) end
   return self

@@ -97,4 +97,62 @@ function train.fit(spec)
   return acc, total
 end
 
+-- train.stepper(spec) -> step(xb, yb): one training step as v100.train.fit's `step`, with mixed
+-- precision and, optionally, as a replayed CUDA graph. spec fields:
+--   loss       function(xb, yb) -> the batch's mean loss (f32, recorded)
+--   opt        the optimiser (capturable = true when graph is on)
+--   sched      optional schedule, stepped on the host before each step (or replay)
+--   policy     optional amp.policy: its autocast wraps loss (O1); O2/O3 models are converted by
+--              the recipe beforehand
+--   scaler     optional amp.Scaler (fp16): backward, unscale + step skipped on inf/NaN, update
+--   graph      true: the first call copies its batch into static tensors, captures the step
+--              (after `warmup` eager iterations on that batch, default 3) and every call then
+--              refills the static tensors and replays; batches must keep their shape
+-- The returned loss is the caller's to close (under a graph, a view of the graph's output).
+function train.stepper(spec)
+  local opt, sched, policy, scaler = spec.opt, spec.sched, spec.policy, spec.scaler
+  local loss_fn = assert(spec.loss, 'train.stepper: loss is required')
+  assert(opt, 'train.stepper: opt is required')
+  local function forward(xb, yb)
+    if policy then return policy:autocast(loss_fn, xb, yb) end
+    return loss_fn(xb, yb)
+  end
+  local function eager(xb, yb)
+    local loss = forward(xb, yb)
+    opt:zero_grad()
+    if scaler then
+      scaler:backward(loss)
+      scaler:step(opt)
+      scaler:update()
+    else
+      loss:backward()
+      opt:step()
+    end
+    return loss
+  end
+  if not spec.graph then
+    return function(xb, yb)
+      if sched then sched:step(opt) end
+      return eager(xb, yb)
+    end
+  end
+  if not opt.capturable then error('train.stepper: graph = true needs an optimizer made with capturable = true', 2) end
+  local g, sx, sy, out
+  return function(xb, yb)
+    if sched then sched:step(opt) end
+    if g == nil then
+      sx, sy = xb:clone(), yb:clone()
+      g = v100.graph(function() return eager(sx, sy):detach() end, { warmup = spec.warmup or 3 })
+      out = g.outputs[1]
+    elseif not (#xb.shape == #sx.shape and xb:numel() == sx:numel() and yb:numel() == sy:numel()) then
+      error(string.format('train.stepper: a graphed step takes batches of one shape (captured %s, got %s): drop the '
+        .. 'last partial batch', table.concat(sx.shape, 'x'), table.concat(xb.shape, 'x')), 2)
+    end
+    sx:copy_(xb)
+    sy:copy_(yb)
+    g:replay()
+    return out:detach()
+  end
+end
+
 return train

@@ -751,6 +751,39 @@ static void test_speed(void) {
   vl_alloc_destroy(p);
 }
 
+/* A default-pool block freed while a private pool is active (a graph capture) is held until that
+ * pool is released: a replay may still use it. Cached segments stay while a pool is active. */
+static void test_private_holds_frees(void) {
+  mock m;
+  vl_alloc *p = make_pool(&m, 1024 * MiB);
+  int id = 0;
+  CHECK(vl_alloc_private_create(p, &id) == VL_OK);
+  vl_block *d = xalloc(p, 1000, SA);
+  vl_block *spare = xalloc(p, 5 * MiB, SA);
+  const uintptr_t da = addr(d);
+  vl_alloc_free(p, spare); /* a cached, unused large segment */
+  CHECK(vl_alloc_private_begin(p, id, SA) == VL_OK);
+  vl_alloc_free(p, d);
+  vl_alloc_empty_cache(p);
+  CHECK(m.raw_frees == 0); /* nothing goes back to the device during capture */
+  vl_alloc_stats st;
+  vl_alloc_get_stats(p, &st);
+  CHECK(st.active_blocks == 1); /* d is held, not free */
+  vl_alloc_private_end(p, SA);
+  vl_block *e = xalloc(p, 1000, SA);
+  CHECK(addr(e) != da);
+  vl_alloc_free(p, e);
+  CHECK(vl_alloc_private_release(p, id) == VL_OK);
+  vl_alloc_get_stats(p, &st);
+  CHECK(st.active_blocks == 0);
+  vl_block *f = xalloc(p, 1000, SA);
+  CHECK(addr(f) == da || addr(f) == addr(e)); /* the default pool has d's bytes again */
+  vl_alloc_free(p, f);
+  check_consistent(p, &m);
+  vl_alloc_destroy(p);
+  CHECK(m.used == 0 && m.bad_frees == 0);
+}
+
 int main(void) {
   test_rounding();
   test_small_large();
@@ -763,6 +796,7 @@ int main(void) {
   test_limit();
   test_oom_path();
   test_private();
+  test_private_holds_frees();
   test_stats();
   test_zero_bytes();
   test_no_events_backend();

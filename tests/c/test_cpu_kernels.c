@@ -373,6 +373,20 @@ static vl_rand_args rargs(vl_rand_kind k, vl_dtype d, void *out, int64_t n, uint
   return r;
 }
 
+/* Graph capture's contract (kernels.h): a base {seed, first} in memory overrides the key and adds
+ * to the counter, so a draw with base {42, 5} and offset 3 is the draw of seed 42 at offset 8. */
+static void test_rand_base(void) {
+  float want[12], got[12];
+  vl_rand_args r = rargs(VL_RAND_NORMAL, VL_F32, want, 12, 8, 0, 1);
+  K->rand(&r);
+  const uint64_t base[2] = {42, 5};
+  r = rargs(VL_RAND_NORMAL, VL_F32, got, 12, 3, 0, 1);
+  r.seed = 7; /* ignored: the base holds the key */
+  r.base = base;
+  K->rand(&r);
+  CHECK(memcmp(want, got, sizeof want) == 0, "rand with a base = rand at seed base[0], offset base[1] + offset");
+}
+
 static void test_rand(void) {
   /* The first values for seed 42, computed here from runtime/core/philox.h directly. */
   float f[10];
@@ -478,5 +492,6 @@ int main(void) {
   test_scatter_add();
   test_index_select();
   test_rand();
+  test_rand_base();
   return vl_test_finish();
 }

@@ -59,7 +59,7 @@ local RECIPE_OPTIONS = {
   ['recipes/fashion_cnn.lua'] = { 'epochs', 'batch', 'lr', 'momentum', 'width', 'dropout', 'train-subset',
     'test-subset', 'schedule', 'device', 'seed', 'root' },
   ['recipes/fashion_resnet.lua'] = { 'epochs', 'batch', 'lr', 'wd', 'smoothing', 'warmup-epochs', 'device', 'seed',
-    'layout', 'train-subset', 'test-subset', 'eval-every', 'root', 'tf32', 'cudnn-benchmark' },
+    'layout', 'train-subset', 'test-subset', 'eval-every', 'root', 'tf32', 'cudnn-benchmark', 'amp', 'dtype', 'graph' },
 }
 
 -- The options of argparse's help text: { {name =, default =, text =}, ... } in order. An entry is
@@ -134,6 +134,9 @@ T.test('recipes: a bad value fails, naming the option, without a traceback', fun
     { 'recipes/fashion_resnet.lua --eval-every 0', "option '--eval-every' needs a positive integer, got '0'" },
     { 'recipes/fashion_resnet.lua --tf32 yes', "argument for option '--tf32' must be one of 'on', 'off'" },
     { 'recipes/fashion_resnet.lua stray', 'too many arguments' },
+    { 'recipes/fashion_resnet.lua --amp O4', "argument for option '--amp' must be one of 'O0', 'O1', 'O2', 'O3'" },
+    { 'recipes/fashion_resnet.lua --dtype f32', "argument for option '--dtype' must be one of 'fp16', 'bf16'" },
+    { 'recipes/fashion_resnet.lua --graph on --device cpu', "option '--graph' on needs a CUDA device, got cpu" },
   }
   for _, c in ipairs(cases) do
     local out, ok = T.run_binary(c[1])

@@ -1,0 +1,140 @@
+-- bench/train_step.lua: one synthetic training step of ResNet-50 (batch 256, 224x224, SGD with
+-- Nesterov momentum, label smoothing 0.1) or BERT-Large pretraining (sequence 128, batch 128,
+-- MLM on 15% of positions + NSP, AdamW), under an AMP policy, eager or replayed as a CUDA graph.
+-- bench/train_step.py is PyTorch's side with the same models, batches, policies and BENCH names.
+--
+--   BENCH train_<model>_<amp>_<dtype>_<eager|graph> <samples/s> samples/s
+--   BENCH train_<model>_<amp>_<dtype>_<eager|graph>_ms <ms> ms/step
+--
+-- Method: the step runs `--warmup` times (cuDNN plans, optimizer state; a graph's capture comes
+-- after these), then `--steps` times between two CUDA events; the rate counts samples of those
+-- steps. Inputs are random and fixed (synthetic data: no loader in the timing). fp16 uses an
+-- amp.Scaler (its skip decision stays on the device, so it is captured too); bf16 none.
+--
+-- usage: v100lua bench/train_step.lua --model resnet50|bert-large [--amp O1] [--dtype bf16]
+--        [--graph on] [--batch N] [--seq N] [--steps 20] [--warmup 5] [--layout nhwc] [--device cpu]
+local v100 = require 'v100'
+local nn = require 'v100.nn'
+local F = nn.F
+local optim = require 'v100.optim'
+local amp = require 'v100.amp'
+local recipe = require 'v100.recipe'
+
+local opts, parser = recipe.options{
+  name = 'train_step.lua',
+  description = 'Synthetic ResNet-50 / BERT-Large training steps under AMP, eager or as a CUDA graph.',
+  { '--model', 'resnet50', 'the model', { 'resnet50', 'bert-large', 'bert-base' } },
+  { '--amp', 'O1', 'AMP policy', { 'O0', 'O1', 'O2', 'O3' } },
+  { '--dtype', 'bf16', 'half dtype', { 'fp16', 'bf16' } },
+  { '--graph', 'off', 'replay the step as one CUDA graph', { 'on', 'off' } },
+  { '--batch', 0, 'batch size (0: 256 for ResNet-50, 128 for BERT)', recipe.integer{ min = 0 } },
+  { '--seq', 128, 'BERT sequence length', recipe.integer{ min = 1 } },
+  { '--steps', 20, 'timed steps', recipe.integer{ min = 1 } },
+  { '--warmup', 5, 'untimed steps before timing (and before a capture)', recipe.integer{ min = 1 } },
+  { '--layout', 'nhwc', 'ResNet-50 activation layout', { 'nchw', 'nhwc' } },
+  { '--tf32', 'on', 'f32 GEMMs and convolutions on TF32 tensor cores', { 'on', 'off' } },
+  { '--device', nil, 'cpu, cuda or cuda:N (default: cuda:0 when a GPU is present, else cpu)', recipe.device },
+}
+local dev = opts.device or v100.device()
+if opts.graph == 'on' and not dev:match('^cuda') then parser:error("option '--graph' on needs a CUDA device, got " .. dev) end
+v100.set_allow_tf32(opts.tf32 == 'on')
+v100.manual_seed(1)
+
+local policy = amp.policy(opts.amp, { dtype = opts.dtype })
+local half_input = opts.amp == 'O2' or opts.amp == 'O3'
+local scaler = opts.amp ~= 'O0' and opts.dtype == 'fp16' and amp.Scaler() or nil
+local capturable = opts.graph == 'on'
+
+local model, opt, loss_fn, batch
+if opts.model == 'resnet50' then
+  local resnet = require 'v100.models.resnet'
+  batch = opts.batch > 0 and opts.batch or 256
+  model = resnet.resnet50{ classes = 1000 }
+  model:to{ device = dev, layout = opts.layout }
+  policy:convert(model)
+  opt = optim.SGD(model:parameters(), policy:optimizer_opts{ lr = 0.1, momentum = 0.9, nesterov = true,
+    weight_decay = 5e-5, capturable = capturable })
+  local x = v100.randn({ batch, 3, 224, 224 }, { device = dev })
+  if opts.layout == 'nhwc' then x = x:to_channels_last() end
+  if half_input then x = x:to(policy.dtype) end
+  local ids = {}
+  for i = 1, batch do ids[i] = math.random(0, 999) end
+  local y = v100.tensor(ids, { dtype = 'i64' }):to(dev)
+  loss_fn = function() return F.cross_entropy(model(x):float(), y, { smoothing = 0.1 }) end
+else
+  local bert = require 'v100.models.bert'
+  batch = opts.batch > 0 and opts.batch or 128
+  local cfg = bert.config(opts.model == 'bert-large' and 'large' or 'base')
+  model = bert.BertForPreTraining(cfg):to(dev)
+  policy:convert(model)
+  opt = optim.AdamW(model:parameters(), policy:optimizer_opts{ lr = 1e-4, weight_decay = 0.01,
+    no_decay = optim.no_decay_bias_and_norm, capturable = capturable })
+  local L = opts.seq
+  local ids, labels = {}, {}
+  for i = 1, batch * L do
+    ids[i] = math.random(1, cfg.vocab_size - 1)
+    labels[i] = math.random() < 0.15 and ids[i] or -100
+  end
+  local input_ids = v100.tensor(ids, { dtype = 'i64' }):view(batch, L):to(dev)
+  local mlm = v100.tensor(labels, { dtype = 'i64' }):view(batch, L):to(dev)
+  local nsp_t = {}
+  for i = 1, batch do nsp_t[i] = math.random(0, 1) end
+  local nsp = v100.tensor(nsp_t, { dtype = 'i64' }):to(dev)
+  local types = v100.zeros({ batch, L }, { dtype = 'i64', device = dev })
+  local mask = v100.ones({ batch, L }, { dtype = 'i64', device = dev })
+  loss_fn = function()
+    local scores, rel = model(input_ids, types, mask)
+    return bert.pretraining_loss(scores:float(), rel:float(), mlm, nsp)
+  end
+end
+model:train()
+
+local function step()
+  opt:zero_grad()
+  local loss = policy:autocast(loss_fn)
+  if scaler then
+    scaler:backward(loss)
+    scaler:step(opt)
+    scaler:update()
+  else
+    loss:backward()
+    opt:step()
+  end
+  return loss:detach()
+end
+
+local run = step
+local g
+if capturable then
+  g = v100.graph(step, { warmup = opts.warmup })
+  run = function() return g:replay() end
+else
+  for _ = 1, opts.warmup do step() end
+end
+
+-- CUDA events around the timed steps on a GPU; the host clock after a no-op sync on the CPU.
+local sync = recipe.syncer(dev)
+local loss, ms
+if dev:match('^cuda') then
+  local e0, e1 = v100.cuda.Event{ timing = true }, v100.cuda.Event{ timing = true }
+  sync()
+  e0:record()
+  for _ = 1, opts.steps do loss = run() end
+  e1:record()
+  e1:synchronize()
+  ms = e0:elapsed_time(e1) / opts.steps
+else
+  local t0 = recipe.clock()
+  for _ = 1, opts.steps do loss = run() end
+  ms = (recipe.clock() - t0) * 1000 / opts.steps
+end
+local lv = loss:item()
+if lv ~= lv then error('train_step.lua: the loss is NaN') end
+local name = string.format('train_%s_%s_%s_%s', opts.model:gsub('-', '_'), opts.amp, opts.dtype,
+  capturable and 'graph' or 'eager')
+print(string.format('# %s batch %d%s, loss %.4f, %s', opts.model, batch,
+  opts.model == 'resnet50' and (', ' .. opts.layout) or (', seq ' .. opts.seq), lv,
+  g and string.format('graph of %d nodes', g.nodes) or 'eager'))
+print(string.format('BENCH %s %.1f samples/s', name, batch * 1000 / ms))
+print(string.format('BENCH %s_ms %.2f ms/step', name, ms))
+if g then g:close() end
