@@ -117,7 +117,7 @@ int l_tensor_tostring(lua_State *L) {
   /* A userdata buffer: freed by the collector even if a later step raises. */
   char *host = (char *)lua_newuserdatauv(L, (size_t)shown * f.esz + 8, 0);
   if (shown > 0) {
-    vl_status s = vl_to_host(cur, host);
+    vl_status s = vl_read_host("print", cur, host);
     if (s != VL_OK) return vl_lua_error(L, s);
   }
   f.buf = host;

@@ -561,7 +561,7 @@ static int t_item(lua_State *L) {
     return luaL_error(L, "item: expected a tensor with one element, got %s", vl_tensor_desc(t, buf, sizeof buf));
   }
   int64_t elem[2] = {0, 0};
-  vl_status s = vl_to_host(t, elem);
+  vl_status s = vl_read_host("item", t, elem);
   if (s != VL_OK) return vl_lua_error(L, s);
   push_elem(L, elem, t->dtype);
   return 1;
@@ -588,7 +588,7 @@ static int t_totable(lua_State *L) {
   size_t n = (size_t)vl_tensor_numel(t);
   /* A userdata buffer: freed by the collector even if building the tables raises. */
   char *buf = (char *)lua_newuserdatauv(L, n * esz + 8, 0);
-  vl_status s = vl_to_host(t, buf);
+  vl_status s = vl_read_host("totable", t, buf);
   if (s != VL_OK) return vl_lua_error(L, s);
   if (t->ndim == 0) {
     push_elem(L, buf, t->dtype);

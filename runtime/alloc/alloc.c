@@ -484,7 +484,9 @@ static vl_status oom_error(vl_alloc *p, size_t nbytes, bool limited) {
 /* One attempt: reuse a cached block, else grow. */
 static vl_status attempt(vl_alloc *p, bool small, void *stream, size_t size, vl_block **out,
                          bool *hit, bool *device_oom, bool *limited) {
-  if (p->pending) process_pending(p);
+  /* No event queries while a private pool is active (a graph capture): CUDA forbids them on the
+   * capturing thread. Pending blocks wait for the end of the capture. */
+  if (p->pending && !p->nactive) process_pending(p);
   vl_private *priv = p->nactive ? active_private(p, stream) : NULL;
   vl_block *b = find_free(p, small, priv ? priv->id : 0, stream, size);
   if (b) {
@@ -672,7 +674,7 @@ vl_status vl_alloc_record_stream(vl_alloc *p, vl_block *b, void *stream) {
 }
 
 void vl_alloc_empty_cache(vl_alloc *p) {
-  if (!p) return;
+  if (!p || p->nactive) return; /* during a capture: see attempt() and release_cached() */
   if (p->pending) process_pending(p);
   release_cached(p);
 }

@@ -598,7 +598,7 @@ static vl_status write_tensor(gzFile gz, const char *path, const st_out *o) {
   if (!buf)
     return vl_fail(VL_EOOM, "save_safetensors: %s: out of host memory for tensor \"%s\" (%" PRIu64 " bytes)",
                    path, o->name, nbytes);
-  vl_status s = vl_to_host(t, buf);
+  vl_status s = vl_read_host("save_safetensors", t, buf);
   if (s != VL_OK) {
     free(buf);
     return vl_fail_prefix(s, "save_safetensors: %s: tensor \"%s\": ", path, o->name);

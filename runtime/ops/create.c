@@ -351,9 +351,12 @@ vl_status vl_fill_scalar_(vl_tensor *t, vl_scalar value) {
 
 vl_status vl_fill_(vl_tensor *t, double value) { return vl_fill_scalar_(t, vl_scalar_float(value)); }
 
-vl_status vl_to_host(vl_tensor *t, void *buf) {
+vl_status vl_to_host(vl_tensor *t, void *buf) { return vl_read_host("to_host", t, buf); }
+
+vl_status vl_read_host(const char *op, vl_tensor *t, void *buf) {
   int64_t numel = vl_tensor_numel(t);
   if (numel == 0) return VL_OK;
+  if (!vl_device_is_host(t->storage->device)) VL_TRY(vl_graph_refuse(op, "a read of device memory on the host"));
   vl_storage hs;
   vl_tensor ht;
   vl_wrap_host(&ht, &hs, buf, t->ndim, t->size, t->dtype);
@@ -380,9 +383,8 @@ vl_status vl_item(vl_tensor *t, double *out) {
     *out = vl_load_as_f64(vl_tensor_data(t), t->dtype);
     return VL_OK;
   }
-  VL_TRY(vl_graph_refuse("item", "a read of a device value on the host"));
   unsigned char buf[16];
-  VL_TRY(vl_to_host(t, buf));
+  VL_TRY(vl_read_host("item", t, buf));
   *out = vl_load_as_f64(buf, t->dtype);
   return VL_OK;
 }

@@ -61,6 +61,8 @@ vl_status vl_item(vl_tensor *t, double *out);
 /* Copies t (any device/strides) to host memory as contiguous elements of t's dtype.
  * buf must hold numel * dtype size bytes. Synchronises. */
 vl_status vl_to_host(vl_tensor *t, void *buf);
+/* vl_to_host for the operation `op` (named in errors, e.g. when a CUDA graph capture refuses it). */
+vl_status vl_read_host(const char *op, vl_tensor *t, void *buf);
 
 /* ---- elementwise ---- */
 vl_status vl_unary(vl_unary_op op, vl_tensor *a, vl_tensor **out);
