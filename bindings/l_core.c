@@ -380,6 +380,7 @@ static const luaL_Reg debug_funcs[] = {
 };
 
 int luaopen_v100_amp(lua_State *L); /* bindings/l_amp.c */
+int luaopen_v100_rtc(lua_State *L); /* bindings/l_kernel.c */
 
 static void set_submodule(lua_State *L, lua_CFunction open, const char *name) {
   lua_pushcfunction(L, open);
@@ -411,5 +412,6 @@ int luaopen_v100_core(lua_State *L) {
   set_submodule(L, luaopen_v100_io, "io");
   set_submodule(L, luaopen_v100_nn_ops, "_nn");
   set_submodule(L, luaopen_v100_amp, "_amp"); /* bindings/l_amp.c */
+  set_submodule(L, luaopen_v100_rtc, "_rtc"); /* bindings/l_kernel.c: v100.kernel's primitives */
   return 1;
 }

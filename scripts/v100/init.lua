@@ -27,6 +27,9 @@ v100.autograd = autograd
 v100.no_grad = autograd.no_grad
 v100.enable_grad = autograd.enable_grad
 
+-- Kernels written in the script, compiled at run time by NVRTC (scripts/v100/kernel.lua).
+v100.kernel = require 'v100.kernel'
+
 -- cuDNN convolution algorithms: by cuDNN's heuristics (default) or, with benchmark on, by timing
 -- the candidates once per shape (cached; that first call synchronises). Returns the old setting.
 v100.set_cudnn_benchmark = function(on) return core._nn.set_cudnn_benchmark(on) end
