@@ -139,4 +139,12 @@ T.test('kernel.op definitions and calls', function()
   T.eq(calls, 0, 'forward never ran on CPU tensors')
 end)
 
+T.test('the fused bias + GELU example loads without a GPU and refuses CPU tensors', function()
+  local ex = dofile('recipes/examples/fused_bias_gelu.lua')
+  T.ok(type(ex.check) == 'function' and ex.op.name == 'bias_gelu')
+  T.ok(ex.SOURCE:find('extern "C" __global__ void bias_gelu_fwd_', 1, true) ~= nil)
+  local x, b = v100.randn { 4, 3 }, v100.randn { 3 }
+  T.raises(function() return ex.op(x, b) end, "v100.kernel.op 'bias_gelu': argument 1 is a tensor on the CPU")
+end)
+
 T.run()
