@@ -129,7 +129,7 @@ static void pack_tensor(lua_State *L, int idx, const char *what, int i, const vl
     kerr(L, "%s: argument %d (%s) is on cuda:%d but the kernel was built for cuda:%d (%s)", what, i,
                p->text, t->storage->device.index, dev, desc);
   if (!p->any_dtype && t->dtype != p->dtype)
-    kerr(L, "%s: argument %d (%s) must be a %s tensor, got %s", what, i, p->text, vl_dtype_name(p->dtype),
+    kerr(L, "%s: argument %d (%s) must have dtype %s, got %s", what, i, p->text, vl_dtype_name(p->dtype),
                desc);
   if (contiguous && !vl_tensor_is_contiguous(t))
     kerr(L, "%s: argument %d (%s) is not contiguous (%s): pass t:contiguous()", what, i, p->text, desc);

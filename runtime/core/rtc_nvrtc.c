@@ -221,6 +221,18 @@ vl_status vl_rtc_launch(vl_rtc_module *m, void *kernel, const char *name, const 
 void vl_rtc_module_free(vl_rtc_module *m) {
   if (!m) return;
   if (m->library) {
+    /* Launches are enqueued on the device's current stream: let them finish before their code is
+     * unloaded. Not while that stream is capturing a graph (a synchronize would break the
+     * capture, and a captured launch runs only when the graph is launched: the graph needs the
+     * kernel object alive, docs/KERNELS.md). */
+    void *stream = NULL;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (set_device(m->dev) == VL_OK && vl_cuda_current_stream(m->dev, &stream) == VL_OK &&
+        cudaStreamIsCapturing((cudaStream_t)stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone) {
+      cudaError_t s = cudaStreamSynchronize((cudaStream_t)stream);
+      if (s != cudaSuccess)
+        (void)vl_fail(VL_ECUDA, "%s:%d: cudaStreamSynchronize: %s", __FILE__, __LINE__, cudaGetErrorString(s));
+    }
     cudaError_t e = cudaLibraryUnload((cudaLibrary_t)m->library);
     if (e != cudaSuccess)
       (void)vl_fail(VL_ECUDA, "%s:%d: cudaLibraryUnload: %s", __FILE__, __LINE__, cudaGetErrorString(e));

@@ -84,15 +84,15 @@ extern "C" __global__ void affine(double *y, const int *x, double a, int b, vl_i
   ks(1, 128, y, x, 2.0, 1, n)
   T.tensor_close(y, v100.arange(n):double() * 2 + 1, 0, 0)
   T.raises(function() ks(1, 128, y, x:float(), 2.0, 1, n) end,
-    "v100.kernel 'affine': argument 2 (const int*) must be a i32 tensor, got")
+    "v100.kernel 'affine': argument 2 (const int*) must have dtype i32, got")
 end)
 
 T.test('launch arguments: dtype, contiguity, CPU tensors, counts', function()
   local k = scale_kernel()
   local x = v100.randn({ 8, 8 }, { device = 'cuda' })
   local y = v100.zeros({ 8, 8 }, { device = 'cuda' })
-  T.raises(function() k(1, 64, y, x:double(), 1.0, 64) end, 'argument 2 (const float*) must be a f32 tensor, got 8x8 f64 cuda')
-  T.raises(function() k(1, 64, y, x:transpose(1, 2), 1.0, 64) end, { 'argument 2 (const float*) is not contiguous', 'x:contiguous()' })
+  T.raises(function() k(1, 64, y, x:double(), 1.0, 64) end, 'argument 2 (const float*) must have dtype f32, got 8x8 f64 cuda')
+  T.raises(function() k(1, 64, y, x:transpose(1, 2), 1.0, 64) end, { 'argument 2 (const float*) is not contiguous', 'pass t:contiguous()' })
   T.raises(function() k(1, 64, y, x:cpu(), 1.0, 64) end, 'argument 2 (const float*) is a tensor on the CPU')
   T.raises(function() k(1, 64, y, x, 1.0) end, '3 arguments given, the signature has 4')
   T.raises(function() k { grid = 0, block = 64, args = { y, x, 1.0, 64 } } end, 'grid[1] must be an integer from 1')
