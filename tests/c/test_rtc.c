@@ -4,6 +4,7 @@
  * With CUDA (but no GPU needed) the NVRTC compiler itself: a program compiles for sm_90, the
  * prelude's half/bf16 helpers compile, and a compile error carries the log with its line. */
 #define _DEFAULT_SOURCE
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -167,6 +168,17 @@ static void test_cache_file(void) {
   CHECK(data == NULL);
 }
 
+/* Files in d whose name holds sub (the replace.c temporaries are ".<name>.v100tmp-..."). */
+static int count_named(const char *d, const char *sub) {
+  DIR *dd = opendir(d);
+  if (!dd) return -1;
+  int k = 0;
+  struct dirent *e;
+  while ((e = readdir(dd)) != NULL) k += strstr(e->d_name, sub) != NULL;
+  closedir(dd);
+  return k;
+}
+
 /* ---- building with a fake compiler ---- */
 
 typedef struct fake {
@@ -205,6 +217,7 @@ static void test_build(void) {
   snprintf(path, sizeof path, "%s", img.path);
   struct stat st;
   CHECK(stat(path, &st) == 0 && (size_t)st.st_size == 40 + img.size, "the cache file was written");
+  CHECK(count_named(cdir, ".v100tmp-") == 0 && count_named(cdir, ".cubin") == 1, "one file, no temporary left");
   vl_rtc_image_free(&img);
 
   CHECK_OK(vl_rtc_build(&src, "sm_90", false, cdir, fake_compile, &f, "fake 1.0", &img));
