@@ -30,6 +30,8 @@ typedef struct l_kernel {
   bool has_sig;
   int nparams;
   vl_rtc_param params[VL_RTC_MAX_PARAMS];
+  int nk;                          /* parameters of the compiled kernel; -1: unknown */
+  size_t ksizes[VL_RTC_MAX_PARAMS];
 } l_kernel;
 
 static int raise(lua_State *L, vl_status s) { return vl_lua_error(L, s); }
@@ -166,7 +168,8 @@ static void untyped_param(lua_State *L, int idx, const char *what, int i, vl_rtc
 
 /* Checks and packs args (the table at `tidx`) into slots/argv; returns the count. */
 static int pack_args(lua_State *L, const char *what, bool has_sig, const vl_rtc_param *params, int nparams,
-                     int tidx, int dev, bool contiguous, arg_slot *slots, void **argv, bool *writes) {
+                     int tidx, int dev, bool contiguous, arg_slot *slots, void **argv, bool *writes,
+                     vl_rtc_param *used) {
   luaL_checktype(L, tidx, LUA_TTABLE);
   lua_getfield(L, tidx, "n");
   int n = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : (int)lua_rawlen(L, tidx);
@@ -191,6 +194,7 @@ static int pack_args(lua_State *L, const char *what, bool has_sig, const vl_rtc_
       if (!has_sig) lua_pop(L, 1);
     }
     writes[i] = p->pointer && !p->is_const;
+    if (used) used[i] = *p;
     argv[i] = &slots[i];
     lua_pop(L, 1);
   }
@@ -205,7 +209,7 @@ static int k_check_args(lua_State *L) {
   arg_slot slots[VL_RTC_MAX_PARAMS];
   void *argv[VL_RTC_MAX_PARAMS];
   bool writes[VL_RTC_MAX_PARAMS];
-  int n = pack_args(L, what, has_sig, params, np, 3, -1, lua_toboolean(L, 4), slots, argv, writes);
+  int n = pack_args(L, what, has_sig, params, np, 3, -1, lua_toboolean(L, 4), slots, argv, writes, NULL);
   lua_pushinteger(L, n);
   return 1;
 }
@@ -299,6 +303,8 @@ static int m_kernel(lua_State *L) {
   }
   void *kern = NULL;
   vl_status s = vl_rtc_module_kernel(m, name, &kern);
+  if (s == VL_OK) s = vl_rtc_kernel_params(m, kern, k->ksizes, VL_RTC_MAX_PARAMS, &k->nk);
+  if (s == VL_OK && k->has_sig) s = vl_rtc_check_params(what, k->params, k->nparams, k->ksizes, k->nk, false);
   if (s != VL_OK) return raise(L, s);
   k->kernel = kern;
   lua_pushvalue(L, 1);
@@ -334,9 +340,12 @@ static int k_launch(lua_State *L) {
   arg_slot slots[VL_RTC_MAX_PARAMS];
   void *argv[VL_RTC_MAX_PARAMS];
   bool writes[VL_RTC_MAX_PARAMS];
+  vl_rtc_param used[VL_RTC_MAX_PARAMS];
   int n = pack_args(L, what, k->has_sig, k->params, k->nparams, 5, m->dev, lua_toboolean(L, 6), slots, argv,
-                    writes);
-  vl_status s = vl_rtc_launch(m, k->kernel, k->name, grid, block, (size_t)shared, argv);
+                    writes, used);
+  /* With a signature that was checked when the kernel was made; without one, check these. */
+  vl_status s = k->has_sig ? VL_OK : vl_rtc_check_params(what, used, n, k->ksizes, k->nk, true);
+  if (s == VL_OK) s = vl_rtc_launch(m, k->kernel, k->name, grid, block, (size_t)shared, argv);
   if (s != VL_OK) return raise(L, s);
   /* What the kernel may write counts as an in-place write, so that autograd notices a saved
    * tensor that a kernel changed. */

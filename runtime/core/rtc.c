@@ -183,6 +183,23 @@ const char *vl_rtc_param_dtype(const vl_rtc_param *p) {
   return p->any_dtype ? "any" : vl_dtype_name(p->dtype);
 }
 
+vl_status vl_rtc_check_params(const char *what, const vl_rtc_param *params, int n, const size_t *sizes, int nk,
+                              bool args) {
+  if (nk < 0) return VL_OK;
+  if (n != nk) {
+    if (args)
+      return vl_fail(VL_EINVAL, "%s: %d argument%s given but the compiled kernel takes %d", what, n,
+                     n == 1 ? "" : "s", nk);
+    return vl_fail(VL_EINVAL, "%s: the signature has %d parameter%s but the compiled kernel takes %d", what, n,
+                   n == 1 ? "" : "s", nk);
+  }
+  for (int i = 0; i < n; i++)
+    if (params[i].size != sizes[i])
+      return vl_fail(VL_EINVAL, "%s: %s %d ('%s') is %zu bytes but the kernel's parameter %d is %zu bytes", what,
+                     args ? "argument" : "parameter", i + 1, params[i].text, params[i].size, i + 1, sizes[i]);
+  return VL_OK;
+}
+
 /* ---- the prelude ---- */
 
 /* Storage-only half types with conversions through PTX `cvt` (what cuda_fp16.h does inside),

@@ -53,6 +53,13 @@ vl_status vl_rtc_parse_signature(const char *what, const char *sig, vl_rtc_param
                                  int *n);
 /* The dtype name a parameter takes ("f32", "any") for messages. */
 const char *vl_rtc_param_dtype(const vl_rtc_param *p);
+/* Checks n parameters (a signature, or the arguments of a launch without one: `args` true)
+ * against the byte sizes of the compiled kernel's parameters (nk of them; nk < 0: unknown,
+ * nothing to check). A count or size mismatch would make the kernel read garbage: VL_EINVAL
+ * "<what>: the signature has 3 parameters but the compiled kernel takes 4" or
+ * "<what>: parameter 2 ('int n') is 4 bytes but the kernel's parameter 2 is 8 bytes". */
+vl_status vl_rtc_check_params(const char *what, const vl_rtc_param *params, int n, const size_t *sizes, int nk,
+                              bool args);
 
 /* ---- 2. hashing, the disk cache, building ---- */
 
@@ -138,6 +145,9 @@ vl_status vl_rtc_module_load(const vl_rtc_source *src, int dev, const char *cach
                              vl_rtc_module **out);
 /* The kernel `name` (a cudaKernel_t). VL_EINVAL naming the program when there is none. */
 vl_status vl_rtc_module_kernel(vl_rtc_module *m, const char *name, void **kernel);
+/* The byte sizes of the kernel's parameters as compiled (cudaFuncGetParamInfo), at most max;
+ * *n = -1 when the driver cannot tell (then nothing can be checked). */
+vl_status vl_rtc_kernel_params(vl_rtc_module *m, void *kernel, size_t *sizes, int max, int *n);
 /* Launches on the current stream of m->dev; args[i] points at parameter i's bytes. Dynamic shared
  * memory above 48 KiB is opted into first. A bad configuration is VL_ECUDA naming the kernel,
  * grid and block. */

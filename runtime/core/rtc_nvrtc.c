@@ -189,6 +189,27 @@ vl_status vl_rtc_module_kernel(vl_rtc_module *m, const char *name, void **kernel
   return VL_OK;
 }
 
+vl_status vl_rtc_kernel_params(vl_rtc_module *m, void *kernel, size_t *sizes, int max, int *n) {
+  if (!m || !kernel || !sizes || !n) return vl_fail(VL_EINVAL, "vl_rtc_kernel_params: NULL argument");
+  VL_TRY(set_device(m->dev));
+  int count = 0;
+  for (; count <= max; count++) {
+    size_t off = 0, size = 0;
+    cudaError_t e = cudaFuncGetParamInfo((const void *)kernel, (size_t)count, &off, &size);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError(); /* the end of the list is reported as an error */
+      /* Index 0 failing may be "no parameters" or "cannot tell": the checks must not refuse a
+       * good launch, so a kernel that reports nothing is left unchecked. */
+      if (count == 0) count = -1;
+      break;
+    }
+    if (count == max) return vl_fail(VL_EINVAL, "v100.kernel: the kernel takes more than %d parameters", max);
+    sizes[count] = size;
+  }
+  *n = count;
+  return VL_OK;
+}
+
 vl_status vl_rtc_launch(vl_rtc_module *m, void *kernel, const char *name, const unsigned grid[3],
                         const unsigned block[3], size_t shared, void **args) {
   if (!m || !kernel) return vl_fail(VL_EINVAL, "vl_rtc_launch: NULL module or kernel");
@@ -257,6 +278,9 @@ vl_status vl_rtc_module_load(const vl_rtc_source *src, int dev, const char *cach
   return VL_NO_NVRTC("v100.kernel");
 }
 vl_status vl_rtc_module_kernel(vl_rtc_module *m, const char *name, void **kernel) {
+  return VL_NO_NVRTC("v100.kernel");
+}
+vl_status vl_rtc_kernel_params(vl_rtc_module *m, void *kernel, size_t *sizes, int max, int *n) {
   return VL_NO_NVRTC("v100.kernel");
 }
 vl_status vl_rtc_launch(vl_rtc_module *m, void *kernel, const char *name, const unsigned grid[3],

@@ -51,6 +51,19 @@ static void test_signature(void) {
   CHECK_ERR(vl_rtc_parse_signature("k", "float[4]", p, VL_RTC_MAX_PARAMS, &n), VL_EINVAL, "unexpected '['");
   CHECK_ERR(vl_rtc_parse_signature("k", "float* a b", p, VL_RTC_MAX_PARAMS, &n), VL_EINVAL, "not a type");
   CHECK_ERR(vl_rtc_parse_signature("k", "int, int, int", p, 2, &n), VL_EINVAL, "more than 2 parameters");
+
+  /* against the compiled kernel's parameter sizes */
+  CHECK_OK(vl_rtc_parse_signature("k", "float*, const float*, float, int64 n", p, VL_RTC_MAX_PARAMS, &n));
+  size_t sizes[4] = {8, 8, 4, 8};
+  CHECK_OK(vl_rtc_check_params("k", p, 4, sizes, 4, false));
+  CHECK_OK(vl_rtc_check_params("k", p, 4, sizes, -1, false)); /* unknown: nothing to check */
+  CHECK_ERR(vl_rtc_check_params("k", p, 3, sizes, 4, false), VL_EINVAL,
+            "k: the signature has 3 parameters but the compiled kernel takes 4");
+  CHECK_ERR(vl_rtc_check_params("k", p, 4, sizes, 5, true), VL_EINVAL, "k: 4 arguments given but the compiled kernel takes 5");
+  sizes[3] = 4;
+  CHECK_ERR(vl_rtc_check_params("k", p, 4, sizes, 4, false), VL_EINVAL,
+            "k: parameter 4 ('int64 n') is 8 bytes but the kernel's parameter 4 is 4 bytes");
+  CHECK_ERR(vl_rtc_check_params("k", p, 4, sizes, 4, true), VL_EINVAL, "k: argument 4 ('int64 n') is 8 bytes");
 }
 
 /* ---- the key ---- */

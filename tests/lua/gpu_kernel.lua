@@ -87,6 +87,21 @@ extern "C" __global__ void affine(double *y, const int *x, double a, int b, vl_i
     "v100.kernel 'affine': argument 2 (const int*) must have dtype i32, got")
 end)
 
+T.test('signatures and typed scalars are checked against the compiled kernel', function()
+  T.raises(function() return K { name = 'scale', source = SCALE, cache = CACHE, signature = 'float*, const float*, float' } end,
+    "v100.kernel 'scale': the signature has 3 parameters but the compiled kernel takes 4")
+  T.raises(function() return K { name = 'scale', source = SCALE, cache = CACHE, signature = 'float*, const float*, float, int' } end,
+    "parameter 4 ('int') is 4 bytes but the kernel's parameter 4 is 8 bytes")
+  local loose = K { name = 'scale', source = SCALE, cache = CACHE }
+  local x = v100.randn({ 8 }, { device = 'cuda' })
+  T.raises(function() loose(1, 8, x, x, { 'f32', 1 }) end, '3 arguments given but the compiled kernel takes 4')
+  T.raises(function() loose(1, 8, x, x, { 'f32', 1 }, { 'i32', 8 }) end,
+    "argument 4 ('i32') is 4 bytes but the kernel's parameter 4 is 8 bytes")
+  local y = v100.zeros({ 8 }, { device = 'cuda' })
+  loose(1, 8, y, x, { 'f32', 2 }, { 'i64', 8 })
+  T.tensor_close(y, x * 2, 1e-6, 0)
+end)
+
 T.test('launch arguments: dtype, contiguity, CPU tensors, counts', function()
   local k = scale_kernel()
   local x = v100.randn({ 8, 8 }, { device = 'cuda' })
