@@ -381,6 +381,7 @@ static const luaL_Reg debug_funcs[] = {
 
 int luaopen_v100_amp(lua_State *L); /* bindings/l_amp.c */
 int luaopen_v100_graph(lua_State *L); /* bindings/l_graph.c */
+int luaopen_v100_rtc(lua_State *L); /* bindings/l_kernel.c */
 
 static void set_submodule(lua_State *L, lua_CFunction open, const char *name) {
   lua_pushcfunction(L, open);
@@ -413,5 +414,6 @@ int luaopen_v100_core(lua_State *L) {
   set_submodule(L, luaopen_v100_nn_ops, "_nn");
   set_submodule(L, luaopen_v100_amp, "_amp"); /* bindings/l_amp.c */
   set_submodule(L, luaopen_v100_graph, "_graph"); /* bindings/l_graph.c */
+  set_submodule(L, luaopen_v100_rtc, "_rtc"); /* bindings/l_kernel.c: v100.kernel's primitives */
   return 1;
 }

@@ -5,7 +5,9 @@
 # recipes, from .dev/run/../lua). Runs every tests/lua/gpu_*.lua (in parallel), a subset under
 # compute-sanitizer memcheck, the benchmarks (ours and PyTorch's), and optional extra commands.
 # Usage: tools/device-run.sh OUTDIR [step...]; steps: tests memcheck bench recipe:<args...> py:<args...>
-# (arguments joined by commas). Environment: GPU_TESTS, MEMCHECK_TESTS (files), MEMCHECK_TIMEOUT (s).
+# train:<args...> (bench/train_step.lua and .py side by side)
+# (arguments joined by commas). Environment: GPU_TESTS, MEMCHECK_TESTS (files), MEMCHECK_TIMEOUT (s),
+# DEADLINE_S (skip the steps that would start later than this).
 set -uo pipefail
 FINAL="${1:?usage: tools/device-run.sh OUTDIR [steps]}"
 shift
@@ -37,6 +39,12 @@ export LUA_PATH="$ROOT/tests/lua/?.lua;;"
 summary=()
 nrecipe=0
 for step in $steps; do
+  # DEADLINE_S: steps that would start after this many seconds are skipped, so that a call with a
+  # tight device budget still returns its logs.
+  if [ -n "${DEADLINE_S:-}" ] && [ "$SECONDS" -ge "$DEADLINE_S" ]; then
+    summary+=("$step skipped (DEADLINE_S=$DEADLINE_S reached at ${SECONDS}s)")
+    continue
+  fi
   case "$step" in
     tests)
       pids=()
@@ -79,6 +87,17 @@ for step in $steps; do
       log="$OUT/recipe${nrecipe}_$(basename "${args%%,*}" .lua).log"
       "$V" ${args//,/ } >"$log" 2>&1
       summary+=("recipe ${args} rc=$? $((SECONDS - t0))s: $(grep -E '^test accuracy' "$log" | tail -1)")
+      ;;
+    train:*)
+      # bench/train_step.lua and bench/train_step.py with the same arguments, e.g.
+      # train:--model,resnet50,--amp,O1,--dtype,bf16,--graph,on: ours and PyTorch's samples/s.
+      args="${step#train:}"
+      t0=$SECONDS
+      nrecipe=$((nrecipe + 1))
+      log="$OUT/train${nrecipe}.log"
+      { "$V" bench/train_step.lua ${args//,/ }; echo "rc=$?"; PYTHONUNBUFFERED=1 python3 bench/train_step.py ${args//,/ };
+        echo "rc=$?"; } >"$log" 2>&1
+      summary+=("train ${args} $((SECONDS - t0))s: $(grep -E '^BENCH [a-z_0-9A-Z]+ [0-9.]+ samples' "$log" | awk '{printf "%s=%s ", $2, $3}') $(grep -c '^rc=0' "$log")/2 ok")
       ;;
     py:*)
       # A Python (PyTorch) script with arguments, e.g. py:bench/fashion_resnet.py,--epochs,3: the other

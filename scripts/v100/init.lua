@@ -30,6 +30,9 @@ v100.enable_grad = autograd.enable_grad
 -- CUDA graphs of whole steps (scripts/v100/graph.lua): v100.graph(step_fn, {warmup=}).
 v100.graph = require 'v100.graph'
 
+-- Kernels written in the script, compiled at run time by NVRTC (scripts/v100/kernel.lua).
+v100.kernel = require 'v100.kernel'
+
 -- cuDNN convolution algorithms: by cuDNN's heuristics (default) or, with benchmark on, by timing
 -- the candidates once per shape (cached; that first call synchronises). Returns the old setting.
 v100.set_cudnn_benchmark = function(on) return core._nn.set_cudnn_benchmark(on) end
