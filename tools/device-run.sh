@@ -32,6 +32,8 @@ done
 [ -f .dev/lua/argparse.lua ] ||
   echo "device-run.sh: no .dev/lua/argparse.lua (re-run tools/device-pack.sh): recipes will fail" >&2
 [ -d .dev/lib ] && export LD_LIBRARY_PATH="$ROOT/.dev/lib:${LD_LIBRARY_PATH:-}"
+# cuBLAS and NVRTC (v100.kernel) of the toolkit there.
+[ -d /usr/local/cuda/lib64 ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
 V="$BIN/v100lua"
 "$V" --version 2>&1 | tee "$OUT/versions.txt"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,driver_version --format=csv >>"$OUT/versions.txt" 2>&1

@@ -2,7 +2,7 @@
 -- steps run eagerly: an elementwise step refilled through its static input; an MLP with dropout
 -- and capturable AdamW (fresh random numbers every replay, equal to the eager run's); a conv net
 -- with batch norm and capturable SGD; AMP O1 (fp16 autocast + Scaler) with an injected inf step
--- skipped on the device; lr changes between replays; and the capture errors that name what broke
+-- skipped on the device; lr changes between replays; a v100.kernel launch; and the capture errors that name what broke
 -- the capture (:item(), a CPU op, a copy from host memory, a non-capturable optimizer, a cuDNN
 -- benchmark search), after which eager work still runs.
 local T = require 'testlib'
@@ -164,6 +164,32 @@ T.test('AMP O1 fp16 + Scaler: graphed = eager, an inf batch skips its step on th
   for i = 1, STEPS do
     if i ~= 12 then same_losses({ lg[i] }, { le[i] }, 1e-6, 'amp step ' .. i) end
   end
+end)
+
+T.test('a script kernel (v100.kernel) launched in a step is captured and replayed', function()
+  local k = v100.kernel{
+    name = 'axpb', signature = 'float*, const float*, float, float, int64',
+    source = [[
+#include <v100_rtc.h>
+extern "C" __global__ void axpb(float *y, const float *x, float a, float b, vl_i64 n) {
+  vl_i64 i = vl_index();
+  if (i < n) y[i] = a * x[i] + b;
+}]],
+  }
+  local n = 4096
+  local x = v100.randn({ n }):cuda()
+  local g = v100.graph(function()
+    local y = v100.empty({ n }, { device = x.device })
+    k(v100.kernel.blocks(n, 256), 256, y, x, 3.0, -1.0)
+    return y
+  end, { warmup = 1 })
+  for _ = 1, 2 do
+    local src = v100.randn({ n }):cuda()
+    x:copy_(src)
+    T.tensor_close(g:replay(), src * 3 - 1, 1e-6, 1e-6)
+  end
+  g:close()
+  k:close()
 end)
 
 T.test('capture errors name the operation; eager work runs afterwards', function()
