@@ -7,7 +7,7 @@
 # Usage: tools/device-run.sh OUTDIR [step...]; steps: tests memcheck bench recipe:<args...> py:<args...>
 # train:<args...> (bench/train_step.lua and .py side by side)
 # (arguments joined by commas). Environment: GPU_TESTS, MEMCHECK_TESTS (files), MEMCHECK_TIMEOUT (s),
-# DEADLINE_S (skip the steps that would start later than this).
+# DEADLINE_S (skip the steps that would start later than this), TEST_TIMEOUT (s per GPU test; 0 = none).
 set -uo pipefail
 FINAL="${1:?usage: tools/device-run.sh OUTDIR [steps]}"
 shift
@@ -52,7 +52,7 @@ for step in $steps; do
       pids=()
       for f in ${GPU_TESTS:-tests/lua/gpu_*.lua}; do
         n=$(basename "$f" .lua)
-        ( t0=$SECONDS; "$V" "$f" >"$OUT/$n.log" 2>&1; echo "rc=$? ${n} $((SECONDS - t0))s" >>"$OUT/$n.log" ) &
+        ( t0=$SECONDS; timeout "${TEST_TIMEOUT:-0}" "$V" "$f" >"$OUT/$n.log" 2>&1; echo "rc=$? ${n} $((SECONDS - t0))s" >>"$OUT/$n.log" ) &
         pids+=($!)
       done
       wait "${pids[@]}"
