@@ -180,7 +180,7 @@ extern "C" __global__ void axpb(float *y, const float *x, float a, float b, vl_i
   local x = v100.randn({ n }):cuda()
   local g = v100.graph(function()
     local y = v100.empty({ n }, { device = x.device })
-    k(v100.kernel.blocks(n, 256), 256, y, x, 3.0, -1.0)
+    k(v100.kernel.blocks(n, 256), 256, y, x, 3.0, -1.0, n)
     return y
   end, { warmup = 1 })
   for _ = 1, 2 do
