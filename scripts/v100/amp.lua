@@ -55,7 +55,7 @@ function amp.Scaler(opts)
   self.static = opts.static and true or false
   self.enabled = opts.enabled ~= false
   self.device = opts.device
-  self.steps = 0          -- step() calls (host count)
+  self.steps = 0          -- step() calls before the device state exists (then _steps counts)
   self._unscaled = {}     -- optimizer -> true once unscale_ ran since the last update()
   return self
 end
@@ -75,6 +75,8 @@ function Scaler:_state(device)
     self._growth = v100.zeros({ 1 }, o)
     self._found_inf = v100.zeros({ 1 }, o)
     self._skipped = v100.zeros({ 1 }, o)
+    -- step() calls, counted on the device so that replays of a captured step count too
+    self._steps = v100.full({ 1 }, self.steps, { dtype = 'i64', device = dev })
   end
   return self._scale
 end
@@ -149,7 +151,7 @@ function Scaler:step(opt, ...)
   if not self.enabled then return opt:step(...) end
   if select('#', ...) > 0 then fail('step: closures are not supported with loss scaling') end
   if not self._unscaled[opt] then self:unscale_(opt) end
-  self.steps = self.steps + 1
+  self._steps:add_(1)
   return opt:step { found_inf = self._found_inf }
 end
 
@@ -201,7 +203,7 @@ function Scaler:counters()
              steps = self.steps, found_inf = 0 }
   end
   return { scale = self._scale:item(), growth_tracker = math.tointeger(self._growth:item()),
-           skipped_steps = math.tointeger(self._skipped:item()), steps = self.steps,
+           skipped_steps = math.tointeger(self._skipped:item()), steps = math.tointeger(self._steps:item()),
            found_inf = self._found_inf:item() }
 end
 
@@ -215,7 +217,7 @@ function Scaler:state_dict()
   local function t(x) return v100.tensor({ x }, { dtype = 'f32' }) end
   return {
     scale = self._scale:to('cpu'), growth_tracker = self._growth:to('cpu'), skipped_steps = self._skipped:to('cpu'),
-    steps = t(self.steps), growth_factor = t(self.growth_factor), backoff_factor = t(self.backoff_factor),
+    steps = t(math.tointeger(self._steps:item())), growth_factor = t(self.growth_factor), backoff_factor = t(self.backoff_factor),
     growth_interval = t(self.growth_interval), static = t(self.static and 1 or 0), enabled = t(self.enabled and 1 or 0),
   }
 end
@@ -240,6 +242,7 @@ function Scaler:load_state_dict(sd)
   self._scale:fill_(scale)
   self._growth:fill_(tracker)
   self._skipped:fill_(skipped)
+  self._steps:fill_(self.steps)
   self._found_inf:zero_()
   self._unscaled = {}
 end

@@ -161,6 +161,8 @@ T.test('AMP O1 fp16 + Scaler: graphed = eager, an inf batch skips its step on th
   T.eq(cg.skipped_steps, ce.skipped_steps, 'skipped steps')
   T.eq(cg.skipped_steps, 1, 'the inf batch was skipped')
   T.eq(cg.scale, ce.scale, 'scale')
+  T.eq(cg.steps, WARMUP + STEPS, 'the scaler counts replayed steps on the device')
+  T.eq(ce.steps, WARMUP + STEPS)
   for i = 1, STEPS do
     if i ~= 12 then same_losses({ lg[i] }, { le[i] }, 1e-6, 'amp step ' .. i) end
   end
