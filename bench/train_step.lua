@@ -19,6 +19,7 @@ local F = nn.F
 local optim = require 'v100.optim'
 local amp = require 'v100.amp'
 local recipe = require 'v100.recipe'
+local train = require 'v100.train'
 
 local opts, parser = recipe.options{
   name = 'train_step.lua',
@@ -88,28 +89,19 @@ else
   end
 end
 model:train()
+-- The stepper's batch arguments (refilled into static copies under a graph); the losses read the
+-- model's fixed synthetic inputs directly.
+local dummy_x, dummy_y = v100.zeros({ 1 }, { device = dev }), v100.zeros({ 1 }, { device = dev })
 
-local function step()
-  opt:zero_grad()
-  local loss = policy:autocast(loss_fn)
-  if scaler then
-    scaler:backward(loss)
-    scaler:step(opt)
-    scaler:update()
-  else
-    loss:backward()
-    opt:step()
-  end
-  return loss:detach()
-end
-
-local run = step
-local g
-if capturable then
-  g = v100.graph(step, { warmup = opts.warmup })
-  run = function() return g:replay() end
+-- The step as the recipes take it (v100.train.stepper): eager, or captured after the warm-up and
+-- replayed with its static inputs (here the fixed synthetic batch itself).
+local step = train.stepper{ opt = opt, policy = policy, scaler = scaler, graph = capturable, warmup = opts.warmup,
+  loss = function() return loss_fn() end }
+local run = function() return step(dummy_x, dummy_y) end
+if not capturable then
+  for _ = 1, opts.warmup do run() end
 else
-  for _ = 1, opts.warmup do step() end
+  run() -- warm-up and capture (and one replay)
 end
 
 -- CUDA events around the timed steps on a GPU; the host clock after a no-op sync on the CPU.
@@ -134,7 +126,6 @@ local name = string.format('train_%s_%s_%s_%s', opts.model:gsub('-', '_'), opts.
   capturable and 'graph' or 'eager')
 print(string.format('# %s batch %d%s, loss %.4f, %s', opts.model, batch,
   opts.model == 'resnet50' and (', ' .. opts.layout) or (', seq ' .. opts.seq), lv,
-  g and string.format('graph of %d nodes', g.nodes) or 'eager'))
+  capturable and 'graphed' or 'eager'))
 print(string.format('BENCH %s %.1f samples/s', name, batch * 1000 / ms))
 print(string.format('BENCH %s_ms %.2f ms/step', name, ms))
-if g then g:close() end

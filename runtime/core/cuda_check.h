@@ -1,5 +1,5 @@
 /* runtime/core/cuda_check.h: file:line checks of CUDA runtime calls for the runtime's C files
- * (runtime/core/cuda.c, graph.c); the kernels have theirs in kernels/cuda/cuda_common.cuh.
+ * (runtime/core/cuda.c, graph.c, rtc_nvrtc.c); the kernels have theirs in kernels/cuda/cuda_common.cuh.
  * Include only under VL_HAVE_CUDA, after cuda_runtime.h. */
 #ifndef VL_CUDA_CHECK_H
 #define VL_CUDA_CHECK_H

@@ -17,20 +17,14 @@
 #include <cuda_runtime.h>
 #include <nvrtc.h>
 
+#include "runtime/core/cuda_check.h"
+
 #define VL_NVRTC_CHECK(call)                                                                   \
   do {                                                                                         \
     nvrtcResult vl_nr_ = (call);                                                               \
     if (vl_nr_ != NVRTC_SUCCESS)                                                               \
       return vl_fail(VL_ECUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                     \
                      nvrtcGetErrorString(vl_nr_));                                             \
-  } while (0)
-
-#define VL_CUDA_CHECK(call)                                                                    \
-  do {                                                                                         \
-    cudaError_t vl_ce_ = (call);                                                               \
-    if (vl_ce_ != cudaSuccess)                                                                 \
-      return vl_fail(VL_ECUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                     \
-                     cudaGetErrorString(vl_ce_));                                              \
   } while (0)
 
 vl_status vl_rtc_compiler_id(char *buf, size_t n) {
