@@ -29,30 +29,9 @@
 /* ---- scalar conversions ---- */
 int64_t vl_cpu_f64_to_i64(double v); /* trunc, saturating, NaN -> 0 (cpu_convert.c) */
 
-/* double -> a 16-bit float with `mb` stored mantissa bits and exponent bias `bias` (f16: 10, 15;
- * bf16: 7, 127), rounded to nearest even straight from the 53-bit significand. Inline bit work
- * rather than the runtime's f32 conversions: those are out-of-line calls, and going through f32
- * would round twice. NaN becomes the quiet NaN of the format. */
-static inline uint16_t vl_cpu_f64_to_half_bits(double v, int mb, int bias) {
-  uint64_t x;
-  memcpy(&x, &v, 8);
-  uint32_t sign = (uint32_t)(x >> 48) & 0x8000u;
-  uint64_t ax = x & 0x7fffffffffffffffull;
-  uint32_t inf = (uint32_t)(2 * bias + 1) << mb;
-  if (ax > 0x7ff0000000000000ull) return (uint16_t)(sign | inf | (1u << (mb - 1)));
-  int e = (int)(ax >> 52) - 1023;
-  if (e > bias) return (uint16_t)(sign | inf); /* also infinities */
-  int emin = 1 - bias;
-  int shift = 52 - mb + (e >= emin ? 0 : emin - e);
-  if (shift > 53) return (uint16_t)sign; /* below half the smallest subnormal */
-  uint64_t m = (ax & 0xfffffffffffffull) | (1ull << 52);
-  uint64_t q = m >> shift, rem = m & ((1ull << shift) - 1), mid = 1ull << (shift - 1);
-  uint32_t h = e >= emin ? ((uint32_t)(e + bias) << mb) | ((uint32_t)q & ((1u << mb) - 1)) : (uint32_t)q;
-  if (rem > mid || (rem == mid && (h & 1u))) h++; /* a carry into the exponent is correct */
-  return (uint16_t)(sign | h);
-}
-static inline uint16_t vl_cpu_f64_to_f16(double v) { return vl_cpu_f64_to_half_bits(v, 10, 15); }
-static inline uint16_t vl_cpu_f64_to_bf16(double v) { return vl_cpu_f64_to_half_bits(v, 7, 127); }
+/* runtime/core/dtype.h's one-step rounding (no double rounding through f32), inline. */
+static inline uint16_t vl_cpu_f64_to_f16(double v) { return vl_f64_to_half_bits(v, 10, 15); }
+static inline uint16_t vl_cpu_f64_to_bf16(double v) { return vl_f64_to_half_bits(v, 7, 127); }
 
 static inline double vl_cpu_f16_to_f64(uint16_t h) {
   uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;

@@ -168,8 +168,8 @@ static int64_t f64_to_i64_sat(double v) {
 void vl_store_from_f64(void *p, vl_dtype dt, double v) {
   switch (dt) {
     case VL_F32: *(float *)p = (float)v; break;
-    case VL_F16: *(uint16_t *)p = vl_f32_to_f16((float)v); break;
-    case VL_BF16: *(uint16_t *)p = vl_f32_to_bf16((float)v); break;
+    case VL_F16: *(uint16_t *)p = vl_f64_to_half_bits(v, 10, 15); break; /* one rounding */
+    case VL_BF16: *(uint16_t *)p = vl_f64_to_half_bits(v, 7, 127); break;
     case VL_F64: *(double *)p = v; break;
     /* As the CPU copy kernels (kernels/cpu/cpu_internal.h): truncate and saturate, NaN -> 0; a
      * raw cast of an out-of-range double is undefined (UBSan's float-cast-overflow). */

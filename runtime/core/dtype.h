@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "runtime/core/status.h"
 
@@ -51,6 +52,30 @@ float vl_bf16_to_f32(uint16_t h);
  * conversion for user values). For host memory only; the slow generic path for printing,
  * item() and tests. */
 double vl_load_as_f64(const void *p, vl_dtype dt);
+/* double -> a 16-bit float with `mb` stored mantissa bits and exponent bias `bias` (f16: 10, 15;
+ * bf16: 7, 127), rounded to nearest even straight from the 53-bit significand: going through f32
+ * would round twice (a double just beyond an f16 midpoint can round to the midpoint in f32, and
+ * then to even). Inline bit work: the CPU kernels' conversion loops call it per element. NaN
+ * becomes the quiet NaN of the format. */
+static inline uint16_t vl_f64_to_half_bits(double v, int mb, int bias) {
+  uint64_t x;
+  memcpy(&x, &v, 8);
+  uint32_t sign = (uint32_t)(x >> 48) & 0x8000u;
+  uint64_t ax = x & 0x7fffffffffffffffull;
+  uint32_t inf = (uint32_t)(2 * bias + 1) << mb;
+  if (ax > 0x7ff0000000000000ull) return (uint16_t)(sign | inf | (1u << (mb - 1)));
+  int e = (int)(ax >> 52) - 1023;
+  if (e > bias) return (uint16_t)(sign | inf); /* also infinities */
+  int emin = 1 - bias;
+  int shift = 52 - mb + (e >= emin ? 0 : emin - e);
+  if (shift > 53) return (uint16_t)sign; /* below half the smallest subnormal */
+  uint64_t m = (ax & 0xfffffffffffffull) | (1ull << 52);
+  uint64_t q = m >> shift, rem = m & ((1ull << shift) - 1), mid = 1ull << (shift - 1);
+  uint32_t h = e >= emin ? ((uint32_t)(e + bias) << mb) | ((uint32_t)q & ((1u << mb) - 1)) : (uint32_t)q;
+  if (rem > mid || (rem == mid && (h & 1u))) h++; /* a carry into the exponent is correct */
+  return (uint16_t)(sign | h);
+}
+
 void vl_store_from_f64(void *p, vl_dtype dt, double v);
 
 #ifdef __cplusplus

@@ -444,8 +444,24 @@ static void test_scalar_conversion(void) {
   vl_tensor_release(t);
 }
 
+/* A double just beyond an f16 (bf16) midpoint rounds away from it in one step; through f32 it
+ * would land on the midpoint and then round to even (found by a CI seed). */
+static void test_store_half_rounds_once(void) {
+  uint16_t h = 0;
+  vl_store_from_f64(&h, VL_F16, -0.62719727281887039); /* f32 of it is the midpoint -0.627197265625 */
+  CHECK(h == 0xb905, "f16 single rounding: got 0x%04x, want 0xb905", h);
+  vl_store_from_f64(&h, VL_F16, -0.627197265625); /* the midpoint itself: ties to even */
+  CHECK(h == 0xb904, "f16 tie to even: got 0x%04x", h);
+  /* bf16: 1 + 2^-8 is the midpoint of 1 and 1 + 2^-7; a hair above it rounds up. */
+  vl_store_from_f64(&h, VL_BF16, 1.0 + 0x1p-8 + 0x1p-30);
+  CHECK(h == 0x3f81, "bf16 single rounding: got 0x%04x, want 0x3f81", h);
+  vl_store_from_f64(&h, VL_BF16, 1.0 + 0x1p-8);
+  CHECK(h == 0x3f80, "bf16 tie to even: got 0x%04x", h);
+}
+
 int main(void) {
   test_context();
+  test_store_half_rounds_once();
   test_empty_and_props();
   test_refcounts();
   test_view_reshape();
