@@ -162,6 +162,8 @@ T.test('O2 step with master weights: f32 masters updated, half weights their rou
   local m, opt, ref, ropt = o2_pair(optim.SGD)
   T.eq(opt.master_weights, true, 'optimizer_opts turned master weights on')
   local w0 = m[1].weight:float()
+  local start = {}
+  for _, e in ipairs(ref:named_parameters()) do start[e[1]] = e[2]:clone() end
   for step = 1, 2 do
     local x = v100.randn({ 8, 4 }):half()
     opt:zero_grad()
@@ -181,11 +183,19 @@ T.test('O2 step with master weights: f32 masters updated, half weights their rou
       T.eq(st.master.dtype, 'f32')
       T.eq(st.momentum_buffer.dtype, 'f32')
       T.tensor_eq(p, st.master:half(), 'the half weight is the rounded master: ' .. name)
-      T.tensor_close(st.master, refp[name], 1e-2, 2e-3, 'master near the f32 reference: ' .. name)
     else
       T.eq(st.master, nil, 'no master for the f32 parameter ' .. name)
-      T.tensor_close(p, refp[name], 1e-2, 2e-3, 'kept f32 parameter near the reference: ' .. name)
     end
+    -- The update (master or kept f32 parameter, minus the common start) against the f32 step's:
+    -- the half forward and backward differ from f32 per element (batch norm over 8 samples can
+    -- amplify a rounding), so the bound is on the whole update, 5% of its norm, plus 1e-4 for an
+    -- update that is 0 in f32 (the bias before batch norm, whose f32 gradient is exactly 0).
+    local got = (st.master or p) - start[name]
+    local want = refp[name] - start[name]
+    local err = (got - want):pow(2):sum():sqrt():item()
+    local size = want:pow(2):sum():sqrt():item()
+    T.ok(err <= 0.05 * size + 1e-4, string.format('update of %s near the f32 step: |diff| %.3g vs |update| %.3g',
+      name, err, size))
   end
   T.ok((opt.state[m[1].weight].master - w0):abs():max():item() > 1e-3, 'the master moved')
 end)
