@@ -121,14 +121,17 @@ end
 
 -- Divides opt's gradients by the scale in place and records in found_inf whether any held
 -- inf/NaN. At most once per optimizer between two update() calls (as GradScaler).
-function Scaler:unscale_(opt)
+function Scaler:unscale_(opt) return self:_unscale(opt, false) end
+
+-- check_only: found_inf only, the gradients left scaled (multiplied by exactly 1).
+function Scaler:_unscale(opt, check_only)
   if not self.enabled then return end
   if type(opt) ~= 'table' or opt.param_groups == nil then fail('unscale_: expected an optimizer, got %s', type(opt)) end
   if self._unscaled[opt] then
     fail('unscale_: already called on this optimizer since the last update()')
   end
   if self._scale == nil then fail('unscale_: no loss was scaled yet (call scaler:backward(loss) first)') end
-  local inv <close> = self._scale:reciprocal()
+  local inv <close> = check_only and v100.ones({ 1 }, { device = self._scale.device }) or self._scale:reciprocal()
   local groups, order = grad_groups(opt)
   for _, key in ipairs(order) do
     local l = groups[key]
@@ -150,8 +153,16 @@ end
 function Scaler:step(opt, ...)
   if not self.enabled then return opt:step(...) end
   if select('#', ...) > 0 then fail('step: closures are not supported with loss scaling') end
-  if not self._unscaled[opt] then self:unscale_(opt) end
   self._steps:add_(1)
+  if not self._unscaled[opt] and opt.master_weights then
+    -- O2: unscaling the half gradients in half would flush their small values to 0, which is
+    -- what the scale is there to prevent. They are only checked here, and the optimizer's
+    -- kernels multiply them by 1/scale after their cast to f32 (apex's O2 order).
+    self:_unscale(opt, true)
+    local inv <close> = self._scale:reciprocal()
+    return opt:step { found_inf = self._found_inf, inv_scale = inv }
+  end
+  if not self._unscaled[opt] then self:unscale_(opt) end
   return opt:step { found_inf = self._found_inf }
 end
 

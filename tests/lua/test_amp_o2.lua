@@ -410,4 +410,24 @@ T.test('bad levels, dtypes, keep_fp32 entries and options raise clear errors', f
   T.eq(m[1].weight.dtype, 'f32')
 end)
 
+T.test('O2 with a scaler: half gradients are unscaled after the f32 cast, so small ones survive', function()
+  -- d loss / d w = 2^-26: below f16's smallest subnormal (2^-24). Scaled by 2^16 it is 2^-10 in
+  -- f16; unscaled in f16 it would flush to 0 and the step would do nothing.
+  for _, mw in ipairs { true, false } do
+    local w = v100.ones({ 1 }):half():requires_grad_(true)
+    local opt = optim.SGD({ w }, { lr = 2 ^ 10, master_weights = mw })
+    local scaler = amp.Scaler { init_scale = 2 ^ 16 }
+    opt:zero_grad()
+    scaler:backward((w:float() * 2 ^ -26):sum())
+    scaler:step(opt)
+    scaler:update()
+    if mw then
+      T.eq(opt.state[w].master:item(), 1 - 2 ^ -16, 'the f32 master took the 2^-26 gradient')
+      T.eq(scaler:counters().skipped_steps, 0)
+    else
+      T.eq(w:float():item(), 1.0, 'without masters the half gradient unscaled in half is 0 (O3 semantics)')
+    end
+  end
+end)
+
 T.run()
