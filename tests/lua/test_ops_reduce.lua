@@ -67,6 +67,8 @@ T.test('mean and prod', function()
           'mean ' .. dt .. ' ' .. dstr(d) .. ' ' .. v.name)
         local p = v.t:prod(d)
         local pref = T.ref_reduce(v.ref, d, false, T.ref_prod)
+        -- a product of 60 values in [0.6, 1.5] can pass f16's largest finite value: values from 65520 on round to inf
+        if dt == 'f16' then pref = T.map(pref, function(x) return math.abs(x) >= 65520 and x * math.huge or x end) end
         local tol = ({ f64 = 1e-12, f32 = 2e-5, f16 = 2e-2, bf16 = 1e-1 })[dt]
         T.allclose(p, pref, tol, 0, 'prod ' .. dt .. ' ' .. dstr(d) .. ' ' .. v.name)
       end
