@@ -7,6 +7,7 @@
 #include "bindings/l_priv.h"
 #include "runtime/core/cuda.h"
 #include "runtime/core/layout.h"
+#include "runtime/dist/comm.h"
 #include "runtime/ops/ops.h"
 
 #ifndef VL_VERSION_STRING
@@ -254,8 +255,9 @@ static int m_device(lua_State *L) {
     lua_pushliteral(L, "cpu");
     return 1;
   }
-  const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  int r = lr ? atoi(lr) : 0;
+  vl_dist_info di; /* the launcher's local rank before dist.init, MPI's after */
+  vl_dist_get_info(&di);
+  int r = di.local_rank;
   /* More local ranks than GPUs (oversubscription) share devices round-robin. */
   lua_pushfstring(L, "cuda:%d", (r < 0 ? 0 : r) % n);
   return 1;
@@ -382,6 +384,7 @@ static const luaL_Reg debug_funcs[] = {
 int luaopen_v100_amp(lua_State *L); /* bindings/l_amp.c */
 int luaopen_v100_graph(lua_State *L); /* bindings/l_graph.c */
 int luaopen_v100_rtc(lua_State *L); /* bindings/l_kernel.c */
+int luaopen_v100_dist(lua_State *L); /* bindings/l_dist.c */
 
 static void set_submodule(lua_State *L, lua_CFunction open, const char *name) {
   lua_pushcfunction(L, open);
@@ -415,5 +418,6 @@ int luaopen_v100_core(lua_State *L) {
   set_submodule(L, luaopen_v100_amp, "_amp"); /* bindings/l_amp.c */
   set_submodule(L, luaopen_v100_graph, "_graph"); /* bindings/l_graph.c */
   set_submodule(L, luaopen_v100_rtc, "_rtc"); /* bindings/l_kernel.c: v100.kernel's primitives */
+  set_submodule(L, luaopen_v100_dist, "_dist"); /* bindings/l_dist.c: v100.dist's primitives */
   return 1;
 }

@@ -6,8 +6,10 @@
  * state; `v100.core` is preloaded, the v100 scripts directory is put first on package.path and
  * Lua's system module folders are kept on it (set_package_path);
  * the allocator's out-of-memory path can ask Lua for a full collection; -v also lists library
- * versions and GPUs; under MPI every error line carries "[rank N] " so interleaved output from
- * many ranks stays attributable. */
+ * versions and GPUs; under a launcher (mpirun, srun, torchrun-style) every error line carries
+ * "[rank N host] " so interleaved output from many ranks stays attributable; a script that fails
+ * after dist.init at world size > 1 aborts the whole job (MPI_Abort), so that no other rank waits
+ * forever in a collective for this one. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <limits.h>
@@ -25,6 +27,7 @@
 #include "bindings/l_priv.h"
 #include "runtime/core/context.h"
 #include "runtime/core/cuda.h"
+#include "runtime/dist/comm.h"
 
 #ifdef VL_HAVE_READLINE
 #include <readline/history.h>
@@ -41,7 +44,7 @@
 #define MAXINPUT 512
 
 static const char *progname = "v100lua";
-static char rank_prefix[48] = "";
+static char rank_prefix[128] = "";
 static lua_State *globalL = NULL;
 
 /* ---- messages ---- */
@@ -539,9 +542,19 @@ static int reclaim(void *ud) {
 }
 
 int main(int argc, char **argv) {
-  const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-  if (!rank) rank = getenv("PMI_RANK");
-  if (rank && *rank) snprintf(rank_prefix, sizeof rank_prefix, "[rank %.20s] ", rank);
+  /* The launchers' variables in runtime/dist's order of precedence (torchrun's RANK counts
+   * only with WORLD_SIZE: RANK alone is too common a name). */
+  const char *rank = NULL, *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"};
+  for (int i = 0; i < 4 && !rank; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v && (i < 3 || (getenv("WORLD_SIZE") && *getenv("WORLD_SIZE")))) rank = v;
+  }
+  if (rank) {
+    char host[64];
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    snprintf(rank_prefix, sizeof rank_prefix, "[rank %.20s %.63s] ", rank, host);
+  }
   if (argv[0] && argv[0][0]) progname = argv[0];
   vl_status s = vl_init();
   if (s != VL_OK) {
@@ -562,9 +575,17 @@ int main(int argc, char **argv) {
   int status = lua_pcall(L, 2, 1, 0);
   int result = lua_toboolean(L, -1);
   report(L, status);
+  bool ok = result && status == LUA_OK;
+  if (!ok && vl_dist_initialized()) {
+    vl_dist_info di;
+    vl_dist_get_info(&di);
+    /* Before lua_close: closing may wait for handles whose peers are gone. */
+    if (di.size > 1) vl_dist_abort(EXIT_FAILURE);
+  }
   /* Finalizers release every tensor before the runtime frees the pools under them. */
   vl_set_reclaim_hook(NULL, NULL);
   lua_close(L);
+  if (vl_dist_finalize() != VL_OK) l_message(progname, vl_errmsg());
   vl_shutdown();
-  return (result && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
+  return ok ? EXIT_SUCCESS : EXIT_FAILURE;
 }

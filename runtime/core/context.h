@@ -50,6 +50,7 @@ typedef struct vl_context {
   int (*reclaim)(void *ud);                  /* host GC hook for the OOM path (bindings set it) */
   void *reclaim_ud;
   vl_autocast autocast;                      /* off by default */
+  struct vl_dist *dist;                      /* runtime/dist/comm.c: the world; NULL until vl_dist_init */
 } vl_context;
 
 /* Idempotent. Counts CUDA devices (touching nothing else on them). */

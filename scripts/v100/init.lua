@@ -33,6 +33,9 @@ v100.graph = require 'v100.graph'
 -- Kernels written in the script, compiled at run time by NVRTC (scripts/v100/kernel.lua).
 v100.kernel = require 'v100.kernel'
 
+-- Distributed runs (scripts/v100/dist.lua): dist.init(), collectives, DistributedSampler.
+v100.dist = require 'v100.dist'
+
 -- cuDNN convolution algorithms: by cuDNN's heuristics (default) or, with benchmark on, by timing
 -- the candidates once per shape (cached; that first call synchronises). Returns the old setting.
 v100.set_cudnn_benchmark = function(on) return core._nn.set_cudnn_benchmark(on) end

@@ -1,0 +1,581 @@
+/* runtime/dist/comm.c: the front end of runtime/dist/comm.h: bootstrap (launcher environment,
+ * MPI or the local world), validation, staging, handles and groups. The backends are behind
+ * runtime/dist/internal.h. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/core/context.h"
+#include "runtime/dist/internal.h"
+#include "runtime/ops/ops_internal.h"
+
+typedef struct vl_dist {
+  vl_comm world;
+  bool owns_mpi;
+  int local_rank, local_size, thread_level;
+  const char *launcher;
+  char host[64];
+} vl_dist;
+
+static vl_dist *dist_state(void) { return vl_ctx()->dist; }
+
+/* ---- ops ---- */
+
+static const char *const op_names[] = {"sum", "avg", "max", "min", "prod"};
+VL_TABLE_SIZE(op_names, VL_DIST_NOPS);
+
+const char *vl_dist_op_name(vl_dist_op op) { return (unsigned)op < VL_DIST_NOPS ? op_names[op] : "?"; }
+
+vl_status vl_dist_op_parse(const char *op_name, const char *name, vl_dist_op *out) {
+  for (int i = 0; i < VL_DIST_NOPS; i++)
+    if (strcmp(name, op_names[i]) == 0) return *out = (vl_dist_op)i, VL_OK;
+  if (strcmp(name, "mean") == 0) return *out = VL_DIST_AVG, VL_OK;
+  return vl_fail(VL_EINVAL, "%s: unknown op '%s' (sum, avg, max, min or prod)", op_name, name);
+}
+
+/* ---- the launcher's environment ---- */
+
+typedef struct launcher {
+  const char *name, *rank, *size, *local; /* variables; size and local may be absent */
+} launcher;
+
+/* In order of precedence: mpirun inside a Slurm allocation also leaves SLURM_PROCID of the batch
+ * step in every rank's environment, so Open MPI's own variables win over Slurm's. */
+static const launcher launchers[] = {
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+};
+
+static const char *env_of(const char *var) {
+  const char *v = getenv(var);
+  return v && *v ? v : NULL;
+}
+
+static const launcher *find_launcher(void) {
+  for (size_t i = 0; i < VL_COUNTOF(launchers); i++) {
+    const launcher *l = &launchers[i];
+    /* RANK alone is too common a name: torchrun sets WORLD_SIZE with it. */
+    if (env_of(l->rank) && (l != &launchers[3] || env_of(l->size))) return l;
+  }
+  return NULL;
+}
+
+/* The integer value of var: 1 when set, 0 when unset, VL_EINVAL for anything else. */
+static vl_status env_int(const char *var, int *out, int *set) {
+  const char *v = env_of(var);
+  *set = 0;
+  if (!v) return VL_OK;
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || *end || x < 0 || x > 1 << 30)
+    return vl_fail(VL_EINVAL, "dist.init: %s='%s' is not a rank or size", var, v);
+  *out = (int)x;
+  *set = 1;
+  return VL_OK;
+}
+
+static vl_status check_env(const launcher *l, const char *var, const char *what, int mpi_value) {
+  int v, set;
+  VL_TRY(env_int(var, &v, &set));
+  if (set && v != mpi_value)
+    return vl_fail(VL_EINVAL, "dist.init: the launcher (%s) says %s=%d but MPI says %s %d; was the job started by "
+                   "another MPI than the one v100lua links?", l->name, var, v, what, mpi_value);
+  return VL_OK;
+}
+
+static void hostname(char *buf, size_t n) {
+  if (gethostname(buf, n) != 0) snprintf(buf, n, "?");
+  buf[n - 1] = '\0';
+}
+
+void vl_dist_get_info(vl_dist_info *out) {
+  memset(out, 0, sizeof *out);
+  vl_dist *d = dist_state();
+  if (d) {
+    out->initialized = true;
+    out->rank = d->world.rank, out->size = d->world.size;
+    out->local_rank = d->local_rank, out->local_size = d->local_size;
+    out->backend = d->world.backend[VL_CPU]->name;
+    out->launcher = d->launcher;
+    out->thread_level = d->thread_level;
+    snprintf(out->host, sizeof out->host, "%s", d->host);
+    return;
+  }
+  const launcher *l = find_launcher();
+  out->size = out->local_size = 1;
+  out->backend = "none";
+  out->launcher = l ? l->name : "none";
+  out->thread_level = -1;
+  hostname(out->host, sizeof out->host);
+  if (!l) return;
+  int v, set;
+  if (env_int(l->rank, &v, &set) == VL_OK && set) out->rank = v;
+  if (l->size && env_int(l->size, &v, &set) == VL_OK && set) out->size = v;
+  if (l->local && env_int(l->local, &v, &set) == VL_OK && set) out->local_rank = v;
+  vl_errclear();
+}
+
+bool vl_dist_initialized(void) { return dist_state() != NULL; }
+
+vl_status vl_dist_init(void) {
+  if (dist_state()) return VL_OK;
+  if (vl_dist_mpi_finalized())
+    return vl_fail(VL_EMPI, "dist.init: MPI was finalized in this process and cannot start again");
+  const launcher *l = find_launcher();
+  int env_size = 1, set = 0;
+  if (l) VL_TRY(env_int(l->size, &env_size, &set));
+  const vl_comm_backend *mpi = vl_dist_mpi_backend();
+  if (l && !mpi && env_size > 1)
+    return vl_fail(VL_EUNSUPPORTED, "dist.init: the launcher (%s) starts %d ranks (%s=%d) but v100lua was built without "
+                   "MPI (install libopenmpi-dev and rebuild)", l->name, env_size, l->size, env_size);
+  vl_dist *d = (vl_dist *)calloc(1, sizeof *d);
+  if (!d) return vl_fail(VL_EOOM, "dist.init: out of host memory");
+  d->launcher = l ? l->name : "none";
+  d->thread_level = -1;
+  hostname(d->host, sizeof d->host);
+  d->world.rank = 0, d->world.size = 1, d->local_size = 1;
+  if (l && mpi) {
+    void *impl = NULL;
+    bool owns = false;
+    vl_status s = vl_dist_mpi_start(&d->world.rank, &d->world.size, &d->local_rank, &d->local_size, &d->thread_level,
+                                     &impl, &owns);
+    if (s == VL_OK) s = check_env(l, l->rank, "rank", d->world.rank);
+    if (s == VL_OK) s = check_env(l, l->size, "world size", d->world.size);
+    if (s == VL_OK) s = check_env(l, l->local, "local rank", d->local_rank);
+    if (s != VL_OK) {
+      if (impl) vl_dist_mpi_stop(impl, owns);
+      free(d);
+      return s;
+    }
+    d->owns_mpi = owns;
+    d->world.backend[VL_CPU] = mpi;
+    d->world.impl[VL_CPU] = impl;
+  } else {
+    d->world.backend[VL_CPU] = &vl_dist_local_backend;
+  }
+  vl_ctx()->dist = d;
+  return VL_OK;
+}
+
+/* ---- handles ---- */
+
+static void unlink_live(vl_dist_work *w) {
+  vl_comm *c = w->comm;
+  if (!c) return;
+  if (w->live_prev) w->live_prev->live_next = w->live_next;
+  else c->live = w->live_next;
+  if (w->live_next) w->live_next->live_prev = w->live_prev;
+  w->live_prev = w->live_next = NULL;
+}
+
+static void drop_tensors(vl_dist_work *w) {
+  vl_tensor_release(w->dst);
+  vl_tensor_release(w->stage);
+  vl_tensor_release(w->keep[0]);
+  vl_tensor_release(w->keep[1]);
+  w->dst = w->stage = w->keep[0] = w->keep[1] = NULL;
+}
+
+/* After the backend completed: the average's division, the staged result into the caller's
+ * tensor (converting f32 back to f16/bf16, or into its strides), the version bump. */
+static vl_status finish(vl_dist_work *w, vl_status s) {
+  if (s == VL_OK && w->dst) {
+    vl_tensor *res = w->stage ? w->stage : w->dst;
+    if (w->divide > 1) s = vl_binary_scalar_(VL_BIN_DIV, res, (double)w->divide);
+    if (s == VL_OK && w->stage) s = vl_copy_(w->dst, w->stage);
+    else if (s == VL_OK && w->divide <= 1) w->dst->storage->version++;
+    if (s != VL_OK) s = vl_fail_prefix(s, "%s: ", w->op);
+  }
+  if (w->backend && w->backend->release) w->backend->release(w);
+  unlink_live(w);
+  drop_tensors(w);
+  w->comm = NULL;
+  w->done = true;
+  return s;
+}
+
+vl_status vl_dist_wait(vl_dist_work *w) {
+  if (!w || w->done) return VL_OK;
+  return finish(w, w->backend->wait(w));
+}
+
+vl_status vl_dist_test(vl_dist_work *w, bool *done) {
+  if (!w || w->done) return *done = true, VL_OK;
+  bool d = false;
+  vl_status s = w->backend->test(w, &d);
+  if (s != VL_OK || d) s = finish(w, s);
+  *done = w->done;
+  return s;
+}
+
+void vl_dist_work_free(vl_dist_work *w) {
+  if (!w) return;
+  if (!w->done) {
+    if (vl_dist_wait(w) != VL_OK) vl_errclear(); /* a collected handle has nobody to report to */
+  }
+  free(w);
+}
+
+const char *vl_dist_work_op(const vl_dist_work *w) { return w ? w->op : ""; }
+
+vl_status vl_dist_finalize(void) {
+  vl_dist *d = dist_state();
+  if (!d) return VL_OK;
+  /* Handles still in flight are completed (MPI must not finalize under them); their Lua objects
+   * stay valid as completed handles. */
+  while (d->world.live) {
+    vl_dist_work *w = d->world.live;
+    if (vl_dist_wait(w) != VL_OK) vl_errclear();
+  }
+  for (vl_dist_work *w = d->world.pending, *next; w; w = next) {
+    next = w->pending_next;
+    free(w);
+  }
+  vl_status s = VL_OK;
+  if (d->world.backend[VL_CPU] != &vl_dist_local_backend) s = vl_dist_mpi_stop(d->world.impl[VL_CPU], d->owns_mpi);
+  free(d);
+  vl_ctx()->dist = NULL;
+  return s;
+}
+
+void vl_dist_abort(int code) { vl_dist_mpi_abort(code); }
+
+/* ---- validation and staging ---- */
+
+static vl_status world_of(const char *op, vl_comm **c) {
+  if (*c) return VL_OK;
+  vl_dist *d = dist_state();
+  if (!d) return vl_fail(VL_EINVAL, "%s: dist.init() has not been called", op);
+  *c = &d->world;
+  return VL_OK;
+}
+
+static vl_status check_tensor(const char *op, const char *what, vl_comm *c, vl_tensor *t, const vl_comm_backend **be) {
+  if (!t || !t->storage) return vl_fail(VL_EINVAL, "%s: %s is not a tensor", op, what);
+  vl_device dev = t->storage->device;
+  const vl_comm_backend *b = c->backend[dev.type];
+  if (!b) {
+    char d[VL_DESC_LEN];
+    return vl_fail(VL_EUNSUPPORTED, "%s: %s is a %s tensor: not yet: NCCL comes in a later phase (collectives run on CPU "
+                   "tensors through MPI for now)", op, what, vl_tensor_desc(t, d, sizeof d));
+  }
+  if (*be && *be != b) return vl_fail(VL_EDEVICE, "%s: the tensors are on different devices", op);
+  *be = b;
+  return VL_OK;
+}
+
+static vl_status check_rank(const char *op, const char *what, vl_comm *c, int r) {
+  if (r < 0 || r >= c->size)
+    return vl_fail(VL_EINVAL, "%s: %s %d is not a rank (world size %d: ranks 0..%d)", op, what, r, c->size, c->size - 1);
+  return VL_OK;
+}
+
+static vl_status check_op(const char *op, vl_dist_op rop, vl_dtype dt) {
+  if ((unsigned)rop >= VL_DIST_NOPS) return vl_fail(VL_EINVAL, "%s: unknown reduction op %d", op, (int)rop);
+  if (rop == VL_DIST_AVG && !vl_dtype_is_float(dt))
+    return vl_fail(VL_EDTYPE, "%s: op 'avg' needs a floating dtype (got %s; use 'sum')", op, vl_dtype_name(dt));
+  return VL_OK;
+}
+
+static bool is_half(vl_dtype dt) { return dt == VL_F16 || dt == VL_BF16; }
+
+/* The buffer the backend works on: t itself when contiguous (and, for a reduction of a half
+ * dtype, when the backend reduces halves), else a contiguous copy (f32 for such a reduction),
+ * filled from t when copy_in. */
+static vl_status stage(vl_tensor *t, bool reduction, const vl_comm_backend *be, bool copy_in, bool force, vl_tensor **buf) {
+  bool widen = reduction && is_half(t->dtype) && !be->native_half;
+  if (!widen && !force && vl_tensor_is_contiguous(t)) {
+    *buf = vl_tensor_retain(t);
+    return VL_OK;
+  }
+  vl_tensor *b;
+  VL_TRY(vl_tensor_empty(t->ndim, t->size, widen ? VL_F32 : t->dtype, t->storage->device, &b));
+  if (copy_in) {
+    vl_status s = vl_copy_(b, t);
+    if (s != VL_OK) {
+      vl_tensor_release(b);
+      return s;
+    }
+  }
+  *buf = b;
+  return VL_OK;
+}
+
+static vl_status new_work(const char *op, vl_comm *c, const vl_comm_backend *be, vl_dist_work **out) {
+  vl_dist_work *w = (vl_dist_work *)calloc(1, sizeof *w);
+  if (!w) return vl_fail(VL_EOOM, "%s: out of host memory", op);
+  w->op = op;
+  w->comm = c;
+  w->backend = be;
+  w->expect = -1;
+  *out = w;
+  return VL_OK;
+}
+
+/* The result buffer buf for the caller's tensor dst: written back at completion when they differ. */
+static void set_result(vl_dist_work *w, vl_tensor *dst, vl_tensor *buf) {
+  w->dst = vl_tensor_retain(dst);
+  if (buf != dst) w->stage = vl_tensor_retain(buf);
+}
+
+/* After the backend's start: on failure the work is dropped; else it is live, and either
+ * handed out, queued in the group, or completed now. */
+static vl_status launch(vl_comm *c, vl_dist_work *w, vl_status started, vl_dist_work **work) {
+  if (started != VL_OK) {
+    if (w->backend->release) w->backend->release(w);
+    drop_tensors(w);
+    free(w);
+    return started;
+  }
+  w->live_next = c->live;
+  if (c->live) c->live->live_prev = w;
+  c->live = w;
+  if (work) {
+    *work = w;
+    return VL_OK;
+  }
+  if (c->group_depth > 0) {
+    if (c->pending_tail) c->pending_tail->pending_next = w;
+    else c->pending = w;
+    c->pending_tail = w;
+    return VL_OK;
+  }
+  vl_status s = vl_dist_wait(w);
+  free(w);
+  return s;
+}
+
+/* ---- collectives ---- */
+
+static int divisor(vl_comm *c, const vl_comm_backend *be, vl_dist_op op) {
+  return op == VL_DIST_AVG && !be->native_avg ? c->size : 0;
+}
+static vl_dist_op wire_op(const vl_comm_backend *be, vl_dist_op op) {
+  return op == VL_DIST_AVG && !be->native_avg ? VL_DIST_SUM : op;
+}
+
+vl_status vl_dist_all_reduce(vl_comm *c, vl_tensor *t, vl_dist_op op, vl_dist_work **work) {
+  const char *name = "all_reduce";
+  const vl_comm_backend *be = NULL;
+  VL_TRY(world_of(name, &c));
+  VL_TRY(check_tensor(name, "the tensor", c, t, &be));
+  VL_TRY(check_op(name, op, t->dtype));
+  VL_TRY(vl_check_writable(name, t));
+  vl_tensor *buf;
+  VL_TRY(stage(t, true, be, true, false, &buf));
+  vl_dist_work *w = NULL;
+  vl_status s = new_work(name, c, be, &w);
+  if (s != VL_OK) return vl_tensor_release(buf), s;
+  set_result(w, t, buf);
+  w->divide = divisor(c, be, op);
+  s = be->all_reduce(c, buf, wire_op(be, op), w);
+  vl_tensor_release(buf);
+  return launch(c, w, s, work);
+}
+
+vl_status vl_dist_broadcast(vl_comm *c, vl_tensor *t, int root, vl_dist_work **work) {
+  const char *name = "broadcast";
+  const vl_comm_backend *be = NULL;
+  VL_TRY(world_of(name, &c));
+  VL_TRY(check_tensor(name, "the tensor", c, t, &be));
+  VL_TRY(check_rank(name, "root", c, root));
+  VL_TRY(vl_check_writable(name, t));
+  vl_tensor *buf;
+  VL_TRY(stage(t, false, be, c->rank == root, false, &buf));
+  vl_dist_work *w = NULL;
+  vl_status s = new_work(name, c, be, &w);
+  if (s != VL_OK) return vl_tensor_release(buf), s;
+  if (c->rank != root) set_result(w, t, buf);
+  else w->keep[0] = vl_tensor_retain(buf);
+  s = be->broadcast(c, buf, root, w);
+  vl_tensor_release(buf);
+  return launch(c, w, s, work);
+}
+
+vl_status vl_dist_reduce(vl_comm *c, vl_tensor *t, int root, vl_dist_op op, vl_dist_work **work) {
+  const char *name = "reduce";
+  const vl_comm_backend *be = NULL;
+  VL_TRY(world_of(name, &c));
+  VL_TRY(check_tensor(name, "the tensor", c, t, &be));
+  VL_TRY(check_rank(name, "root", c, root));
+  VL_TRY(check_op(name, op, t->dtype));
+  if (c->rank == root) VL_TRY(vl_check_writable(name, t));
+  vl_tensor *buf;
+  VL_TRY(stage(t, true, be, true, false, &buf));
+  vl_dist_work *w = NULL;
+  vl_status s = new_work(name, c, be, &w);
+  if (s != VL_OK) return vl_tensor_release(buf), s;
+  if (c->rank == root) {
+    set_result(w, t, buf);
+    w->divide = divisor(c, be, op);
+  } else {
+    /* MPI's non-root buffers are only read, but a buffer that is t itself must stay t. */
+    w->keep[0] = vl_tensor_retain(buf);
+  }
+  s = be->reduce(c, buf, root, wire_op(be, op), w);
+  vl_tensor_release(buf);
+  return launch(c, w, s, work);
+}
+
+/* big = size blocks of small: concatenated along dim 0, or stacked in a new leading dim. */
+static vl_status check_blocks(const char *op, const char *bigname, vl_tensor *big, const char *smallname,
+                              vl_tensor *small, int size) {
+  bool ok = big->dtype == small->dtype;
+  if (ok && big->ndim == small->ndim && big->ndim > 0) {
+    ok = big->size[0] == small->size[0] * size;
+    for (int i = 1; ok && i < big->ndim; i++) ok = big->size[i] == small->size[i];
+  } else if (ok && big->ndim == small->ndim + 1) {
+    ok = big->size[0] == size;
+    for (int i = 0; ok && i < small->ndim; i++) ok = big->size[i + 1] == small->size[i];
+  } else {
+    ok = false;
+  }
+  if (!ok) {
+    char a[VL_DESC_LEN], b[VL_DESC_LEN];
+    return vl_fail(VL_ESHAPE, "%s: %s %s must be %d blocks of %s %s (along dim 1, or stacked in a new dim 1), of the same dtype",
+                   op, bigname, vl_tensor_desc(big, a, sizeof a), size, smallname, vl_tensor_desc(small, b, sizeof b));
+  }
+  return VL_OK;
+}
+
+vl_status vl_dist_all_gather(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_dist_work **work) {
+  const char *name = "all_gather";
+  const vl_comm_backend *be = NULL;
+  VL_TRY(world_of(name, &c));
+  VL_TRY(check_tensor(name, "the output", c, out, &be));
+  VL_TRY(check_tensor(name, "the input", c, in, &be));
+  VL_TRY(check_blocks(name, "the output", out, "the input", in, c->size));
+  VL_TRY(vl_check_writable(name, out));
+  vl_tensor *ib = NULL, *ob = NULL;
+  /* An input inside the output's storage is copied first: the gather overwrites it. */
+  VL_TRY(stage(in, false, be, true, in->storage == out->storage, &ib));
+  vl_status s = stage(out, false, be, false, false, &ob);
+  vl_dist_work *w = NULL;
+  if (s == VL_OK) s = new_work(name, c, be, &w);
+  if (s != VL_OK) {
+    vl_tensor_release(ib);
+    vl_tensor_release(ob);
+    return s;
+  }
+  set_result(w, out, ob);
+  w->keep[0] = ib;
+  s = be->all_gather(c, ob, ib, w);
+  vl_tensor_release(ob);
+  return launch(c, w, s, work);
+}
+
+vl_status vl_dist_reduce_scatter(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_dist_op op, vl_dist_work **work) {
+  const char *name = "reduce_scatter";
+  const vl_comm_backend *be = NULL;
+  VL_TRY(world_of(name, &c));
+  VL_TRY(check_tensor(name, "the output", c, out, &be));
+  VL_TRY(check_tensor(name, "the input", c, in, &be));
+  VL_TRY(check_blocks(name, "the input", in, "the output", out, c->size));
+  VL_TRY(check_op(name, op, in->dtype));
+  VL_TRY(vl_check_writable(name, out));
+  vl_tensor *ib = NULL, *ob = NULL;
+  VL_TRY(stage(in, true, be, true, in->storage == out->storage, &ib));
+  vl_status s = stage(out, true, be, false, false, &ob);
+  vl_dist_work *w = NULL;
+  if (s == VL_OK) s = new_work(name, c, be, &w);
+  if (s != VL_OK) {
+    vl_tensor_release(ib);
+    vl_tensor_release(ob);
+    return s;
+  }
+  set_result(w, out, ob);
+  w->keep[0] = ib;
+  w->divide = divisor(c, be, op);
+  s = be->reduce_scatter(c, ob, ib, wire_op(be, op), w);
+  vl_tensor_release(ob);
+  return launch(c, w, s, work);
+}
+
+static vl_status check_peer(const char *op, vl_comm *c, int peer, int tag) {
+  VL_TRY(check_rank(op, "peer", c, peer));
+  if (peer == c->rank) return vl_fail(VL_EINVAL, "%s: peer %d is this rank (send and recv need another rank)", op, peer);
+  if (tag < 0 || tag > 32767) return vl_fail(VL_EINVAL, "%s: tag %d is not in 0..32767", op, tag);
+  return VL_OK;
+}
+
+vl_status vl_dist_send(vl_comm *c, vl_tensor *t, int peer, int tag, vl_dist_work **work) {
+  const char *name = "send";
+  const vl_comm_backend *be = NULL;
+  VL_TRY(world_of(name, &c));
+  VL_TRY(check_tensor(name, "the tensor", c, t, &be));
+  VL_TRY(check_peer(name, c, peer, tag));
+  vl_tensor *buf;
+  VL_TRY(stage(t, false, be, true, false, &buf));
+  vl_dist_work *w = NULL;
+  vl_status s = new_work(name, c, be, &w);
+  if (s != VL_OK) return vl_tensor_release(buf), s;
+  w->keep[0] = buf;
+  w->peer = peer;
+  return launch(c, w, be->send(c, buf, peer, tag, w), work);
+}
+
+vl_status vl_dist_recv(vl_comm *c, vl_tensor *t, int peer, int tag, vl_dist_work **work) {
+  const char *name = "recv";
+  const vl_comm_backend *be = NULL;
+  VL_TRY(world_of(name, &c));
+  VL_TRY(check_tensor(name, "the tensor", c, t, &be));
+  VL_TRY(check_peer(name, c, peer, tag));
+  VL_TRY(vl_check_writable(name, t));
+  vl_tensor *buf;
+  VL_TRY(stage(t, false, be, false, false, &buf));
+  vl_dist_work *w = NULL;
+  vl_status s = new_work(name, c, be, &w);
+  if (s != VL_OK) return vl_tensor_release(buf), s;
+  set_result(w, t, buf);
+  w->peer = peer;
+  w->expect = vl_tensor_numel(t);
+  s = be->recv(c, buf, peer, tag, w);
+  vl_tensor_release(buf);
+  return launch(c, w, s, work);
+}
+
+vl_status vl_dist_barrier(vl_comm *c, vl_dist_work **work) {
+  const char *name = "barrier";
+  VL_TRY(world_of(name, &c));
+  const vl_comm_backend *be = c->backend[VL_CPU];
+  vl_dist_work *w = NULL;
+  VL_TRY(new_work(name, c, be, &w));
+  return launch(c, w, be->barrier(c, w), work);
+}
+
+/* ---- groups ---- */
+
+vl_status vl_dist_group_start(vl_comm *c) {
+  VL_TRY(world_of("group", &c));
+  c->group_depth++;
+  return VL_OK;
+}
+
+vl_status vl_dist_group_end(vl_comm *c) {
+  VL_TRY(world_of("group", &c));
+  if (c->group_depth <= 0) return vl_fail(VL_EINVAL, "group: group_end without group_start");
+  if (--c->group_depth > 0) return VL_OK;
+  vl_status first = VL_OK;
+  char msg[512] = "";
+  vl_dist_work *w = c->pending;
+  c->pending = c->pending_tail = NULL;
+  while (w) {
+    vl_dist_work *next = w->pending_next;
+    vl_status s = vl_dist_wait(w);
+    if (s != VL_OK && first == VL_OK) {
+      first = s;
+      snprintf(msg, sizeof msg, "%s", vl_errmsg());
+    }
+    free(w);
+    w = next;
+  }
+  if (first != VL_OK) return vl_fail(first, "%s", msg);
+  return VL_OK;
+}

@@ -1,0 +1,66 @@
+/* runtime/dist/internal.h: the backend interface behind runtime/dist/comm.h (comm.c is the front
+ * end, mpi.c the MPI backend, local.c the world-size-1 one; NCCL comes as a fourth file filling
+ * the VL_CUDA slot).
+ *
+ * A backend receives contiguous buffers on its own device, of a dtype it declared it reduces
+ * (reductions of f16/bf16 arrive as f32 unless native_half; VL_DIST_AVG arrives as VL_DIST_SUM
+ * unless native_avg, and the front end divides). Each op starts the operation and records what
+ * it needs in w->impl; wait() completes it; release() frees w->impl (also after a failure). */
+#ifndef VL_DIST_INTERNAL_H
+#define VL_DIST_INTERNAL_H
+
+#include "runtime/dist/comm.h"
+
+typedef struct vl_comm_backend {
+  const char *name;
+  bool native_half, native_avg;
+  vl_status (*all_reduce)(vl_comm *c, vl_tensor *buf, vl_dist_op op, vl_dist_work *w);
+  vl_status (*broadcast)(vl_comm *c, vl_tensor *buf, int root, vl_dist_work *w);
+  vl_status (*reduce)(vl_comm *c, vl_tensor *buf, int root, vl_dist_op op, vl_dist_work *w);
+  vl_status (*all_gather)(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_dist_work *w);
+  vl_status (*reduce_scatter)(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_dist_op op, vl_dist_work *w);
+  vl_status (*send)(vl_comm *c, vl_tensor *buf, int peer, int tag, vl_dist_work *w);
+  vl_status (*recv)(vl_comm *c, vl_tensor *buf, int peer, int tag, vl_dist_work *w);
+  vl_status (*barrier)(vl_comm *c, vl_dist_work *w);
+  vl_status (*wait)(vl_dist_work *w);
+  vl_status (*test)(vl_dist_work *w, bool *done);
+  void (*release)(vl_dist_work *w);
+} vl_comm_backend;
+
+struct vl_comm {
+  int rank, size;
+  const vl_comm_backend *backend[VL_NDEVICE_TYPES]; /* by the tensor's device; NULL: none yet */
+  void *impl[VL_NDEVICE_TYPES];                     /* the backend's communicator (MPI_Comm *) */
+  int group_depth;
+  vl_dist_work *pending, *pending_tail;             /* a group's ops, in issue order */
+  vl_dist_work *live;                               /* every work not yet completed */
+};
+
+struct vl_dist_work {
+  vl_comm *comm;                 /* NULL once completed */
+  const vl_comm_backend *backend;
+  const char *op;
+  bool done;
+  void *impl;                    /* the backend's request */
+  vl_tensor *dst;                /* the caller's tensor written at completion (retained), or NULL */
+  vl_tensor *stage;              /* the buffer the backend wrote, copied into dst (retained), or NULL */
+  vl_tensor *keep[2];            /* inputs kept alive while in flight */
+  int divide;                    /* avg: the result is divided by this at completion (0: no) */
+  int64_t expect;                /* recv: the element count the message must have (-1: none) */
+  int peer;
+  vl_dist_work *live_prev, *live_next, *pending_next;
+};
+
+/* The world size 1 backend (local.c) and the MPI one (mpi.c; NULL in a build without MPI). */
+extern const vl_comm_backend vl_dist_local_backend;
+const vl_comm_backend *vl_dist_mpi_backend(void);
+
+/* mpi.c: MPI_Init_thread unless MPI is running; rank, size, local rank and size, the thread
+ * level; duplicates MPI_COMM_WORLD into *impl. *owns: whether this call started MPI. */
+vl_status vl_dist_mpi_start(int *rank, int *size, int *local_rank, int *local_size, int *thread_level,
+                            void **impl, bool *owns);
+vl_status vl_dist_mpi_stop(void *impl, bool owns);
+bool vl_dist_mpi_finalized(void);
+void vl_dist_mpi_abort(int code);
+
+#endif
