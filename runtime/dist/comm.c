@@ -85,8 +85,9 @@ static vl_status check_env(const launcher *l, const char *var, const char *what,
   int v, set;
   VL_TRY(env_int(var, &v, &set));
   if (set && v != mpi_value)
-    return vl_fail(VL_EINVAL, "dist.init: the launcher (%s) says %s=%d but MPI says %s %d; was the job started by "
-                   "another MPI than the one v100lua links?", l->name, var, v, what, mpi_value);
+    return vl_fail(VL_EINVAL, "dist.init: the launcher (%s) says %s=%d but MPI says %s %d; %s", l->name, var, v, what,
+                   mpi_value, strcmp(l->name, "torchrun") == 0 ? "torchrun starts no MPI job: launch with mpirun or srun"
+                   : "was the job started by another MPI's launcher than the one v100lua links?");
   return VL_OK;
 }
 

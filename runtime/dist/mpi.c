@@ -170,8 +170,9 @@ static vl_status m_wait(vl_dist_work *w) {
       int cls = 0;
       MPI_Error_class(rc, &cls);
       if (cls == MPI_ERR_TRUNCATE)
-        return vl_fail(VL_ESHAPE, "%s: the message from rank %d has more elements than the tensor's %lld", w->op,
-                       w->peer, (long long)w->expect);
+        return vl_fail(VL_ESHAPE, "%s: the message from rank %d is longer than the tensor's %lld %s elements (the sender "
+                       "sent more elements, or another dtype)", w->op, w->peer, (long long)w->expect,
+                       vl_dtype_name((w->stage ? w->stage : w->dst)->dtype));
     }
     return mpi_fail(rc, w->op, "MPI_Wait", __FILE__, __LINE__);
   }

@@ -162,19 +162,31 @@ T.test('-i: REPL prints values, continues lines, reports errors', function()
 end)
 
 T.test('errors carry the MPI rank prefix on every line', function()
+  -- "[rank N host] ": the host of this machine, as hostname(1) prints it
+  local hp = assert(io.popen('hostname'))
+  local host = hp:read('l')
+  hp:close()
+  local pre = '[rank 3 ' .. host .. '] '
   local _, err, code = run("-e 'error(\"bad thing\")'", {env = 'OMPI_COMM_WORLD_RANK=3'})
   T.eq(code, 1)
   T.ok(err:find('bad thing', 1, true), err)
   local n = 0
   for line in err:gmatch('[^\n]+') do
     n = n + 1
-    T.ok(line:sub(1, 9) == '[rank 3] ', 'prefixed: ' .. line)
+    T.ok(line:sub(1, #pre) == pre, 'prefixed: ' .. line)
   end
   T.ok(n >= 3, 'message and traceback lines')
+  local nolaunch = 'env -u OMPI_COMM_WORLD_RANK -u PMI_RANK -u SLURM_PROCID -u RANK -u WORLD_SIZE'
   local _, err2 = run("-e 'error(\"x\")'", {env = 'env -u OMPI_COMM_WORLD_RANK PMI_RANK=5'})
-  T.ok(err2:find('^%[rank 5%] '), 'PMI_RANK too: ' .. err2)
-  local _, err3 = run("-e 'error(\"x\")'", {env = 'env -u OMPI_COMM_WORLD_RANK -u PMI_RANK'})
+  T.ok(err2:find('^%[rank 5 [^%]]+%] '), 'PMI_RANK too: ' .. err2)
+  local _, err3 = run("-e 'error(\"x\")'", {env = nolaunch})
   T.ok(not err3:find('[rank', 1, true), 'no prefix without MPI: ' .. err3)
+  local _, err4 = run("-e 'error(\"x\")'", {env = nolaunch .. ' SLURM_PROCID=7'})
+  T.ok(err4:find('^%[rank 7 [^%]]+%] '), 'SLURM_PROCID too: ' .. err4)
+  local _, err5 = run("-e 'error(\"x\")'", {env = nolaunch .. ' RANK=2 WORLD_SIZE=4'})
+  T.ok(err5:find('^%[rank 2 [^%]]+%] '), 'torchrun-style RANK with WORLD_SIZE: ' .. err5)
+  local _, err6 = run("-e 'error(\"x\")'", {env = nolaunch .. ' RANK=2'})
+  T.ok(not err6:find('[rank', 1, true), 'RANK alone is not a launcher: ' .. err6)
 end)
 
 T.test('exit status of os.exit is kept', function()
