@@ -156,6 +156,8 @@ vl_status vl_dist_init(void) {
       return s;
     }
     d->owns_mpi = owns;
+    const char *chk = env_of("V100LUA_DIST_CHECK");
+    d->world.check = chk && strcmp(chk, "0") != 0;
     d->world.backend[VL_CPU] = mpi;
     d->world.impl[VL_CPU] = impl;
   } else {
@@ -353,6 +355,34 @@ static vl_status launch(vl_comm *c, vl_dist_work *w, vl_status started, vl_dist_
   return s;
 }
 
+/* ---- V100LUA_DIST_CHECK: the ranks agree on the collective before starting it ---- */
+
+enum { SIG_ALL_REDUCE = 1, SIG_BROADCAST, SIG_REDUCE, SIG_ALL_GATHER, SIG_REDUCE_SCATTER, SIG_BARRIER };
+static const char *const sig_names[] = {"?", "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier"};
+
+/* Without the check a mismatch hangs or garbles data; with it every rank fails with the same
+ * message naming what differs (a blocking reduction per collective: for debugging). */
+static vl_status agree(const char *op, vl_comm *c, const vl_comm_backend *be, int kind, vl_tensor *t, int dop, int root) {
+  if (!c->check || !be->check) return VL_OK;
+  int64_t sig[VL_DIST_SIG] = {kind, t ? vl_tensor_numel(t) : 0, t ? (int64_t)t->dtype : -1, dop, root};
+  int64_t lo[VL_DIST_SIG], hi[VL_DIST_SIG];
+  VL_TRY(be->check(c, sig, lo, hi));
+  if (lo[0] != hi[0])
+    return vl_fail(VL_EINVAL, "%s: the ranks are not all in the same collective: this rank (%d) is in %s, others in "
+                   "%s (V100LUA_DIST_CHECK)", op, c->rank, sig_names[kind],
+                   sig_names[lo[0] != kind ? lo[0] : hi[0]]);
+  if (lo[1] != hi[1])
+    return vl_fail(VL_ESHAPE, "%s: the ranks pass different element counts, %lld to %lld (this rank %d: %lld) "
+                   "(V100LUA_DIST_CHECK)", op, (long long)lo[1], (long long)hi[1], c->rank, (long long)sig[1]);
+  if (lo[2] != hi[2])
+    return vl_fail(VL_EDTYPE, "%s: the ranks pass different dtypes (this rank %d: %s) (V100LUA_DIST_CHECK)", op, c->rank,
+                   t ? vl_dtype_name(t->dtype) : "none");
+  if (lo[3] != hi[3] || lo[4] != hi[4])
+    return vl_fail(VL_EINVAL, "%s: the ranks pass different ops or roots (this rank %d: op %s, root %d) "
+                   "(V100LUA_DIST_CHECK)", op, c->rank, dop >= 0 ? vl_dist_op_name((vl_dist_op)dop) : "none", root);
+  return VL_OK;
+}
+
 /* ---- collectives ---- */
 
 static int divisor(vl_comm *c, const vl_comm_backend *be, vl_dist_op op) {
@@ -369,6 +399,7 @@ vl_status vl_dist_all_reduce(vl_comm *c, vl_tensor *t, vl_dist_op op, vl_dist_wo
   VL_TRY(check_tensor(name, "the tensor", c, t, &be));
   VL_TRY(check_op(name, op, t->dtype));
   VL_TRY(vl_check_writable(name, t));
+  VL_TRY(agree(name, c, be, SIG_ALL_REDUCE, t, op, -1));
   vl_tensor *buf;
   VL_TRY(stage(t, true, be, true, false, &buf));
   vl_dist_work *w = NULL;
@@ -388,6 +419,7 @@ vl_status vl_dist_broadcast(vl_comm *c, vl_tensor *t, int root, vl_dist_work **w
   VL_TRY(check_tensor(name, "the tensor", c, t, &be));
   VL_TRY(check_rank(name, "root", c, root));
   VL_TRY(vl_check_writable(name, t));
+  VL_TRY(agree(name, c, be, SIG_BROADCAST, t, -1, root));
   vl_tensor *buf;
   VL_TRY(stage(t, false, be, c->rank == root, false, &buf));
   vl_dist_work *w = NULL;
@@ -408,6 +440,7 @@ vl_status vl_dist_reduce(vl_comm *c, vl_tensor *t, int root, vl_dist_op op, vl_d
   VL_TRY(check_rank(name, "root", c, root));
   VL_TRY(check_op(name, op, t->dtype));
   if (c->rank == root) VL_TRY(vl_check_writable(name, t));
+  VL_TRY(agree(name, c, be, SIG_REDUCE, t, op, root));
   vl_tensor *buf;
   VL_TRY(stage(t, true, be, true, false, &buf));
   vl_dist_work *w = NULL;
@@ -454,6 +487,7 @@ vl_status vl_dist_all_gather(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_dist_
   VL_TRY(check_tensor(name, "the input", c, in, &be));
   VL_TRY(check_blocks(name, "the output", out, "the input", in, c->size));
   VL_TRY(vl_check_writable(name, out));
+  VL_TRY(agree(name, c, be, SIG_ALL_GATHER, in, -1, -1));
   vl_tensor *ib = NULL, *ob = NULL;
   /* An input inside the output's storage is copied first: the gather overwrites it. */
   VL_TRY(stage(in, false, be, true, in->storage == out->storage, &ib));
@@ -481,6 +515,7 @@ vl_status vl_dist_reduce_scatter(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_d
   VL_TRY(check_blocks(name, "the input", in, "the output", out, c->size));
   VL_TRY(check_op(name, op, in->dtype));
   VL_TRY(vl_check_writable(name, out));
+  VL_TRY(agree(name, c, be, SIG_REDUCE_SCATTER, out, op, -1));
   vl_tensor *ib = NULL, *ob = NULL;
   VL_TRY(stage(in, true, be, true, in->storage == out->storage, &ib));
   vl_status s = stage(out, true, be, false, false, &ob);
@@ -546,6 +581,7 @@ vl_status vl_dist_barrier(vl_comm *c, vl_dist_work **work) {
   const char *name = "barrier";
   VL_TRY(world_of(name, &c));
   const vl_comm_backend *be = c->backend[VL_CPU];
+  VL_TRY(agree(name, c, be, SIG_BARRIER, NULL, -1, -1));
   vl_dist_work *w = NULL;
   VL_TRY(new_work(name, c, be, &w));
   return launch(c, w, be->barrier(c, w), work);

@@ -14,6 +14,10 @@
  * as it is (non-contiguous tensors; f16/bf16 reductions, done in f32; avg = sum / size where the
  * backend has no average), and hands the backend contiguous buffers.
  *
+ * With V100LUA_DIST_CHECK=1 in the environment (read by vl_dist_init), the ranks compare each
+ * collective's signature (which collective, element count, dtype, op, root) before starting it,
+ * and a disagreement fails on every rank alike instead of hanging.
+ *
  * Ranks are 0-based, as in MPI (rank 0 is the main rank). Every collective takes `c` (NULL = the
  * world) and `work`: NULL runs it to completion; otherwise *work receives a handle that
  * vl_dist_wait completes (the tensors stay referenced by it until then, and are written only

@@ -22,13 +22,20 @@ typedef struct vl_comm_backend {
   vl_status (*send)(vl_comm *c, vl_tensor *buf, int peer, int tag, vl_dist_work *w);
   vl_status (*recv)(vl_comm *c, vl_tensor *buf, int peer, int tag, vl_dist_work *w);
   vl_status (*barrier)(vl_comm *c, vl_dist_work *w);
+  /* V100LUA_DIST_CHECK=1: every rank's signature of the collective it is about to start
+   * (sig[0..VL_DIST_SIG-1]) into lo[] and hi[], the minimum and maximum over the ranks, by a
+   * blocking reduction. NULL: no check (world size 1). */
+  vl_status (*check)(vl_comm *c, const int64_t *sig, int64_t *lo, int64_t *hi);
   vl_status (*wait)(vl_dist_work *w);
   vl_status (*test)(vl_dist_work *w, bool *done);
   void (*release)(vl_dist_work *w);
 } vl_comm_backend;
 
+#define VL_DIST_SIG 5 /* the collective, element count, dtype, reduction op, root */
+
 struct vl_comm {
   int rank, size;
+  bool check;                                       /* V100LUA_DIST_CHECK: signatures compared */
   const vl_comm_backend *backend[VL_NDEVICE_TYPES]; /* by the tensor's device; NULL: none yet */
   void *impl[VL_NDEVICE_TYPES];                     /* the backend's communicator (MPI_Comm *) */
   int group_depth;

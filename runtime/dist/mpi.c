@@ -147,6 +147,14 @@ static vl_status m_barrier(vl_comm *c, vl_dist_work *w) {
   return VL_OK;
 }
 
+static vl_status m_check(vl_comm *c, const int64_t *sig, int64_t *lo, int64_t *hi) {
+  int64_t v[2 * VL_DIST_SIG], r[2 * VL_DIST_SIG];
+  for (int i = 0; i < VL_DIST_SIG; i++) v[i] = sig[i], v[VL_DIST_SIG + i] = -sig[i];
+  MPI_TRY("dist check", MPI_Allreduce(v, r, 2 * VL_DIST_SIG, MPI_INT64_T, MPI_MAX, comm_of(c)));
+  for (int i = 0; i < VL_DIST_SIG; i++) hi[i] = r[i], lo[i] = -r[VL_DIST_SIG + i];
+  return VL_OK;
+}
+
 /* A recv's message must hold exactly the tensor's element count: MPI reports a longer one as a
  * truncation and accepts a shorter one silently. */
 static vl_status check_status(vl_dist_work *w, MPI_Status *st) {
@@ -205,6 +213,7 @@ static const vl_comm_backend mpi_backend = {
     .send = m_send,
     .recv = m_recv,
     .barrier = m_barrier,
+    .check = m_check,
     .wait = m_wait,
     .test = m_test,
     .release = m_release,

@@ -1,7 +1,8 @@
 -- tests/mpi/launch_abort.lua: runs mpirun itself (label `mpi`; V100_MPIEXEC names mpirun) on
 -- job_fail_rank1.lua: a rank that fails by a Lua error, os.exit(3) or SIGKILL while rank 0 waits
 -- in a barrier ends the whole job non-zero, quickly, with the "[rank 1 host]" prefix on the
--- error; and the launcher check: torchrun-style variables without an MPI launch are refused.
+-- error; V100LUA_DIST_CHECK's agreement check (job_check.lua); and the launcher check:
+-- torchrun-style variables without an MPI launch are refused.
 local T = require 'testlib'
 
 local exe = T.binary()
@@ -53,6 +54,13 @@ T.test('a job where every rank succeeds exits 0', function()
   local out, code = job('none')
   T.eq(code, 0, out)
   T.ok(out:find('rank 0 got past the collective', 1, true) and out:find('rank 1 got past the collective', 1, true), out)
+end)
+
+T.test('V100LUA_DIST_CHECK=1: ranks that disagree on a collective fail alike instead of hanging', function()
+  local out, code = run(string.format('env V100LUA_DIST_CHECK=1 %s --allow-run-as-root --oversubscribe -np 2 %s %s',
+    q(mpiexec), q(exe), q(here .. '/job_check.lua')))
+  T.eq(code, 0, out)
+  T.ok(out:find('rank 0 check ok', 1, true) and out:find('rank 1 check ok', 1, true), out)
 end)
 
 T.test('launcher variables that MPI contradicts are an error naming both', function()
