@@ -34,7 +34,11 @@ end
 -- or aborts the job (failure at world size > 1), and so does an uncaught error.
 function dist.init()
   _dist.init()
-  return dist
+  -- ---- data parallel (scripts/v100/dist_parallel.lua, loaded on first use) ----
+
+function dist.DataParallel(model, opts) return require('v100.dist_parallel').DataParallel(model, opts) end
+
+return dist
 end
 
 function dist.is_initialized() return _dist.info().initialized end
@@ -232,5 +236,9 @@ function Sampler:indices()
   end
   return core.tensor(mine, {dtype = 'i64'})
 end
+
+-- ---- data parallel (scripts/v100/dist_parallel.lua, loaded on first use) ----
+
+function dist.DataParallel(model, opts) return require('v100.dist_parallel').DataParallel(model, opts) end
 
 return dist

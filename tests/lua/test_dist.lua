@@ -178,4 +178,33 @@ T.test('DistributedSampler: shards of a shared permutation', function()
   T.raises(function() dist.DistributedSampler(-1) end, 'n must be a non-negative integer')
 end)
 
+T.test('DataParallel at world size 1: the identity wrapper', function()
+  local nn, optim = require 'v100.nn', require 'v100.optim'
+  v100.manual_seed(3)
+  local model = nn.Sequential(nn.Linear(4, 5), nn.Linear(5, 2))
+  v100.manual_seed(3)
+  local ref = nn.Sequential(nn.Linear(4, 5), nn.Linear(5, 2))
+  local x, y = v100.randn({6, 4}), v100.randn({6, 2})
+  local dp = dist.DataParallel(model, {bucket_mb = 0.00005})
+  T.ok(rawequal(dp.module, model))
+  T.ok(#dp.buckets >= 2, 'tiny buckets: several')
+  local opt = optim.SGD(model:parameters(), {lr = 0.1, momentum = 0.9})
+  local ropt = optim.SGD(ref:parameters(), {lr = 0.1, momentum = 0.9})
+  for _ = 1, 3 do
+    model:zero_grad(); ref:zero_grad()
+    nn.F.mse_loss(dp(x), y):backward()
+    dp:finish()
+    opt:step()
+    nn.F.mse_loss(ref(x), y):backward()
+    ropt:step()
+  end
+  local rp = ref:parameters()
+  for i, p in ipairs(model:parameters()) do T.allclose(p, rp[i], 0, 0, 'same as without the wrapper') end
+  local saw_allreduce = false
+  for _, e in ipairs(dp.events) do if e[1] == 'allreduce' then saw_allreduce = true end end
+  T.ok(saw_allreduce, 'buckets issued from the hooks')
+  T.ok(rawequal(dp:finish(), dp), 'finish without a backward: a no-op')
+  dp:remove()
+end)
+
 T.run()
