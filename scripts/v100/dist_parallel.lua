@@ -188,7 +188,15 @@ function DP:remove()
   self._hooks = {}
 end
 
-function DP.__call(self, ...) return self.module(...) end
+-- A forward while the last backward's all-reduces are unfinished would let the next backward's
+-- hooks write into buckets still on the wire, and the optimizer step before it would have used
+-- this rank's own gradients: both are a missing finish(), so say so.
+function DP.__call(self, ...)
+  if self._active then
+    error('DataParallel: the previous backward was not finished: call dp:finish() after backward, before the optimizer step', 2)
+  end
+  return self.module(...)
+end
 
 -- Everything else is the wrapped module's (dp:parameters(), dp:train(), dp.fc1, ...).
 function DP.__index(self, k)
