@@ -103,6 +103,8 @@ end
 function DP:_ready(bi, k, slot, leaf)
   if not self._sync then return end -- no_sync: the grads just accumulate in .grad
   local b = self.buckets[bi]
+  -- the events of the current (or last) backward only, so that a long run does not grow them
+  if not self._active then self.events = {} end
   self.events[#self.events + 1] = {'hook', b.names[k]}
   self._active = true
   if b.seen[k] then return end -- a second call within one backward: the slot already holds it
@@ -179,7 +181,8 @@ function DP:sync_found_inf(scaler)
   return self
 end
 
--- The list of {'hook', name} / {'allreduce', bucket index} so far, and a way to clear it.
+-- dp.events: {'hook', name} / {'allreduce', bucket index} of the last backward (cleared when the
+-- next one starts), and a way to clear it.
 function DP:clear_events() self.events = {} return self end
 
 -- Removes the hooks: the model trains locally again.

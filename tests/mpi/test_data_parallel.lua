@@ -162,6 +162,39 @@ T.test('overlap: the first bucket is all-reduced before the first layer gradient
   dp:remove()
 end)
 
+T.test('a parameter unused in forward: zeros in its slot, the others still averaged', function()
+  local Two = nn.Module:extend('Two')
+  function Two:init() self.a = nn.Linear(5, 3); self.unused = nn.Linear(3, 3); self.b = nn.Linear(5, 3) end
+  function Two:forward(x) return self.a(x) + self.b(x) end
+  v100.manual_seed(40 + r)
+  local model = Two()
+  v100.manual_seed(40)
+  local x, y = v100.randn({B, 5}), v100.randn({B, 3})
+  local dp = dist.DataParallel(model, {bucket_mb = 0.00002}) -- unused sits between a and b
+  local ref = Two()
+  v100.no_grad(function()
+    local src = model:parameters()
+    for i, p in ipairs(ref:parameters()) do p:copy_(src[i]) end
+  end)
+  local opt = optim.SGD(model:parameters(), {lr = 0.1, momentum = 0.9})
+  local ropt = optim.SGD(ref:parameters(), {lr = 0.1, momentum = 0.9})
+  local w0 = model.unused.weight:clone()
+  for _ = 1, 3 do
+    model:zero_grad(); ref:zero_grad()
+    F.mse_loss(dp(shard(x, n, r)), shard(y, n, r)):backward()
+    dp:finish()
+    opt:step()
+    F.mse_loss(ref(x), y):backward()
+    ropt:step()
+  end
+  T.allclose(model.unused.weight, w0, 0, 0, 'the unused parameter is unchanged')
+  T.allclose(model.unused.weight.grad, v100.zeros({3, 3}), 0, 0, 'its .grad is zeros')
+  for _, k in ipairs({'a', 'b'}) do
+    T.allclose(model[k].weight, ref[k].weight, 1e-5, 1e-5, k .. '.weight as one process')
+  end
+  dp:remove()
+end)
+
 T.test('AMP: found_inf agrees across ranks (max)', function()
   local model = setup(11)
   local dp = dist.DataParallel(model)
