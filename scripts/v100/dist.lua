@@ -7,6 +7,8 @@
 --   dist.all_reduce(grad, {op = 'avg'})           -- in place; sum, avg, max, min, prod
 --   local h = dist.all_reduce(t, {async = true})  -- a handle; h:wait() completes it
 --   dist.group(function() dist.send(a, 1); dist.recv(b, 1) end)   -- completed together
+--   local dp = dist.DataParallel(model)           -- bucketed, overlapped gradient all-reduce;
+--                                                 -- dp:finish() after backward (dist_parallel.lua)
 --
 -- Ranks are 0-based, as in MPI and PyTorch (rank 0 is the main rank). Tensors are CPU tensors of
 -- any dtype in this phase (CUDA tensors: "not yet: NCCL comes in a later phase"). Every rank must
