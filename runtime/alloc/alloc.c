@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/alloc/internal.h"
+
 #define VL_MIN_BLOCK ((size_t)512)
 #define VL_SMALL_SIZE ((size_t)1 << 20)        /* largest request served by the small pool */
 #define VL_SMALL_SEGMENT ((size_t)2 << 20)
@@ -20,84 +22,6 @@
 #define VL_ROUND_LARGE ((size_t)2 << 20)
 /* Larger requests cannot be rounded without overflow; no device has that much memory anyway. */
 #define VL_MAX_REQUEST (SIZE_MAX / 2)
-
-enum { VL_B_FREE = 0, VL_B_ALLOC, VL_B_PENDING };
-
-typedef struct vl_segment vl_segment;
-typedef struct vl_private vl_private;
-
-struct vl_block {
-  uintptr_t addr;
-  size_t size;
-  size_t requested;
-  void *stream;
-  vl_segment *seg;            /* NULL for zero-byte blocks */
-  vl_block *prev, *next;      /* address neighbours; `next` also links the spare list */
-  vl_block *left, *right;     /* free treap */
-  uint32_t prio;
-  int pid;
-  uint8_t state;
-  bool small;
-  bool stuck;                 /* an event could not be recorded: never reused (safe side) */
-  int nevents;                /* events still pending for this block */
-  int nuses, capuses;
-  void **uses;                /* other streams recorded with vl_alloc_record_stream */
-};
-
-struct vl_private {
-  int id;
-  bool released;
-  size_t nsegs;
-  vl_block **held;            /* default-pool blocks freed while it was active */
-  size_t nheld, capheld;
-  vl_private *next;
-};
-
-struct vl_segment {
-  uintptr_t addr;
-  size_t size;
-  void *stream;
-  int pid;
-  vl_private *priv;
-  bool small;
-  vl_block *first;            /* never changes: merging keeps the lower block */
-  vl_segment *prev, *next;
-};
-
-typedef struct vl_pending {
-  void *event;
-  vl_block *b;
-  struct vl_pending *next;
-} vl_pending;
-
-typedef struct vl_active {
-  void *stream;
-  vl_private *priv;
-} vl_active;
-
-#define VL_SLAB_BLOCKS 256
-typedef struct vl_slab {
-  struct vl_slab *next;
-  vl_block blocks[VL_SLAB_BLOCKS];
-} vl_slab;
-
-struct vl_alloc {
-  vl_alloc_backend be;
-  vl_block *tree[2];          /* [0] large pool, [1] small pool */
-  vl_segment *segs;
-  vl_block *spare;
-  vl_slab *slabs;
-  vl_pending *pending, *spare_pending;
-  vl_private *privs;
-  int next_pid;
-  vl_active *active;
-  size_t nactive, capactive;
-  int (*reclaim)(void *ud);
-  void *reclaim_ud;
-  bool in_reclaim;
-  uint32_t rng;
-  vl_alloc_stats st;
-};
 
 /* ---- sizes ---- */
 
@@ -687,69 +611,6 @@ void vl_alloc_set_reclaim(vl_alloc *p, int (*reclaim)(void *ud), void *ud) {
   if (!p) return;
   p->reclaim = reclaim;
   p->reclaim_ud = ud;
-}
-
-void vl_alloc_get_stats(const vl_alloc *p, vl_alloc_stats *s) {
-  if (!s) return;
-  if (!p) {
-    memset(s, 0, sizeof *s);
-    return;
-  }
-  *s = p->st;
-}
-
-void vl_alloc_reset_peak(vl_alloc *p) {
-  if (!p) return;
-  p->st.peak_allocated = p->st.allocated;
-  p->st.peak_reserved = p->st.reserved;
-}
-
-static int seg_info_cmp(const void *a, const void *b) {
-  uintptr_t x = ((const vl_alloc_segment_info *)a)->addr, y = ((const vl_alloc_segment_info *)b)->addr;
-  return (x > y) - (x < y);
-}
-
-vl_status vl_alloc_snapshot(vl_alloc *p, vl_alloc_segment_info **segs, size_t *nsegs) {
-  if (!p || !segs || !nsegs) return vl_fail(VL_EINVAL, "vl_alloc_snapshot: NULL argument");
-  size_t n = 0;
-  for (vl_segment *s = p->segs; s; s = s->next) n++;
-  vl_alloc_segment_info *out = calloc(n ? n : 1, sizeof *out);
-  if (!out) return vl_fail(VL_EOOM, "vl_alloc_snapshot: out of host memory for %zu segments", n);
-  size_t i = 0;
-  for (vl_segment *s = p->segs; s; s = s->next, i++) {
-    size_t nb = 0;
-    for (vl_block *b = s->first; b; b = b->next) nb++;
-    vl_alloc_block_info *bi = calloc(nb, sizeof *bi);
-    if (!bi) {
-      vl_alloc_snapshot_free(out, i);
-      return vl_fail(VL_EOOM, "vl_alloc_snapshot: out of host memory for %zu blocks", nb);
-    }
-    size_t j = 0;
-    for (vl_block *b = s->first; b; b = b->next, j++) {
-      bi[j].addr = b->addr;
-      bi[j].size = b->size;
-      bi[j].requested = b->state == VL_B_ALLOC ? b->requested : 0;
-      bi[j].allocated = b->state == VL_B_ALLOC;
-      bi[j].pending = b->state == VL_B_PENDING;
-    }
-    out[i].addr = s->addr;
-    out[i].size = s->size;
-    out[i].stream = s->stream;
-    out[i].private_id = s->pid;
-    out[i].small = s->small;
-    out[i].nblocks = nb;
-    out[i].blocks = bi;
-  }
-  qsort(out, n, sizeof *out, seg_info_cmp);
-  *segs = out;
-  *nsegs = n;
-  return VL_OK;
-}
-
-void vl_alloc_snapshot_free(vl_alloc_segment_info *segs, size_t nsegs) {
-  if (!segs) return;
-  for (size_t i = 0; i < nsegs; i++) free(segs[i].blocks);
-  free(segs);
 }
 
 /* ---- private pools ---- */

@@ -479,6 +479,25 @@ static vl_status check_blocks(const char *op, const char *bigname, vl_tensor *bi
   return VL_OK;
 }
 
+/* The buffers of a collective with separate input and output: both staged (an input inside the
+ * output's storage is copied first, since the collective overwrites it), the work made and tied
+ * to out. The work keeps *ib; *ob is the caller's reference, released after the backend call. */
+static vl_status stage_in_out(const char *name, vl_comm *c, const vl_comm_backend *be, vl_tensor *out, vl_tensor *in,
+                              bool reduction, vl_tensor **ib, vl_tensor **ob, vl_dist_work **w) {
+  VL_TRY(stage(in, reduction, be, true, in->storage == out->storage, ib));
+  vl_status s = stage(out, reduction, be, false, false, ob);
+  if (s == VL_OK) s = new_work(name, c, be, w);
+  if (s != VL_OK) {
+    vl_tensor_release(*ib);
+    vl_tensor_release(*ob);
+    *ib = *ob = NULL;
+    return s;
+  }
+  set_result(*w, out, *ob);
+  (*w)->keep[0] = *ib;
+  return VL_OK;
+}
+
 vl_status vl_dist_all_gather(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_dist_work **work) {
   const char *name = "all_gather";
   const vl_comm_backend *be = NULL;
@@ -489,19 +508,9 @@ vl_status vl_dist_all_gather(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_dist_
   VL_TRY(vl_check_writable(name, out));
   VL_TRY(agree(name, c, be, SIG_ALL_GATHER, in, -1, -1));
   vl_tensor *ib = NULL, *ob = NULL;
-  /* An input inside the output's storage is copied first: the gather overwrites it. */
-  VL_TRY(stage(in, false, be, true, in->storage == out->storage, &ib));
-  vl_status s = stage(out, false, be, false, false, &ob);
   vl_dist_work *w = NULL;
-  if (s == VL_OK) s = new_work(name, c, be, &w);
-  if (s != VL_OK) {
-    vl_tensor_release(ib);
-    vl_tensor_release(ob);
-    return s;
-  }
-  set_result(w, out, ob);
-  w->keep[0] = ib;
-  s = be->all_gather(c, ob, ib, w);
+  VL_TRY(stage_in_out(name, c, be, out, in, false, &ib, &ob, &w));
+  vl_status s = be->all_gather(c, ob, ib, w);
   vl_tensor_release(ob);
   return launch(c, w, s, work);
 }
@@ -517,19 +526,10 @@ vl_status vl_dist_reduce_scatter(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_d
   VL_TRY(vl_check_writable(name, out));
   VL_TRY(agree(name, c, be, SIG_REDUCE_SCATTER, out, op, -1));
   vl_tensor *ib = NULL, *ob = NULL;
-  VL_TRY(stage(in, true, be, true, in->storage == out->storage, &ib));
-  vl_status s = stage(out, true, be, false, false, &ob);
   vl_dist_work *w = NULL;
-  if (s == VL_OK) s = new_work(name, c, be, &w);
-  if (s != VL_OK) {
-    vl_tensor_release(ib);
-    vl_tensor_release(ob);
-    return s;
-  }
-  set_result(w, out, ob);
-  w->keep[0] = ib;
+  VL_TRY(stage_in_out(name, c, be, out, in, true, &ib, &ob, &w));
   w->divide = divisor(c, be, op);
-  s = be->reduce_scatter(c, ob, ib, wire_op(be, op), w);
+  vl_status s = be->reduce_scatter(c, ob, ib, wire_op(be, op), w);
   vl_tensor_release(ob);
   return launch(c, w, s, work);
 }
