@@ -6,7 +6,8 @@ Nesterov momentum 0.9, weight decay 5e-5, label smoothing 0.1) or Hugging Face's
 BertForPreTraining (BERT-Large or -Base from their configs, sequence 128, batch 128, MLM on 15% of
 positions + NSP, AdamW with weight decay off for biases and LayerNorm), fused optimizers.
 Policies: O0 fp32 (TF32 allowed, as the Lua side's --tf32 on), O1 torch.autocast in the half
-dtype, O2 the model in half except its norms. Torch has no built-in f32 master weights, so at O2
+dtype, O2 the model in half except its norms (f32; a LayerNorm casts its input to f32 and
+its output back, since torch's layer_norm wants one dtype). Torch has no built-in f32 master weights, so at O2
 its fused optimizer steps the half weights directly: less work (and less exact) than ours.
 fp16 uses GradScaler in eager mode; graphed steps use no scaler (GradScaler reads found_inf on
 the host every step, which a CUDA graph cannot capture), so graphed fp16 here does less work
@@ -67,6 +68,11 @@ def main():
         for m in model.modules():
             if isinstance(m, norm_types):
                 m.float()
+                if isinstance(m, nn.LayerNorm):
+                    # PyTorch's layer_norm wants input and weight of one dtype (cuDNN's batch norm
+                    # takes half data with f32 parameters): f32 in, half out, as Apex O2 does.
+                    m.register_forward_pre_hook(lambda _m, args: (args[0].float(),) + tuple(args[1:]))
+                    m.register_forward_hook(lambda _m, _args, out: out.to(half))
         if a.model == "resnet50":
             x = x.to(half)
     model.train()

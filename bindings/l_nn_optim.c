@@ -4,7 +4,8 @@
  *       kind 'sgd' | 'adamw' | 'lamb' | 'lars'; params/grads lists of tensors of one device and
  *       dtype; state1/state2 lists or nil; hparams {lr=, momentum=, dampening=, weight_decay=,
  *       beta1=, beta2=, eps=, trust_coef=, nesterov=, first_step=, step=} (absent fields are 0 /
- *       false, dyn = nil | a {lr, step} f64 tensor for capturable steps). Updates in place;
+ *       false, dyn = nil | a {lr, step} f64 tensor for capturable steps, stochastic_round =
+ *       bool and sround_seed = integer for half parameters). Updates in place;
  *       returns nothing.
  *   optim_advance(dyn[, found_inf]): dyn[2] += 1 on the device unless found_inf is non-zero.
  *   l2norms(list) -> f32 tensor [#list] of per-tensor L2 norms on the tensors' device.
@@ -84,6 +85,12 @@ static int o_optim_step(lua_State *L) {
   lua_getfield(L, 6, "dyn");
   h.dyn = lua_isnil(L, -1) ? NULL : vl_lua_checktensor(L, -1);
   lua_pop(L, 1); /* the hparams table keeps dyn alive */
+  h.stochastic_round = bool_field(L, 6, "stochastic_round");
+  lua_getfield(L, 6, "sround_seed");
+  if (!lua_isnil(L, -1) && !lua_isinteger(L, -1))
+    return luaL_error(L, "optim_step: hparams.sround_seed must be an integer, got %s", luaL_typename(L, -1));
+  h.sround_seed = (uint64_t)lua_tointeger(L, -1);
+  lua_pop(L, 1);
   vl_status s = vl_optim_step(kind, n, params, grads, s1, s2, &h, found_inf, inv_scale);
   if (s != VL_OK) return vl_lua_error(L, s);
   return 0;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bindings/l_priv.h"
+#include "runtime/core/context.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/ops/ops.h"
 
@@ -285,6 +286,18 @@ static int m_get_allow_tf32(lua_State *L) {
   lua_pushboolean(L, vl_get_allow_tf32());
   return 1;
 }
+/* set_deterministic(on) -> the previous setting (runtime/core/context.h says what it changes). */
+static int m_set_deterministic(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  bool prev = vl_deterministic();
+  vl_set_deterministic(lua_toboolean(L, 1));
+  lua_pushboolean(L, prev);
+  return 1;
+}
+static int m_get_deterministic(lua_State *L) {
+  lua_pushboolean(L, vl_deterministic());
+  return 1;
+}
 /* {bias_epilogue = n, bias_prefill = n}: how addmm biases were added (tests check the fused path). */
 static int m_gemm_stats(lua_State *L) {
   uint64_t epi, pre;
@@ -431,6 +444,8 @@ static const luaL_Reg op_module[] = {
     {"addmm", m_addmm},
     {"set_allow_tf32", m_set_allow_tf32},
     {"get_allow_tf32", m_get_allow_tf32},
+    {"set_deterministic", m_set_deterministic},
+    {"get_deterministic", m_get_deterministic},
     {"gemm_stats", m_gemm_stats},
     {"cat", m_cat},
     {"stack", m_stack},

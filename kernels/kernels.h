@@ -215,6 +215,7 @@ typedef struct vl_index_args {
   vl_strided index;
   int dim;
   vl_exec ex;
+  bool deterministic; /* scatter_add: a fixed summation order, no atomics (vl_set_deterministic) */
 } vl_index_args;
 
 /* Counter-based random numbers (runtime/core/philox.h defines the exact stream, shared by CPU and

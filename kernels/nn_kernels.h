@@ -32,6 +32,7 @@ typedef struct vl_conv_args {
   void *y, *dx, *dwt;             /* outputs: forward y; backward_data dx; backward_filter dwt */
   bool allow_tf32;
   bool benchmark;                 /* choose algorithms by timing (cached per shape) */
+  bool deterministic;             /* only algorithms cuDNN reports as deterministic */
   vl_exec ex;
 } vl_conv_args;
 
@@ -146,6 +147,10 @@ typedef struct vl_optim_args {
    * kernel runs instead of `lr` and `step`, so a replayed step uses the current values. NULL:
    * the host values above. */
   const double *dyn;
+  /* f16/bf16 parameters: stored by stochastic rounding (runtime/core/sround.h) with Philox key
+   * sround_seed, counter (element / 4, step, tensor index in this call); f32/f64 ignore it. */
+  bool sround;
+  uint64_t sround_seed;
   void *scratch;                  /* device scratch of scratch_bytes for per-tensor norms */
   int64_t scratch_bytes;
   vl_exec ex;

@@ -18,11 +18,14 @@
  *
  * Moment buffers of a dtype narrower than the compute type are rounded when stored and the
  * rounded values are used afterwards, as separate PyTorch ops would. LAMB computes u twice (once
- * for its norm, once to apply it) from the stored moments, so no temporary buffer is needed. */
+ * for its norm, once to apply it) from the stored moments, so no temporary buffer is needed.
+ * f16/bf16 parameters are stored by stochastic rounding when a->sround (runtime/core/sround.h),
+ * else rounded to nearest even. */
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/nn_kernels.h"
+#include "runtime/core/sround.h"
 
 #define OB VL_CPU_BLOCK
 
@@ -83,6 +86,28 @@ static char *at(void *const *arr, int i, vl_dtype dt, int64_t off) {
   return (char *)arr[i] + off * (int64_t)vl_dtype_size(dt);
 }
 
+/* Parameters: elements o..o+n-1 of tensor i, by stochastic rounding when asked (runtime/core/sround.h). */
+static void st_param_float(const vl_optim_args *a, int i, int64_t o, const float *p, int64_t n) {
+  char *d = at(a->params, i, a->param_dtype, o);
+  if (!a->sround || (a->param_dtype != VL_F16 && a->param_dtype != VL_BF16)) {
+    st_float(d, a->param_dtype, p, n);
+    return;
+  }
+  const int bf16 = a->param_dtype == VL_BF16;
+  const uint64_t step = a->dyn ? (uint64_t)a->dyn[1] : (uint64_t)a->step;
+  vl_philox4 blk = {{0}};
+  for (int64_t k = 0; k < n; k++) {
+    const uint64_t e = (uint64_t)(o + k);
+    /* one Philox block per 4 elements: vl_sround_random's words, computed once */
+    if (k == 0 || (e & 3) == 0) blk = vl_philox_ctr(a->sround_seed, e >> 2, (uint32_t)step, (uint32_t)i);
+    const uint16_t rne = bf16 ? vl_cpu_f64_to_bf16(p[k]) : vl_cpu_f64_to_f16(p[k]);
+    ((uint16_t *)d)[k] = vl_sround_bits(p[k], rne, bf16, blk.x[e & 3] >> 8);
+  }
+}
+static void st_param_double(const vl_optim_args *a, int i, int64_t o, const double *p, int64_t n) {
+  st_double(at(a->params, i, a->param_dtype, o), a->param_dtype, p, n);
+}
+
 /* One set of per-tensor routines per compute type T. `scale` is inv_scale (1 when absent). */
 #define DEF_OPTIM(T)                                                                              \
   /* SGD and LARS: d = local * (g * scale + wd * p), then the momentum rule. */                   \
@@ -106,7 +131,7 @@ static char *at(void *const *arr, int i, vl_dtype dt, int64_t off) {
         for (int64_t k = 0; k < n; k++) d[k] = a->nesterov ? d[k] + mom * m[k] : m[k];            \
       }                                                                                           \
       for (int64_t k = 0; k < n; k++) p[k] = p[k] - lr * d[k];                                    \
-      st_##T(at(a->params, i, a->param_dtype, o), a->param_dtype, p, n);                          \
+      st_param_##T(a, i, o, p, n);                                                                \
     }                                                                                             \
   }                                                                                               \
   static void adamw_##T(const vl_optim_args *a, int i, T scale) {                                 \
@@ -133,7 +158,7 @@ static char *at(void *const *arr, int i, vl_dtype dt, int64_t off) {
         T denom = sqrt_##T(v[k]) / bc2s + eps;                                                    \
         p[k] = p[k] - step_size * (m[k] / denom);                                                 \
       }                                                                                           \
-      st_##T(at(a->params, i, a->param_dtype, o), a->param_dtype, p, n);                          \
+      st_param_##T(a, i, o, p, n);                                                                \
     }                                                                                             \
   }                                                                                               \
   /* LAMB in two passes: moments + norms, then the trust-ratio-scaled update. */                  \
@@ -175,7 +200,7 @@ static char *at(void *const *arr, int i, vl_dtype dt, int64_t off) {
         T u = (m[k] / bc1) / (sqrt_##T(v[k] / bc2) + eps) + wd * p[k];                            \
         p[k] = p[k] - lr_r * u;                                                                   \
       }                                                                                           \
-      st_##T(at(a->params, i, a->param_dtype, o), a->param_dtype, p, n);                          \
+      st_param_##T(a, i, o, p, n);                                                                \
     }                                                                                             \
   }                                                                                               \
   /* LARS: the norms of p and of the scaled grad give the local lr of the SGD pass. */            \

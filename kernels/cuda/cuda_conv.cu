@@ -9,8 +9,10 @@
  * Algorithms: cuDNN's heuristics (cudnnGet*Algorithm_v7: the results that succeeded, have an
  * acceptable math type and a workspace within VL_CONV_WS_CAP, in order; the first one the call
  * accepts wins), or, when the context asks for benchmarking, timing (cudnnFind*AlgorithmEx, once
- * per shape; it synchronises, by nature). The choice is cached per (direction, shape, dtype, layout, stride/pad/dilation/groups, device,
- * tf32, benchmark) in the device's cuDNN state. The workspace is a block of the device's caching
+ * per shape; it synchronises, by nature). In deterministic mode (vl_set_deterministic) only the
+ * results cuDNN marks CUDNN_DETERMINISTIC count. The choice is cached per (direction, shape, dtype,
+ * layout, stride/pad/dilation/groups, device, tf32, benchmark, deterministic) in the device's cuDNN
+ * state. The workspace is a block of the device's caching
  * pool allocated on the stream and freed right after enqueueing: the pool is stream-ordered, so
  * the block is reused only by later work of the same stream. No host synchronisation otherwise. */
 #include <limits.h>
@@ -97,6 +99,7 @@ static void make_key(const vl_conv_args *a, vl_conv_dir dir, vl_conv_key *k) {
   k->nhwc = a->nhwc;
   k->tf32 = a->dtype == VL_F32 && a->allow_tf32;
   k->benchmark = a->benchmark;
+  k->deterministic = a->deterministic;
   k->device = a->ex.device;
   k->n = a->n;
   k->c = a->c;
@@ -113,6 +116,15 @@ static void make_key(const vl_conv_args *a, vl_conv_dir dir, vl_conv_key *k) {
   k->groups = a->groups;
 }
 
+/* A heuristics or timing result we may use: it ran, has an acceptable math type, its workspace is
+ * within `cap`, and in deterministic mode cuDNN reports it deterministic (some backward algorithms
+ * add partial sums with atomics, in an order that varies from run to run). */
+template <typename Perf>
+static bool usable(const vl_conv_args *a, const Perf &r, size_t cap) {
+  return r.status == CUDNN_STATUS_SUCCESS && math_ok(a, r.mathType) && r.memory <= cap &&
+         (!a->deterministic || r.determinism == CUDNN_DETERMINISTIC);
+}
+
 /* The acceptable results of a heuristics or timing list, in cuDNN's order of preference. */
 #define VL_CONV_MAX_CANDS 16
 template <typename Perf>
@@ -120,7 +132,7 @@ static int collect(const vl_conv_args *a, const vl_conv_key *key, const Perf *r,
                    vl_conv_plan *out) {
   int m = 0;
   for (int i = 0; i < n && m < VL_CONV_MAX_CANDS; i++) {
-    if (r[i].status != CUDNN_STATUS_SUCCESS || !math_ok(a, r[i].mathType) || r[i].memory > cap) continue;
+    if (!usable(a, r[i], cap)) continue;
     out[m].key = *key;
     out[m].algo = (int)r[i].algo;
     out[m].math = (int)r[i].mathType;
@@ -135,9 +147,7 @@ template <typename Perf>
 static size_t max_ws(const vl_conv_args *a, const Perf *r, int n) {
   size_t m = 0;
   for (int i = 0; i < n; i++)
-    if (r[i].status == CUDNN_STATUS_SUCCESS && math_ok(a, r[i].mathType) && r[i].memory <= VL_CONV_WS_CAP &&
-        r[i].memory > m)
-      m = r[i].memory;
+    if (usable(a, r[i], VL_CONV_WS_CAP) && r[i].memory > m) m = r[i].memory;
   return m;
 }
 
@@ -239,8 +249,9 @@ static vl_status conv_run(const vl_conv_args *a, vl_conv_dir dir) {
     ncand = collect(a, &key, r, n, cap, cands);
   }
   if (ncand == 0)
-    return vl_fail(VL_ECUDNN, "%s: cuDNN offers no algorithm for this configuration (%s %s, input %lldx%lldx%lldx%lld, "
-                   "weight %lldx%lldx%lldx%lld, groups %d)", op, vl_dtype_name(a->dtype), a->nhwc ? "NHWC" : "NCHW",
+    return vl_fail(VL_ECUDNN, "%s: cuDNN offers no %salgorithm for this configuration (%s %s, input %lldx%lldx%lldx%lld, "
+                   "weight %lldx%lldx%lldx%lld, groups %d)", op, a->deterministic ? "deterministic " : "",
+                   vl_dtype_name(a->dtype), a->nhwc ? "NHWC" : "NCHW",
                    (long long)a->n, (long long)a->c, (long long)a->h, (long long)a->w, (long long)a->k,
                    (long long)(a->c / a->groups), (long long)a->r, (long long)a->s, a->groups);
 

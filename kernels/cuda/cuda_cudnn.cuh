@@ -34,6 +34,7 @@ struct vl_conv_key {
   int32_t nhwc;
   int32_t tf32;
   int32_t benchmark;
+  int32_t deterministic;
   int32_t device;
   int64_t n, c, h, w, k, r, s;
   int32_t stride[2], pad[2], dilation[2], groups;

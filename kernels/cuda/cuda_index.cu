@@ -133,6 +133,45 @@ __global__ void __launch_bounds__(256) vl_ix_scatter_add(vl_ix_geom g) {
   }
 }
 
+/* Deterministic scatter_add (vl_set_deterministic): the elements whose coordinates differ only
+ * along dim form a line, and the lines write disjoint outputs (their other coordinates differ). One
+ * thread sums a line in order, with plain adds: the same sums in the same order on every run, where
+ * the atomic kernel above adds in whatever order the threads arrive. Only float dtypes need it
+ * (integer sums are exact in any order). Fewer threads (one per line) and a serial loop per line,
+ * so it is slower, in particular with long lines (an embedding backward over many tokens). */
+VL_DEV void vl_plain_add(float *p, float v) { *p += v; }
+VL_DEV void vl_plain_add(double *p, double v) { *p += v; }
+VL_DEV void vl_plain_add(__half *p, __half v) { *p = __float2half_rn(__half2float(*p) + __half2float(v)); }
+VL_DEV void vl_plain_add(__nv_bfloat16 *p, __nv_bfloat16 v) {
+  *p = __float2bfloat16_rn(__bfloat162float(*p) + __bfloat162float(v));
+}
+
+template <typename T, typename IdxT>
+__global__ void __launch_bounds__(256) vl_ix_scatter_add_lines(vl_ix_geom g, int64_t nlines) {
+  const int64_t step = (int64_t)gridDim.x * blockDim.x;
+  const int64_t len = g.ndim > 0 ? g.size[g.dim] : 1;
+  const int64_t sf = g.ndim > 0 ? g.sf[g.dim] : 0, si = g.ndim > 0 ? g.si[g.dim] : 0;
+  for (int64_t l = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; l < nlines; l += step) {
+    int64_t of = 0, oe = 0, oi = 0, r = l;
+    for (int d = g.ndim - 1; d >= 0; d--) {
+      if (d == g.dim) continue;
+      const int64_t q = r / g.size[d], c = r - q * g.size[d];
+      r = q;
+      of += c * g.sf[d];
+      oe += c * g.se[d];
+      oi += c * g.si[d];
+    }
+    for (int64_t j = 0; j < len; j++, of += sf, oi += si) {
+      const int64_t idx = (int64_t) * reinterpret_cast<const IdxT *>(g.index + oi);
+      if (idx < 0 || idx >= g.limit) {
+        vl_ix_flag(g, idx);
+        continue;
+      }
+      vl_plain_add(reinterpret_cast<T *>(g.indexed + oe + idx * g.se_dim), *reinterpret_cast<const T *>(g.full + of));
+    }
+  }
+}
+
 enum { VL_IX_GATHER, VL_IX_SELECT, VL_IX_SCATTER };
 
 /* Fills the geometry for op `kind`; returns VL_OK with g->n == 0 when there is nothing to do. */
@@ -218,10 +257,20 @@ vl_status vl_cuda_scatter_add(const vl_index_args *a) {
   vl_ix_geom g;
   VL_TRY(vl_ix_setup(VL_IX_SCATTER, a, st, &g));
   if (g.n == 0) return VL_OK;
-  const unsigned grid = vl_grid(g.n, 256, st, 4);
   cudaStream_t stream = (cudaStream_t)a->ex.stream;
-  const bool small = g.n < ((int64_t)1 << 31);
   const bool i64 = a->index.dtype == VL_I64;
+  if (a->deterministic && vl_dtype_is_float(a->out.dtype)) {
+    const int64_t nlines = g.n / (g.ndim > 0 ? g.size[g.dim] : 1);
+    const unsigned lgrid = vl_grid(nlines, 256, st, 4);
+    VL_DISPATCH_FLOAT(a->out.dtype, T, vl_ix_name(a), {
+      if (i64) vl_ix_scatter_add_lines<T, int64_t><<<lgrid, 256, 0, stream>>>(g, nlines);
+      else vl_ix_scatter_add_lines<T, int32_t><<<lgrid, 256, 0, stream>>>(g, nlines);
+    });
+    VL_LAUNCH_CHECK();
+    return VL_OK;
+  }
+  const unsigned grid = vl_grid(g.n, 256, st, 4);
+  const bool small = g.n < ((int64_t)1 << 31);
   VL_DISPATCH_ALL(a->out.dtype, T, vl_ix_name(a), {
     if (i64) {
       if (small) vl_ix_scatter_add<T, int64_t, true><<<grid, 256, 0, stream>>>(g);

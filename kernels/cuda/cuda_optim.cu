@@ -15,11 +15,13 @@
  * The elementwise arithmetic uses the explicitly rounded intrinsics (no FMA contraction), in the
  * CPU reference's order, so the two give identical bits for SGD/AdamW (the norms of LAMB/LARS
  * are summed in a different order, a few ulps apart). found_inf != 0 makes every kernel return
- * before writing anything. */
+ * before writing anything. Half parameters with a->sround are stored by stochastic rounding
+ * (runtime/core/sround.h), bit for bit as on the CPU. */
 #include <math.h>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/nn_kernels.h"
+#include "runtime/core/sround.h"
 
 /* Measured on an H200 (25.6M f32 parameters in 161 tensors): 4096-element chunks with 256
  * threads beat 16K-64K chunks or 512 threads by 10-40% (more, shorter blocks balance the SMs);
@@ -44,6 +46,7 @@ struct vl_mt_meta {
   int64_t numel[VL_MT_MAX_T];
   int chunk_start[VL_MT_MAX_T + 1]; /* prefix sums of the tensors' chunk counts */
   int nt;
+  int t0; /* the call's index of this launch's first tensor (stochastic rounding's counter) */
 };
 static_assert(sizeof(vl_mt_meta) <= 3800, "multi-tensor metadata must fit the 4 KiB parameter limit");
 static_assert(VL_MT_MAX_T * 8 <= VL_MT_RATIO_BYTES, "ratio area");
@@ -58,6 +61,9 @@ struct vl_mt_hp {
   /* Device {lr, step} (capturable steps, nn_kernels.h) and the doubles its terms derive from. */
   const double *dyn;
   double beta1, beta2, weight_decay;
+  /* Stochastic rounding of half parameters (runtime/core/sround.h): key and step count. */
+  bool sround;
+  uint64_t sround_seed, step;
 };
 
 /* The lr- and step-dependent terms from the device {lr, step}, by the host's formulas (the
@@ -69,6 +75,7 @@ __device__ __forceinline__ vl_mt_hp<A> vl_mt_hp_at_run(const vl_mt_hp<A> &h0) {
   const double lr = h.dyn[0], step = h.dyn[1];
   const double bc1 = __dsub_rn(1.0, pow(h.beta1, step)), bc2 = __dsub_rn(1.0, pow(h.beta2, step));
   h.lr = (A)lr;
+  h.step = (uint64_t)step;
   h.decay = (A)__dsub_rn(1.0, __dmul_rn(lr, h.weight_decay));
   h.step_size = (A)__ddiv_rn(lr, bc1);
   h.bc2s = (A)__dsqrt_rn(bc2);
@@ -103,6 +110,31 @@ VL_DEV A vl_mt_round(A x, S *dst) {
   *dst = s;
   return (A)vl_val(s);
 }
+
+/* A parameter stored: round to nearest even, or for half parameters stochastic rounding when
+ * asked, with the CPU's random numbers (element e of the call's tensor `tensor`). */
+template <typename P, typename A>
+struct vl_mt_store {
+  static VL_DEV P f(A x, const vl_mt_hp<A> &, uint32_t, int64_t) { return vl_conv<P>::f(x); }
+};
+template <>
+struct vl_mt_store<__half, float> {
+  static VL_DEV __half f(float x, const vl_mt_hp<float> &h, uint32_t tensor, int64_t e) {
+    const __half r = __float2half_rn(x);
+    if (!h.sround) return r;
+    const uint32_t u = vl_sround_random(h.sround_seed, h.step, tensor, (uint64_t)e);
+    return __ushort_as_half(vl_sround_bits(x, __half_as_ushort(r), 0, u));
+  }
+};
+template <>
+struct vl_mt_store<__nv_bfloat16, float> {
+  static VL_DEV __nv_bfloat16 f(float x, const vl_mt_hp<float> &h, uint32_t tensor, int64_t e) {
+    const __nv_bfloat16 r = __float2bfloat16_rn(x);
+    if (!h.sround) return r;
+    const uint32_t u = vl_sround_random(h.sround_seed, h.step, tensor, (uint64_t)e);
+    return __ushort_as_bfloat16(vl_sround_bits(x, __bfloat16_as_ushort(r), 1, u));
+  }
+};
 
 struct vl_mt_add {
   template <typename T>
@@ -189,7 +221,7 @@ __global__ void __launch_bounds__(VL_MT_THREADS)
       } else { /* LAMB stage 2: the moments were updated by stage 1 */
         x = vsub(x, vmul(lr_r, vl_lamb_u(h, x, mm[j], vv[j])));
       }
-      pp[i] = vl_conv<P>::f(x);
+      pp[i] = vl_mt_store<P, A>::f(x, h, (uint32_t)(m.t0 + t), i);
     }
   }
 }
@@ -307,6 +339,7 @@ __global__ void __launch_bounds__(VL_MT_THREADS)
 static vl_status vl_mt_fill(int n, void *const *p, void *const *g, void *const *s1, void *const *s2,
                             const int64_t *numel, int *t, vl_mt_meta *m, int *chunks) {
   m->nt = 0;
+  m->t0 = *t;
   m->chunk_start[0] = 0;
   int total = 0;
   while (*t < n && m->nt < VL_MT_MAX_T) {
@@ -356,6 +389,9 @@ static vl_mt_hp<A> vl_mt_make_hp(const vl_optim_args *a) {
   h.beta1 = a->beta1;
   h.beta2 = a->beta2;
   h.weight_decay = a->weight_decay;
+  h.sround = a->sround;
+  h.sround_seed = a->sround_seed;
+  h.step = (uint64_t)a->step;
   return h;
 }
 

@@ -49,3 +49,5 @@ void vl_set_reclaim_hook(int (*reclaim)(void *ud), void *ud) {
 
 void vl_set_cudnn_benchmark(bool on) { g_ctx.cudnn_benchmark = on; }
 bool vl_cudnn_benchmark(void) { return g_ctx.cudnn_benchmark; }
+void vl_set_deterministic(bool on) { g_ctx.deterministic = on; }
+bool vl_deterministic(void) { return g_ctx.deterministic; }

@@ -39,6 +39,7 @@ typedef struct vl_context {
   int64_t live_nodes;                        /* autograd nodes not yet freed (a debug count) */
   int backward_depth;                        /* backward runs in progress (hooks may nest them) */
   bool cudnn_benchmark;                      /* conv algorithms by timing on first use (default off) */
+  bool deterministic;                        /* CUDA kernels without run-to-run variation (default off) */
   uint64_t gemm_bias_epilogue;               /* addmm biases added in the GEMM's epilogue ... */
   uint64_t gemm_bias_prefill;                /* ... or written into C before it (see kernels.h) */
   vl_alloc *pool[VL_MAX_DEVICES];             /* caching allocator per device, made on first use */
@@ -65,6 +66,14 @@ void vl_set_reclaim_hook(int (*reclaim)(void *ud), void *ud);
  * Default off. The flag is read when a convolution is planned. */
 void vl_set_cudnn_benchmark(bool on);
 bool vl_cudnn_benchmark(void);
+/* Deterministic algorithms (torch.use_deterministic_algorithms): CUDA results that do not vary from
+ * run to run for the same inputs. Convolutions use only the cuDNN algorithms that cuDNN reports as
+ * deterministic (heuristics and timing alike), and scatter_add (the backward of gather, embedding
+ * and index_select) sums each output in a fixed order instead of with atomic adds: slower, so off by
+ * default. Every other CUDA kernel of ours already reduces in a fixed order; the CPU backend always
+ * does. Read when an op is planned (a cached convolution plan records the flag). */
+void vl_set_deterministic(bool on);
+bool vl_deterministic(void);
 
 #ifdef __cplusplus
 }

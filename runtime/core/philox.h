@@ -37,8 +37,10 @@ VL_HD uint32_t vl_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi) {
   return (uint32_t)p;
 }
 
-VL_HD vl_philox4 vl_philox(uint64_t seed, uint64_t counter) {
-  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+/* The block at the 128-bit counter (c01 low and high words, c2, c3); the random-number stream
+ * above uses c2 = c3 = 0, runtime/core/sround.h the upper words for its step and tensor. */
+VL_HD vl_philox4 vl_philox_ctr(uint64_t seed, uint64_t c01, uint32_t c2_, uint32_t c3_) {
+  uint32_t c0 = (uint32_t)c01, c1 = (uint32_t)(c01 >> 32), c2 = c2_, c3 = c3_;
   uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
   for (int r = 0; r < 10; r++) {
     uint32_t hi0, hi1;
@@ -53,6 +55,8 @@ VL_HD vl_philox4 vl_philox(uint64_t seed, uint64_t counter) {
   out.x[0] = c0; out.x[1] = c1; out.x[2] = c2; out.x[3] = c3;
   return out;
 }
+
+VL_HD vl_philox4 vl_philox(uint64_t seed, uint64_t counter) { return vl_philox_ctr(seed, counter, 0, 0); }
 
 /* The uniform of one word at b bits of resolution (1 <= b <= 31): in (0, 1), exact in a dtype
  * whose numbers in [0.5, 1) are 2^-(b+1) apart. */

@@ -116,6 +116,7 @@ static void fill_args(vl_conv_args *a, const vl_tensor *x, const vl_tensor *w, c
   a->groups = p->groups;
   a->allow_tf32 = vl_ctx()->allow_tf32;
   a->benchmark = vl_cudnn_benchmark();
+  a->deterministic = vl_deterministic();
 }
 
 vl_status vl_conv2d(vl_tensor *x, vl_tensor *w, vl_tensor *bias, const vl_conv2d_params *p, vl_tensor **y) {

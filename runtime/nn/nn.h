@@ -66,6 +66,10 @@ typedef struct vl_optim_hparams {
   /* Capturable steps: a 2-element f64 tensor {lr, step} on the parameters' device that the kernels
    * read instead of lr and step (advanced by vl_optim_advance), or NULL. */
   vl_tensor *dyn;
+  /* Stochastic rounding of f16/bf16 parameters (runtime/core/sround.h; AMP O3), key sround_seed.
+   * Ignored for f32/f64 parameters (an O2 master is f32: its half copy is a plain cast). */
+  bool stochastic_round;
+  uint64_t sround_seed;
 } vl_optim_hparams;
 vl_status vl_optim_step(vl_optim_kind kind, int n, vl_tensor *const *params, vl_tensor *const *grads,
                         vl_tensor *const *state1, vl_tensor *const *state2, const vl_optim_hparams *h,

@@ -196,6 +196,8 @@ vl_status vl_optim_step(vl_optim_kind kind, int n, vl_tensor *const *params, vl_
       .found_inf = found_inf ? (const float *)vl_tensor_data(found_inf) : NULL,
       .inv_scale = inv_scale ? (const float *)vl_tensor_data(inv_scale) : NULL,
       .dyn = h->dyn ? (const double *)vl_tensor_data(h->dyn) : NULL,
+      .sround = h->stochastic_round && half,
+      .sround_seed = h->sround_seed,
       .scratch = NULL, /* the CUDA kernels use the stream's workspace for their per-chunk partial norms */
       .scratch_bytes = 0,
       .ex = ex,

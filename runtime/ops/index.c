@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/core/context.h"
 #include "runtime/ops/ops_internal.h"
 
 /* In-place front ends bump the storage's version once they wrote (autograd's saved-tensor check). */
@@ -40,6 +41,7 @@ static vl_status run_index(const char *op, vl_status (*fn)(const vl_index_args *
   strided_of(src, &ia.src);
   strided_of(index, &ia.index);
   ia.dim = dim;
+  ia.deterministic = vl_deterministic();
   VL_TRY(vl_exec_of(op, out->storage->device, &ia.ex));
   return fn(&ia);
 }

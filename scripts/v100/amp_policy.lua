@@ -229,6 +229,8 @@ function Policy:optimizer_opts(opts)
   local o = {}
   for k, v in pairs(opts or {}) do o[k] = v end
   if self.level == 'O2' then o.master_weights = true end
+  -- pure half weights without masters: stochastic rounding keeps the small updates (optim.lua)
+  if self.level == 'O3' and o.stochastic_rounding == nil then o.stochastic_rounding = true end
   return o
 end
 

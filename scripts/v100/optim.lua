@@ -15,6 +15,12 @@
 -- updates accumulate in f32 instead of being rounded away in half. A step skipped on found_inf
 -- leaves the masters unchanged, and the refresh then rewrites the same half values.
 --
+-- stochastic_rounding = true (AMP O3, docs/AMP.md): f16/bf16 parameters without masters are
+-- stored by stochastic rounding (runtime/core/sround.h), so an update smaller than half a half
+-- ulp still moves the weight in expectation instead of rounding away. The random numbers are
+-- Philox at rounding_seed (an integer; drawn from v100's generator when not given) and the step
+-- count, the same on CPU and CUDA and in a replayed graph; state_dict() records the seed.
+--
 -- capturable = true (CUDA graphs, docs/AMP.md): the lr and step count of each group live on the
 -- device, the count advancing there (and not on a skipped AMP step), so a step replayed by
 -- v100.graph uses the current lr and the right bias corrections. Required inside a capture.
@@ -272,9 +278,13 @@ function Optimizer:step(arg)
         b.p[n], b.g[n], b.s1[n], b.s2[n] = q, grad, s1, s2
       end
     end
-    for _, key in ipairs(order) do
+    for oi, key in ipairs(order) do
       local b = buckets[key]
       hp.step, hp.first_step, hp.dyn = b.step, b.first, b.dyn
+      if self.stochastic_rounding then
+        -- a stream of its own per (group, bucket): the kernels number tensors within one call
+        hp.stochastic_round, hp.sround_seed = true, self.rounding_seed ~ (gi << 40) ~ (oi << 32)
+      end
       if b.dyn and not advanced[b.dyn] then
         _nn.optim_advance(b.dyn, amp and amp.found_inf)
         advanced[b.dyn] = true
@@ -337,7 +347,8 @@ function Optimizer:_device_step(gi, g, p, st)
 end
 
 function Optimizer:state_dict()
-  local sd = { state = {}, param_groups = {}, master_weights = self.master_weights }
+  local sd = { state = {}, param_groups = {}, master_weights = self.master_weights,
+    stochastic_rounding = self.stochastic_rounding, rounding_seed = self.stochastic_rounding and self.rounding_seed or nil }
   local idx = 0
   for gi, g in ipairs(self.param_groups) do
     local pg = { params = {} }
@@ -380,6 +391,11 @@ function Optimizer:load_state_dict(sd)
       error(string.format('load_state_dict: group %d has %d parameters in the state, %d in the optimizer', gi, n,
         #g.params), 2)
     end
+  end
+  if sd.rounding_seed ~= nil then
+    local s = math.tointeger(sd.rounding_seed)
+    if s == nil then error('load_state_dict: rounding_seed must be an integer, got ' .. tostring(sd.rounding_seed), 2) end
+    self.rounding_seed = s
   end
   local idx = 0
   self.state = {}
@@ -428,7 +444,22 @@ local function new(kind, name, params, opts, defaults)
   local d = {}
   for k, v in pairs(defaults) do d[k] = v end
   for k, v in pairs(opts) do
-    if k ~= 'no_decay' and k ~= 'master_weights' and k ~= 'capturable' then d[k] = v end
+    if k ~= 'no_decay' and k ~= 'master_weights' and k ~= 'capturable' and k ~= 'stochastic_rounding'
+      and k ~= 'rounding_seed' then
+      d[k] = v
+    end
+  end
+  if opts.stochastic_rounding ~= nil and type(opts.stochastic_rounding) ~= 'boolean' then
+    error(name .. ': stochastic_rounding must be a boolean, got ' .. type(opts.stochastic_rounding), 2)
+  end
+  local seed = opts.rounding_seed
+  if seed ~= nil and (math.type(seed) ~= 'integer' or seed < 0 or seed >= 1 << 53) then
+    error(name .. ': rounding_seed must be an integer in [0, 2^53), got ' .. tostring(seed), 2)
+  end
+  if opts.stochastic_rounding and seed == nil then
+    -- from v100's generator, so v100.manual_seed makes the run reproducible; under 2^53 so that
+    -- a checkpoint's JSON keeps it exact
+    seed = math.floor(v100.rand({ 1 }, { dtype = 'f64' }):item() * 2 ^ 52)
   end
   if opts.capturable ~= nil and type(opts.capturable) ~= 'boolean' then
     error(name .. ': capturable must be a boolean, got ' .. type(opts.capturable), 2)
@@ -438,7 +469,8 @@ local function new(kind, name, params, opts, defaults)
     error(name .. ': master_weights must be a boolean, got ' .. type(opts.master_weights), 2)
   end
   local self = setmetatable({ kind = kind, name = name, defaults = d, state = {},
-    master_weights = opts.master_weights == true, capturable = opts.capturable == true }, Optimizer)
+    master_weights = opts.master_weights == true, capturable = opts.capturable == true,
+    stochastic_rounding = opts.stochastic_rounding == true, rounding_seed = seed }, Optimizer)
   self.param_groups = make_groups(name, params, d, opts.no_decay)
   for _, g in ipairs(self.param_groups) do check_group(name, g) end
   return self

@@ -173,6 +173,11 @@ static void test_settings_and_layout(void) {
   CHECK(vl_cudnn_benchmark() && vl_ctx()->cudnn_benchmark);
   vl_set_cudnn_benchmark(false);
   CHECK(!vl_cudnn_benchmark());
+  CHECK(!vl_deterministic(), "deterministic mode defaults to off");
+  vl_set_deterministic(true);
+  CHECK(vl_deterministic() && vl_ctx()->deterministic);
+  vl_set_deterministic(false);
+  CHECK(!vl_deterministic());
   /* Without grad: the raw conversion (the recorded path is tested in tests/lua/test_nn_conv.lua). */
   int64_t s[4] = {2, 3, 2, 2};
   double vals[24];

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/core/context.h"
+#include "runtime/core/sround.h"
 #include "runtime/ops/ops.h"
 #include "runtime/core/tensor.h"
 #include "vl_test.h"
@@ -459,9 +460,63 @@ static void test_store_half_rounds_once(void) {
   CHECK(h == 0x3f80, "bf16 tie to even: got 0x%04x", h);
 }
 
+/* Stochastic rounding (runtime/core/sround.h): exact values stay, others go to one of their two
+ * neighbours, toward the far one with probability = the distance's fraction of an ulp. */
+static uint16_t sr(float x, int bf16, uint32_t r) {
+  uint16_t rne = bf16 ? vl_f64_to_half_bits(x, 7, 127) : vl_f64_to_half_bits(x, 10, 15);
+  return vl_sround_bits(x, rne, bf16, r);
+}
+static void test_stochastic_rounding(void) {
+  for (int bf16 = 0; bf16 <= 1; bf16++) {
+    const char *fmt = bf16 ? "bf16" : "f16";
+    const float ulp1 = bf16 ? 0x1p-7f : 0x1p-10f; /* the ulp of [1, 2) */
+    const uint16_t one = bf16 ? 0x3f80 : 0x3c00;
+    /* representable: unchanged whatever r */
+    CHECK(sr(1.0f, bf16, 0) == one && sr(1.0f, bf16, 0xffffff) == one, "%s: 1 stays 1", fmt);
+    CHECK(sr(-0.0f, bf16, 0) == 0x8000, "%s: -0 stays -0", fmt);
+    /* x = 1 + 0.25 ulp: to 1 + ulp when u < 0.25, i.e. r < 2^22 */
+    const float x = 1.0f + 0.25f * ulp1;
+    CHECK(sr(x, bf16, 0) == one + 1, "%s: r = 0 rounds away", fmt);
+    CHECK(sr(x, bf16, (1u << 22) - 1) == one + 1, "%s: the last r below the fraction rounds away", fmt);
+    CHECK(sr(x, bf16, 1u << 22) == one, "%s: r at the fraction rounds toward zero", fmt);
+    CHECK(sr(x, bf16, 0xffffff) == one, "%s: r = max rounds toward zero", fmt);
+    /* negative: the same on magnitudes */
+    CHECK(sr(-x, bf16, 0) == (uint16_t)(0x8000 | (one + 1)) && sr(-x, bf16, 0xffffff) == (uint16_t)(0x8000 | one),
+          "%s: negative values round by magnitude", fmt);
+    /* x = 1 + 0.75 ulp rounds to nearest 1 + ulp, but toward zero with probability 0.25 */
+    const float y = 1.0f + 0.75f * ulp1;
+    CHECK(sr(y, bf16, (3u << 22) - 1) == one + 1 && sr(y, bf16, 3u << 22) == one, "%s: above the midpoint", fmt);
+    /* just below a power of two: the neighbours are in different binades */
+    const float z = 2.0f - 0.25f * ulp1; /* between 2 - ulp/2 (below 2, ulp/2 apart) and 2 */
+    const uint16_t two = bf16 ? 0x4000 : 0x4000;
+    CHECK(sr(z, bf16, 0) == two && sr(z, bf16, 0xffffff) == two - 1, "%s: across a binade", fmt);
+    /* the mean over many r is x */
+    double sum = 0;
+    for (uint32_t i = 0; i < 4096; i++) {
+      uint16_t h = sr(x, bf16, (i * 4096u + 123u) & 0xffffffu);
+      sum += bf16 ? vl_bf16_to_f32(h) : vl_f16_to_f32(h);
+    }
+    CHECK(fabs(sum / 4096 - x) < 1e-3 * ulp1, "%s: the mean over r is x (%.9g vs %.9g)", fmt, sum / 4096, x);
+    /* inf and NaN pass through */
+    CHECK(sr(INFINITY, bf16, 0) == (bf16 ? 0x7f80 : 0x7c00), "%s: inf", fmt);
+    uint16_t n = sr(NAN, bf16, 0);
+    CHECK(bf16 ? (n & 0x7f80) == 0x7f80 && (n & 0x7f) : (n & 0x7c00) == 0x7c00 && (n & 0x3ff), "%s: NaN", fmt);
+  }
+  /* f16 subnormals: 2^-24 is the smallest; 0.5 * 2^-24 goes to 0 or 2^-24 */
+  CHECK(sr(0x1p-25f, 0, 0) == 0x0001 && sr(0x1p-25f, 0, 0xffffff) == 0x0000, "f16: subnormal neighbours");
+  /* beyond the largest f16 (65504), finite: saturates toward 65504 (its "away" neighbour is inf) */
+  CHECK(sr(65520.0f, 0, 0) == 0x7bff, "f16: saturates at the largest finite value");
+  /* the random bits: Philox words, distinct over elements, steps and tensors */
+  uint32_t a = vl_sround_random(7, 1, 0, 0), b = vl_sround_random(7, 1, 0, 1), c = vl_sround_random(7, 2, 0, 0),
+           d = vl_sround_random(7, 1, 1, 0);
+  CHECK(a <= 0xffffff && a != b && a != c && a != d && b != c, "sround_random: 24 bits, distinct streams");
+  CHECK(vl_sround_random(7, 1, 0, 5) == vl_sround_random(7, 1, 0, 5), "sround_random is a function");
+}
+
 int main(void) {
   test_context();
   test_store_half_rounds_once();
+  test_stochastic_rounding();
   test_empty_and_props();
   test_refcounts();
   test_view_reshape();

@@ -94,6 +94,33 @@ T.test('conv2d through autograd on cuda', function()
   close(b.grad, db, 1e-6, 'b.grad')
 end)
 
+-- v100.set_deterministic(true): only algorithms cuDNN marks deterministic, so the weight gradient of
+-- a ResNet-like layer (100,352 products per element, where cuDNN's fastest f32 and half algorithms
+-- add partial sums with atomics) is the same bits on every run, with heuristics and with timing.
+T.test('conv2d deterministic mode: every gradient bitwise the same run to run', function()
+  T.eq(v100.get_deterministic(), false, 'off by default')
+  for _, dt in ipairs({ 'f32', 'f16', 'bf16' }) do
+    for _, layout in ipairs({ 'nchw', 'nhwc' }) do
+      local x, w, dy = rnd({ 32, 64, 56, 56 }, dt):cuda(), rnd({ 64, 64, 3, 3 }, dt):cuda(), rnd({ 32, 64, 56, 56 }, dt):cuda()
+      if layout == 'nhwc' then x, w, dy = x:to_channels_last(), w:to_channels_last(), dy:to_channels_last() end
+      -- the default mode's result (checked against the CPU by the tests above) as the reference
+      local _, dwref = C.conv2d_backward(x, w, dy, { padding = 1 })
+      local prev = v100.set_deterministic(true)
+      for _, bench in ipairs({ false, true }) do
+        local pb = C.set_cudnn_benchmark(bench)
+        local dx1, dw1 = C.conv2d_backward(x, w, dy, { padding = 1 })
+        local dx2, dw2 = C.conv2d_backward(x, w, dy, { padding = 1 })
+        C.set_cudnn_benchmark(pb)
+        local what = string.format('%s %s benchmark %s', dt, layout, tostring(bench))
+        T.eq(dw1:ne(dw2):sum():item(), 0, what .. ': dw elements that differ between runs')
+        T.eq(dx1:ne(dx2):sum():item(), 0, what .. ': dx elements that differ between runs')
+        close(dw1, dwref, TOL[dt][2], what .. ': dw against the default mode')
+      end
+      v100.set_deterministic(prev)
+    end
+  end
+end)
+
 T.test('conv2d benchmark mode (cudnnFind) agrees', function()
   local prev = C.set_cudnn_benchmark(true)
   local x, w = rnd({ 8, 32, 20, 20 }, 'f32'), rnd({ 32, 32, 3, 3 }, 'f32')

@@ -471,6 +471,50 @@ T.test('cuda gather / scatter_add / index_select with i32 and i64 indices', func
     'scatter_add f32 with many duplicates', bound)
 end)
 
+-- v100.set_deterministic(true): scatter_add sums each output in index order without atomics, the
+-- order of the CPU's loop, so float results are the CPU's bits and the same on every run, also
+-- with many duplicates, for views, and through the backward of index_select (an embedding).
+T.test('cuda scatter_add in deterministic mode: the CPU bits, every run', function()
+  local prev = v100.set_deterministic(true)
+  for _, dt in ipairs(FLOATS) do
+    for _, idt in ipairs({ 'i64', 'i32' }) do
+      for _, d in ipairs({ 1, 2 }) do
+        local shape = d == 1 and { 20000, 64 } or { 64, 20000 }
+        local ci, gi = ipair(shape, idt, 0, 49)
+        local csrc, gsrc = pair(shape, dt)
+        local oshape = d == 1 and { 50, 64 } or { 64, 50 }
+        local cz, gz = pair(oshape, dt)
+        local want = cz:scatter_add(d, ci, csrc)
+        local g1 = gz:scatter_add(d, gi, gsrc)
+        local g2 = gz:scatter_add(d, gi, gsrc)
+        local what = string.format('%s %s dim %d', dt, idt, d)
+        T.tensor_eq(g1, want, what .. ': against the cpu, bitwise')
+        T.tensor_eq(g2, g1, what .. ': a second run, bitwise')
+        -- transposed views of src and index (strided lines), in place
+        local gt = gz:clone():t():contiguous():t()
+        gt:scatter_add_(d, gi:t():contiguous():t(), gsrc:t():contiguous():t())
+        T.tensor_eq(gt, want, what .. ': strided operands')
+      end
+    end
+  end
+  -- an embedding's weight gradient: index_select backward over 16384 tokens of a 1000-row table
+  local cw, gw = pair({ 1000, 256 }, 'f32')
+  cw:requires_grad_(true)
+  gw = gw:detach():requires_grad_(true)
+  local cids, gids = ipair({ 16384 }, 'i64', 0, 999)
+  local cg, gg = pair({ 16384, 256 }, 'f32')
+  cw:index_select(1, cids):backward(cg)
+  gw:index_select(1, gids):backward(gg)
+  T.tensor_eq(gw.grad, cw.grad, 'embedding backward: against the cpu, bitwise')
+  -- a bad index is still reported, naming the op
+  T.raises(function()
+    local bad = v100.tensor({ { 0 }, { 60 } }, { dtype = 'i64', device = 'cuda' })
+    v100.zeros({ 50, 1 }, { device = 'cuda' }):scatter_add(1, bad, v100.ones({ 2, 1 }, { device = 'cuda' })):sum():item()
+  end, 'scatter_add')
+  v100.set_deterministic(prev)
+  T.eq(v100.get_deterministic(), false)
+end)
+
 T.test('cuda cat / stack / split / chunk / copy_ / to', function()
   for _, dt in ipairs({ 'f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8', 'bool' }) do
     local c1, g1 = pair({ 300, 200 }, 'f64', 0.5, 200)

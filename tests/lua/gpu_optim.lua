@@ -84,6 +84,36 @@ T.test('cuda steps equal cpu steps (220 tensors per group)', function()
   end
 end)
 
+-- stochastic_rounding (AMP O3): the CPU and CUDA draw the same Philox numbers and compute the same
+-- f32 values for SGD and AdamW, so the half parameters are the same bits; also when the step count
+-- comes from the device (capturable), and over several launches per group (the tensor index
+-- continues across launches). LAMB/LARS norms differ in the last ulps, so within rounding.
+T.test('stochastic rounding: cuda = cpu bit for bit (SGD, AdamW), capturable too', function()
+  for _, dt in ipairs({ 'f16', 'bf16' }) do
+    local sz = sizes()
+    for _, case in ipairs(CASES) do
+      for _, cap in ipairs({ false, true }) do
+        local cpu, gpu = make(sz, dt)
+        local oc = case[2](cpu)
+        local og = case[2](gpu)
+        for _, o in ipairs({ oc, og }) do o.stochastic_rounding, o.rounding_seed = true, 1234 end
+        og.capturable = cap
+        for step = 1, 3 do
+          set_grads(cpu, gpu, 1e-2) -- small updates: many elements land between two half values
+          oc:step()
+          og:step()
+          local what = string.format('%s %s capturable %s step %d', case[1], dt, tostring(cap), step)
+          if case[1]:match('^SGD') or case[1] == 'AdamW' then
+            for i = 1, #cpu do T.tensor_eq(gpu[i], cpu[i], what .. ' tensor ' .. i) end
+          else
+            compare(gpu, cpu, dt, what)
+          end
+        end
+      end
+    end
+  end
+end)
+
 T.test('no_decay groups on cuda (LAMB without adaptation, LARS exclusion)', function()
   local sz = sizes()
   for _, mk in ipairs({

@@ -410,6 +410,28 @@ T.test('bad levels, dtypes, keep_fp32 entries and options raise clear errors', f
   T.eq(m[1].weight.dtype, 'f32')
 end)
 
+T.test('O3 asks the optimizer for stochastic rounding, O2 for master weights; a choice of the user stays', function()
+  local o3 = amp.policy('O3', { dtype = 'bf16' }):optimizer_opts { lr = 0.1 }
+  T.eq(o3.stochastic_rounding, true)
+  T.eq(o3.master_weights, nil)
+  T.eq(amp.policy('O3'):optimizer_opts({ lr = 0.1, stochastic_rounding = false }).stochastic_rounding, false)
+  local o2 = amp.policy('O2'):optimizer_opts { lr = 0.1 }
+  T.eq(o2.master_weights, true)
+  T.eq(o2.stochastic_rounding, nil)
+  -- an O3 model trains with it: a bf16 Linear stepped by SGD moves by less than half an ulp
+  local m = nn.Linear(64, 64)
+  local policy = amp.policy('O3', { dtype = 'bf16' })
+  policy:convert(m)
+  local opt = optim.SGD(m:parameters(), policy:optimizer_opts { lr = 1e-5, rounding_seed = 3 })
+  local before = m.weight:clone()
+  for _ = 1, 20 do
+    opt:zero_grad()
+    m(v100.ones({ 8, 64 }, { dtype = 'bf16' })):float():sum():backward()
+    opt:step()
+  end
+  T.ok(m.weight:ne(before):sum():item() > 0, 'O3 bf16 weights moved by steps under half an ulp')
+end)
+
 T.test('O2 with a scaler: half gradients are unscaled after the f32 cast, so small ones survive', function()
   -- d loss / d w = 2^-26: below f16's smallest subnormal (2^-24). Scaled by 2^16 it is 2^-10 in
   -- f16; unscaled in f16 it would flush to 0 and the step would do nothing.

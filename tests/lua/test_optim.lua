@@ -428,6 +428,63 @@ T.test('accumulating micro-batches equals one big batch', function()
 end)
 
 -- ---- checks ----
+-- stochastic_rounding: an SGD step of 1e-4 on a weight near 1 is 1/40 of a bf16 ulp (2^-8 below
+-- 1). Round-to-nearest drops it every step; stochastic rounding moves the weight by an ulp with
+-- probability 1/40, so after 1000 steps the mean of 20000 weights is near 1 - 0.1 (its standard
+-- deviation over the weights is ~0.02, of their mean ~1.4e-4).
+T.test('stochastic_rounding: small half updates accumulate in expectation; the seed reproduces them', function()
+  local function run(dt, opts, steps)
+    local w = v100.ones({ 20000 }, { dtype = dt })
+    local o = { lr = 1e-4 }
+    for k, v in pairs(opts) do o[k] = v end
+    local opt = optim.SGD({ w }, o)
+    w.grad = v100.ones({ 20000 }, { dtype = dt })
+    for _ = 1, steps do opt:step() end
+    return w, opt
+  end
+  for _, dt in ipairs({ 'bf16', 'f16' }) do
+    local w0 = run(dt, {}, 1000)
+    T.eq(w0:float():min():item(), 1.0, dt .. ': round to nearest loses every step')
+    local w1, opt1 = run(dt, { stochastic_rounding = true, rounding_seed = 42 }, 1000)
+    local mean = w1:double():mean():item()
+    T.ok(math.abs(mean - 0.9) < 2e-3, string.format('%s: mean weight %.6f, expected 0.9', dt, mean))
+    local sd = w1:double():std():item()
+    T.ok(sd > 0.005 and sd < 0.05, string.format('%s: the weights spread (std %.4f)', dt, sd))
+    local w2 = run(dt, { stochastic_rounding = true, rounding_seed = 42 }, 1000)
+    T.tensor_eq(w2, w1, dt .. ': the same seed gives the same bits')
+    local w3 = run(dt, { stochastic_rounding = true, rounding_seed = 43 }, 1000)
+    T.ok(w3:ne(w1):sum():item() > 1000, dt .. ': another seed, other roundings')
+    local sd1 = opt1:state_dict()
+    T.eq(sd1.stochastic_rounding, true)
+    T.eq(sd1.rounding_seed, 42)
+  end
+  -- f32 parameters are stored exactly as without it
+  local a = run('f32', {}, 10)
+  local b = run('f32', { stochastic_rounding = true }, 10)
+  T.tensor_eq(b, a, 'f32 parameters ignore stochastic_rounding')
+  -- without a seed: drawn from v100's generator, so manual_seed reproduces the run
+  v100.manual_seed(5)
+  local c1, oc1 = run('bf16', { stochastic_rounding = true }, 50)
+  v100.manual_seed(5)
+  local c2 = run('bf16', { stochastic_rounding = true }, 50)
+  T.tensor_eq(c2, c1, 'manual_seed reproduces a drawn seed')
+  T.eq(math.type(oc1.rounding_seed), 'integer')
+  -- a checkpoint continues the same random stream: 50 + 50 steps = 100 steps in one go
+  local w, opt = run('bf16', { stochastic_rounding = true, rounding_seed = 7 }, 50)
+  local sd = opt:state_dict()
+  local w_half = w:clone()
+  local opt2 = optim.SGD({ w_half }, { lr = 1e-4, stochastic_rounding = true, rounding_seed = 99 })
+  opt2:load_state_dict(sd)
+  T.eq(opt2.rounding_seed, 7, 'load_state_dict restores the seed')
+  w_half.grad = v100.ones({ 20000 }, { dtype = 'bf16' })
+  for _ = 1, 50 do opt2:step() end
+  local whole = run('bf16', { stochastic_rounding = true, rounding_seed = 7 }, 100)
+  T.tensor_eq(w_half, whole, 'save after 50 steps, load, 50 more = 100 steps')
+  T.raises(function() optim.SGD({ w }, { lr = 1, stochastic_rounding = 'yes' }) end,
+    'SGD: stochastic_rounding must be a boolean, got string')
+  T.raises(function() optim.AdamW({ w }, { rounding_seed = 1.5 }) end, 'AdamW: rounding_seed must be an integer in [0, 2^53), got 1.5')
+end)
+
 T.test('argument errors', function()
   T.raises(function() optim.SGD({ v100.randn({ 2 }) }) end, 'lr is required')
   local p = v100.randn({ 2 })
