@@ -1,7 +1,8 @@
 /* bindings/l_dist.c: v100.core._dist, the C side of v100.dist (scripts/v100/dist.lua) over
  * runtime/dist/comm.h. Ranks are 0-based, as in MPI.
  *   _dist.init() -> info          also wraps os.exit (below)
- *   _dist.info() -> {initialized, rank, size, local_rank, local_size, backend, launcher, host, thread_level}
+ *   _dist.info() -> {initialized, rank, size, local_rank, local_size, backend, cuda_backend, device
+ *                    ('cuda:N', absent without a GPU), launcher, host, thread_level}
  *   _dist.finalize(), _dist.abort(code)
  *   _dist.all_reduce(t, op, async)          -> handle when async, else nothing
  *   _dist.broadcast(t, root, async), _dist.reduce(t, root, op, async)
@@ -9,10 +10,24 @@
  *   _dist.send(t, peer, tag, async), _dist.recv(t, peer, tag, async), _dist.barrier(async)
  *   _dist.group_start(), _dist.group_end()
  *   h:wait(), h:is_completed() -> bool, h:close() (also __gc and __close: completes, then frees)
- * A Work userdata is born closed (NULL) and filled once the op started, as liolib's files are. */
+ * A Work userdata is born closed (NULL) and filled once the op started, as liolib's files are.
+ *
+ * The NCCL watchdog is a host thread started by the first init on a machine with a GPU: every
+ * second it asks runtime/dist whether a CUDA collective has been in flight longer than
+ * V100LUA_NCCL_TIMEOUT seconds (default 600; 0 turns the watchdog off) or NCCL failed
+ * asynchronously; then it prints the rank, host and operation, and ends the whole job (the
+ * runtime has aborted the communicator, so no rank stays in a kernel). */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "bindings/l_priv.h"
+#include "runtime/core/cuda.h"
 #include "runtime/dist/comm.h"
 
 #define WORK_MT "v100.dist.Work"
@@ -121,6 +136,12 @@ static void push_info(lua_State *L) {
   lua_setfield(L, -2, "local_size");
   lua_pushstring(L, i.backend);
   lua_setfield(L, -2, "backend");
+  lua_pushstring(L, i.cuda_backend);
+  lua_setfield(L, -2, "cuda_backend");
+  if (i.device >= 0) {
+    lua_pushfstring(L, "cuda:%d", i.device);
+    lua_setfield(L, -2, "device");
+  }
   lua_pushstring(L, i.launcher);
   lua_setfield(L, -2, "launcher");
   lua_pushstring(L, i.host);
@@ -152,9 +173,50 @@ static int d_exit(lua_State *L) {
   return 0;
 }
 
+static double g_watch_timeout = 600;
+
+static void *watchdog(void *arg) {
+  (void)arg;
+  for (;;) {
+    struct timespec ts = {1, 0};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    char msg[512];
+    if (!vl_dist_watch(g_watch_timeout, msg, sizeof msg)) continue;
+    vl_dist_info i;
+    vl_dist_get_info(&i);
+    fprintf(stderr, "[rank %d %s] v100lua: NCCL watchdog: %s; ending the job\n", i.rank, i.host, msg);
+    fflush(stderr);
+    vl_dist_abort(EXIT_FAILURE); /* MPI_Abort: every rank */
+    _exit(EXIT_FAILURE);         /* without MPI */
+  }
+  return NULL;
+}
+
+/* V100LUA_NCCL_TIMEOUT: seconds (> 0), or 0 for no watchdog; anything else is an error. */
+static void start_watchdog(lua_State *L) {
+  static bool started = false;
+  if (started || vl_cuda_device_count() == 0) return;
+  const char *v = getenv("V100LUA_NCCL_TIMEOUT");
+  if (v && *v) {
+    char *end;
+    errno = 0;
+    double t = strtod(v, &end);
+    if (errno || *end || !(t >= 0))
+      luaL_error(L, "dist.init: V100LUA_NCCL_TIMEOUT='%s' is not a number of seconds (0 turns the watchdog off)", v);
+    g_watch_timeout = t;
+  }
+  started = true;
+  if (g_watch_timeout == 0) return;
+  pthread_t th;
+  if (pthread_create(&th, NULL, watchdog, NULL) != 0) luaL_error(L, "dist.init: cannot start the NCCL watchdog thread");
+  pthread_detach(th);
+}
+
 static int d_init(lua_State *L) {
   bool was = vl_dist_initialized();
   check(L, vl_dist_init());
+  start_watchdog(L);
   if (!was && lua_getglobal(L, "os") == LUA_TTABLE) {
     lua_getfield(L, -1, "exit");
     if (lua_iscfunction(L, -1) && lua_tocfunction(L, -1) != d_exit) {

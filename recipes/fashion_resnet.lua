@@ -108,7 +108,8 @@ local sched = optim.schedule.warmup_cosine{ warmup = math.floor(opts.warmup_epoc
 recipe.printf('fashion_resnet: resnet18 small_input, %d train / %d test images, device %s, layout %s, ' ..
   '%d parameters, batch %d, lr %g, wd %g, smoothing %g, %d epochs, tf32 %s, amp %s%s, graph %s', ntrain, ntest, dev,
   opts.layout, model:num_parameters(), opts.batch, opts.lr, opts.wd, opts.smoothing, opts.epochs, opts.tf32, opts.amp,
-  opts.amp == 'O0' and '' or (' ' .. opts.dtype .. (scaler and ' + loss scaling' or '')), opts.graph)
+  opts.amp == 'O0' and '' or (' ' .. opts.dtype .. (scaler and ' + loss scaling' or '')
+    .. (opt.stochastic_rounding and ' + stochastic rounding' or '')), opts.graph)
 
 train.fit{
   epochs = opts.epochs, device = dev, model = model, eval_every = opts.eval_every,

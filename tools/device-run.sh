@@ -5,7 +5,8 @@
 # recipes, from .dev/run/../lua). Runs every tests/lua/gpu_*.lua (in parallel), a subset under
 # compute-sanitizer memcheck, the benchmarks (ours and PyTorch's), and optional extra commands.
 # Usage: tools/device-run.sh OUTDIR [step...]; steps: tests memcheck bench recipe:<args...> py:<args...>
-# train:<args...> (bench/train_step.lua and .py side by side)
+# train:<args...> (bench/train_step.lua and .py side by side) mpi:<test file> (under mpirun -np 1:
+# the NCCL path at world size 1)
 # (arguments joined by commas). Environment: GPU_TESTS, MEMCHECK_TESTS (files), MEMCHECK_TIMEOUT (s),
 # DEADLINE_S (skip the steps that would start later than this), TEST_TIMEOUT (s per GPU test; 0 = none).
 set -uo pipefail
@@ -107,6 +108,17 @@ for step in $steps; do
       { "$V" bench/train_step.lua ${args//,/ }; echo "rc=$?"; PYTHONUNBUFFERED=1 python3 bench/train_step.py ${args//,/ };
         echo "rc=$?"; } >"$log" 2>&1
       summary+=("train ${args} $((SECONDS - t0))s: $(grep -E '^BENCH [a-z_0-9A-Z]+ [0-9.]+ samples' "$log" | awk '{printf "%s=%s ", $2, $3}') $(grep -c '^rc=0' "$log")/2 ok")
+      ;;
+    mpi:*)
+      f="${step#mpi:}"
+      n=$(basename "$f" .lua)
+      t0=$SECONDS
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${TEST_TIMEOUT:-0}" \
+        mpirun -np 1 -x LD_LIBRARY_PATH -x LUA_PATH -x NCCL_NVLS_ENABLE "$V" "$f" >"$OUT/mpi_$n.log" 2>&1
+      rc=$?
+      echo "rc=$rc mpi ${n} $((SECONDS - t0))s" >>"$OUT/mpi_$n.log"
+      summary+=("rc=$rc mpirun -np 1 ${n} $((SECONDS - t0))s | $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/mpi_$n.log" | tail -1)")
+      [ "$rc" = 0 ] || { echo "--- mpi $n"; grep -E '^FAIL|^\[|error|Error' "$OUT/mpi_$n.log" | head -12; } >>"$FINAL/failures.txt"
       ;;
     py:*)
       # A Python (PyTorch) script with arguments, e.g. py:bench/fashion_resnet.py,--epochs,3: the other

@@ -50,4 +50,13 @@ void vl_set_reclaim_hook(int (*reclaim)(void *ud), void *ud) {
 void vl_set_cudnn_benchmark(bool on) { g_ctx.cudnn_benchmark = on; }
 bool vl_cudnn_benchmark(void) { return g_ctx.cudnn_benchmark; }
 void vl_set_deterministic(bool on) { g_ctx.deterministic = on; }
+vl_status vl_set_cuda_device(int index) {
+  VL_TRY(vl_init());
+  if (index < 0 || index >= g_ctx.ndevices)
+    return vl_fail(VL_EDEVICE, "set_device: no CUDA device %d (%d visible; CUDA_VISIBLE_DEVICES selects them)", index,
+                   g_ctx.ndevices);
+  g_ctx.cuda_device = index;
+  return VL_OK;
+}
+int vl_cuda_default_index(void) { return g_ctx.cuda_device; }
 bool vl_deterministic(void) { return g_ctx.deterministic; }

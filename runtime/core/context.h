@@ -40,6 +40,7 @@ typedef struct vl_context {
   int backward_depth;                        /* backward runs in progress (hooks may nest them) */
   bool cudnn_benchmark;                      /* conv algorithms by timing on first use (default off) */
   bool deterministic;                        /* CUDA kernels without run-to-run variation (default off) */
+  int cuda_device;                           /* what the device string 'cuda' means (dist.init: the local rank's) */
   uint64_t gemm_bias_epilogue;               /* addmm biases added in the GEMM's epilogue ... */
   uint64_t gemm_bias_prefill;                /* ... or written into C before it (see kernels.h) */
   vl_alloc *pool[VL_MAX_DEVICES];             /* caching allocator per device, made on first use */
@@ -74,6 +75,11 @@ bool vl_cudnn_benchmark(void);
  * does. Read when an op is planned (a cached convolution plan records the flag). */
 void vl_set_deterministic(bool on);
 bool vl_deterministic(void);
+/* The CUDA device that the device string 'cuda' (without an index) names: 0 until set; dist.init
+ * sets it to this rank's device (local rank mod the visible devices), as torch.cuda.set_device.
+ * Fails for an index that is not a visible device. */
+vl_status vl_set_cuda_device(int index);
+int vl_cuda_default_index(void);
 
 #ifdef __cplusplus
 }

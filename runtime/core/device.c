@@ -16,8 +16,9 @@ vl_status vl_device_parse(const char *s, vl_device *out) {
     return VL_OK;
   }
   long idx = 0;
-  if (strcmp(s, "cuda") == 0) {
-    idx = 0;
+  bool bare = strcmp(s, "cuda") == 0;
+  if (bare) {
+    idx = vl_cuda_default_index();
   } else if (strncmp(s, "cuda:", 5) == 0 && s[5] >= '0' && s[5] <= '9') {
     char *end;
     errno = 0;

@@ -1,15 +1,17 @@
 /* runtime/dist/comm.c: the front end of runtime/dist/comm.h: bootstrap (launcher environment,
- * MPI or the local world), validation, staging, handles and groups. The backends are behind
- * runtime/dist/internal.h. */
+ * MPI or the local world, this rank's device, the NCCL communicator at the first CUDA collective),
+ * validation, staging, handles and groups. The backends are behind runtime/dist/internal.h. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "runtime/core/context.h"
+#include "runtime/core/cuda.h"
 #include "runtime/dist/internal.h"
 #include "runtime/ops/ops_internal.h"
 
@@ -17,11 +19,31 @@ typedef struct vl_dist {
   vl_comm world;
   bool owns_mpi;
   int local_rank, local_size, thread_level;
+  int device; /* this rank's CUDA device, -1 without one */
   const char *launcher;
   char host[64];
 } vl_dist;
 
 static vl_dist *dist_state(void) { return vl_ctx()->dist; }
+
+/* The NCCL communicator is made, freed and aborted by the main thread and read by the watchdog
+ * thread (vl_dist_watch): this lock orders them. */
+static pthread_mutex_t g_cuda_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Local rank mod the visible devices: oversubscribed ranks share GPUs round-robin (NCCL then
+ * refuses two ranks on one GPU at the first CUDA collective). */
+static int device_of_local_rank(int local_rank) {
+  int n = vl_cuda_device_count();
+  return n > 0 ? (local_rank < 0 ? 0 : local_rank) % n : -1;
+}
+
+int vl_dist_device(void) {
+  vl_dist *d = dist_state();
+  if (d) return d->device;
+  vl_dist_info di;
+  vl_dist_get_info(&di);
+  return di.device;
+}
 
 /* ---- ops ---- */
 
@@ -104,6 +126,8 @@ void vl_dist_get_info(vl_dist_info *out) {
     out->rank = d->world.rank, out->size = d->world.size;
     out->local_rank = d->local_rank, out->local_size = d->local_size;
     out->backend = d->world.backend[VL_CPU]->name;
+    out->cuda_backend = d->world.backend[VL_CUDA] ? d->world.backend[VL_CUDA]->name : "none";
+    out->device = d->device;
     out->launcher = d->launcher;
     out->thread_level = d->thread_level;
     snprintf(out->host, sizeof out->host, "%s", d->host);
@@ -111,7 +135,8 @@ void vl_dist_get_info(vl_dist_info *out) {
   }
   const launcher *l = find_launcher();
   out->size = out->local_size = 1;
-  out->backend = "none";
+  out->backend = out->cuda_backend = "none";
+  out->device = -1;
   out->launcher = l ? l->name : "none";
   out->thread_level = -1;
   hostname(out->host, sizeof out->host);
@@ -121,6 +146,7 @@ void vl_dist_get_info(vl_dist_info *out) {
   if (l->size && env_int(l->size, &v, &set) == VL_OK && set) out->size = v;
   if (l->local && env_int(l->local, &v, &set) == VL_OK && set) out->local_rank = v;
   vl_errclear();
+  out->device = device_of_local_rank(out->local_rank);
 }
 
 bool vl_dist_initialized(void) { return dist_state() != NULL; }
@@ -162,9 +188,96 @@ vl_status vl_dist_init(void) {
     d->world.impl[VL_CPU] = impl;
   } else {
     d->world.backend[VL_CPU] = &vl_dist_local_backend;
+    /* one rank: every CUDA collective is the identity too, no communicator needed */
+    d->world.backend[VL_CUDA] = &vl_dist_local_backend;
+  }
+  /* This rank's device becomes what 'cuda' means, before the script allocates anything there. */
+  d->device = device_of_local_rank(d->local_rank);
+  if (d->device >= 0) {
+    vl_status s = vl_set_cuda_device(d->device);
+    if (s != VL_OK) {
+      if (d->world.impl[VL_CPU]) vl_dist_mpi_stop(d->world.impl[VL_CPU], d->owns_mpi);
+      free(d);
+      return s;
+    }
   }
   vl_ctx()->dist = d;
   return VL_OK;
+}
+
+/* The CUDA slot at the first CUDA collective (every rank gets here at the same collective): rank
+ * 0's ncclUniqueId goes to everyone over the CPU backend, with a flag byte so that a failure on
+ * rank 0 fails the others instead of leaving them in ncclCommInitRank. */
+static vl_status ensure_cuda(const char *op, vl_comm *c) {
+#ifdef VL_HAVE_CUDA
+  vl_dist *d = dist_state();
+  if (!d || c != &d->world) return vl_fail(VL_EINTERNAL, "%s: no world communicator", op);
+  if (d->device < 0) return vl_fail(VL_EDEVICE, "%s: a CUDA tensor but no visible CUDA device for this rank", op);
+  vl_tensor *t = NULL;
+  int64_t n = VL_NCCL_ID_BYTES + 1;
+  VL_TRY(vl_tensor_empty(1, &n, VL_U8, vl_cpu_device(), &t));
+  uint8_t *b = (uint8_t *)vl_tensor_data(t);
+  memset(b, 0, (size_t)n);
+  char why[256] = "";
+  if (c->rank == 0) {
+    if (vl_nccl_unique_id(b) == VL_OK) b[VL_NCCL_ID_BYTES] = 1;
+    else snprintf(why, sizeof why, "%s", vl_errmsg());
+  }
+  vl_status s = vl_dist_broadcast(c, t, 0, NULL);
+  uint8_t id[VL_NCCL_ID_BYTES];
+  bool ok = s == VL_OK && b[VL_NCCL_ID_BYTES] == 1;
+  memcpy(id, b, sizeof id);
+  vl_tensor_release(t);
+  if (s != VL_OK) return vl_fail_prefix(s, "%s: sending the NCCL id: ", op);
+  if (!ok)
+    return vl_fail(VL_ENCCL, "%s: rank 0 could not make the NCCL id%s%s", op, *why ? ": " : "", why);
+  void *impl = NULL;
+  VL_TRY(vl_nccl_create(c->rank, c->size, id, d->device, &impl));
+  pthread_mutex_lock(&g_cuda_lock);
+  c->impl[VL_CUDA] = impl;
+  c->backend[VL_CUDA] = vl_dist_nccl_backend();
+  pthread_mutex_unlock(&g_cuda_lock);
+  /* made inside a group: it joins the group */
+  for (int i = 0; i < c->group_depth; i++) VL_TRY(c->backend[VL_CUDA]->group_start(c));
+  return VL_OK;
+#else
+  (void)c;
+  return vl_fail(VL_EUNSUPPORTED, "%s: v100lua was built without CUDA", op);
+#endif
+}
+
+/* Frees (or aborts) the NCCL communicator, if there is one. */
+static vl_status drop_cuda(vl_comm *c, bool abort) {
+  vl_status s = VL_OK;
+#ifdef VL_HAVE_CUDA
+  pthread_mutex_lock(&g_cuda_lock);
+  void *impl = c->impl[VL_CUDA];
+  bool nccl = c->backend[VL_CUDA] == vl_dist_nccl_backend();
+  c->impl[VL_CUDA] = NULL;
+  c->backend[VL_CUDA] = NULL;
+  pthread_mutex_unlock(&g_cuda_lock);
+  if (nccl && impl) s = vl_nccl_destroy(impl, abort);
+#else
+  (void)c;
+  (void)abort;
+#endif
+  return s;
+}
+
+bool vl_dist_watch(double timeout_s, char *msg, size_t msg_size) {
+  bool bad = false;
+#ifdef VL_HAVE_CUDA
+  pthread_mutex_lock(&g_cuda_lock);
+  vl_dist *d = dist_state();
+  if (d && d->world.impl[VL_CUDA] && d->world.backend[VL_CUDA] == vl_dist_nccl_backend())
+    bad = vl_nccl_watch(d->world.impl[VL_CUDA], timeout_s, msg, msg_size);
+  pthread_mutex_unlock(&g_cuda_lock);
+#else
+  (void)timeout_s;
+  (void)msg;
+  (void)msg_size;
+#endif
+  return bad;
 }
 
 /* ---- handles ---- */
@@ -241,14 +354,23 @@ vl_status vl_dist_finalize(void) {
     next = w->pending_next;
     free(w);
   }
-  vl_status s = VL_OK;
-  if (d->world.backend[VL_CPU] != &vl_dist_local_backend) s = vl_dist_mpi_stop(d->world.impl[VL_CPU], d->owns_mpi);
-  free(d);
+  vl_status s = drop_cuda(&d->world, false);
+  if (d->world.backend[VL_CPU] != &vl_dist_local_backend) {
+    vl_status m = vl_dist_mpi_stop(d->world.impl[VL_CPU], d->owns_mpi);
+    if (s == VL_OK) s = m;
+  }
+  pthread_mutex_lock(&g_cuda_lock);
   vl_ctx()->dist = NULL;
+  pthread_mutex_unlock(&g_cuda_lock);
+  free(d);
   return s;
 }
 
-void vl_dist_abort(int code) { vl_dist_mpi_abort(code); }
+void vl_dist_abort(int code) {
+  vl_dist *d = dist_state();
+  if (d && drop_cuda(&d->world, true) != VL_OK) vl_errclear();
+  vl_dist_mpi_abort(code);
+}
 
 /* ---- validation and staging ---- */
 
@@ -263,12 +385,8 @@ static vl_status world_of(const char *op, vl_comm **c) {
 static vl_status check_tensor(const char *op, const char *what, vl_comm *c, vl_tensor *t, const vl_comm_backend **be) {
   if (!t || !t->storage) return vl_fail(VL_EINVAL, "%s: %s is not a tensor", op, what);
   vl_device dev = t->storage->device;
+  if (!c->backend[dev.type]) VL_TRY(ensure_cuda(op, c));
   const vl_comm_backend *b = c->backend[dev.type];
-  if (!b) {
-    char d[VL_DESC_LEN];
-    return vl_fail(VL_EUNSUPPORTED, "%s: %s is a %s tensor: not yet: NCCL comes in a later phase (collectives run on CPU "
-                   "tensors through MPI for now)", op, what, vl_tensor_desc(t, d, sizeof d));
-  }
   if (*be && *be != b) return vl_fail(VL_EDEVICE, "%s: the tensors are on different devices", op);
   *be = b;
   return VL_OK;
@@ -589,8 +707,22 @@ vl_status vl_dist_barrier(vl_comm *c, vl_dist_work **work) {
 
 /* ---- groups ---- */
 
+/* The outermost group_start / group_end reach the backends that group their own operations. */
+static vl_status backends_group(vl_comm *c, bool start) {
+  vl_status first = VL_OK;
+  for (int i = 0; i < VL_NDEVICE_TYPES; i++) {
+    const vl_comm_backend *b = c->backend[i];
+    vl_status (*fn)(vl_comm *) = b ? (start ? b->group_start : b->group_end) : NULL;
+    if (!fn) continue;
+    vl_status s = fn(c);
+    if (s != VL_OK && first == VL_OK) first = s;
+  }
+  return first;
+}
+
 vl_status vl_dist_group_start(vl_comm *c) {
   VL_TRY(world_of("group", &c));
+  if (c->group_depth == 0) VL_TRY(backends_group(c, true));
   c->group_depth++;
   return VL_OK;
 }
@@ -599,8 +731,9 @@ vl_status vl_dist_group_end(vl_comm *c) {
   VL_TRY(world_of("group", &c));
   if (c->group_depth <= 0) return vl_fail(VL_EINVAL, "group: group_end without group_start");
   if (--c->group_depth > 0) return VL_OK;
-  vl_status first = VL_OK;
+  vl_status first = backends_group(c, false);
   char msg[512] = "";
+  if (first != VL_OK) snprintf(msg, sizeof msg, "%s", vl_errmsg());
   vl_dist_work *w = c->pending;
   c->pending = c->pending_tail = NULL;
   while (w) {

@@ -48,7 +48,9 @@ typedef struct vl_dist_work vl_dist_work; /* an operation in flight */
 typedef struct vl_dist_info {
   bool initialized;
   int rank, size, local_rank, local_size;
-  const char *backend;  /* "mpi" or "local" (world size 1 without MPI) */
+  const char *backend;  /* "mpi" or "local" (world size 1 without MPI): the CPU tensors' */
+  const char *cuda_backend; /* "nccl" once made, "local" at world size 1 without MPI, else "none" */
+  int device;           /* this rank's CUDA device, -1 without one */
   const char *launcher; /* "Open MPI", "PMI", "Slurm", "torchrun" or "none" */
   int thread_level;     /* MPI's `provided` (MPI_THREAD_*), -1 without MPI */
   char host[64];
@@ -66,12 +68,22 @@ void vl_dist_get_info(vl_dist_info *out);
 /* Completes every handle still in flight, frees the world and calls MPI_Finalize (when this
  * process started MPI). A no-op when not initialised. */
 vl_status vl_dist_finalize(void);
-/* MPI_Abort(MPI_COMM_WORLD, code) when MPI is running (every rank of the job ends); returns
+/* Aborts the NCCL communicator (kernels waiting for another rank return), then
+ * MPI_Abort(MPI_COMM_WORLD, code) when MPI is running (every rank of the job ends); returns
  * otherwise, so the caller exits on its own. */
 void vl_dist_abort(int code);
+/* The watchdog's check, callable from another thread: true when a CUDA collective has been in
+ * flight longer than timeout_s or NCCL reported an asynchronous error; msg then names the
+ * operation and the communicator is aborted (the caller reports and ends the job). False
+ * without an NCCL communicator. */
+bool vl_dist_watch(double timeout_s, char *msg, size_t msg_size);
+/* The device a rank's CUDA collectives run on (its NCCL communicator's): the local rank modulo
+ * the visible devices; -1 without CUDA devices. dist.init makes it the 'cuda' default. */
+int vl_dist_device(void);
 
-/* Collectives. Every tensor is on the CPU in this phase (CUDA: VL_EUNSUPPORTED); any dtype; any
- * strides (non-contiguous ones are staged). Shapes that a rank can check alone are checked;
+/* Collectives. CPU tensors go through MPI, CUDA tensors through NCCL on this rank's device (the
+ * communicator is made at the first CUDA collective, by every rank; world size 1 without a
+ * launcher needs none); any dtype; any strides (non-contiguous ones are staged). Shapes that a rank can check alone are checked;
  * what needs the other ranks (every rank passing the same count and dtype) is the caller's
  * contract, as in MPI. */
 vl_status vl_dist_all_reduce(vl_comm *c, vl_tensor *t, vl_dist_op op, vl_dist_work **work);

@@ -1,6 +1,6 @@
 /* runtime/dist/internal.h: the backend interface behind runtime/dist/comm.h (comm.c is the front
- * end, mpi.c the MPI backend, local.c the world-size-1 one; NCCL comes as a fourth file filling
- * the VL_CUDA slot).
+ * end, mpi.c the MPI backend, local.c the world-size-1 one, kernels/cuda/cuda_nccl.cu the NCCL one
+ * filling the VL_CUDA slot).
  *
  * A backend receives contiguous buffers on its own device, of a dtype it declared it reduces
  * (reductions of f16/bf16 arrive as f32 unless native_half; VL_DIST_AVG arrives as VL_DIST_SUM
@@ -9,7 +9,14 @@
 #ifndef VL_DIST_INTERNAL_H
 #define VL_DIST_INTERNAL_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "runtime/dist/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct vl_comm_backend {
   const char *name;
@@ -29,6 +36,10 @@ typedef struct vl_comm_backend {
   vl_status (*wait)(vl_dist_work *w);
   vl_status (*test)(vl_dist_work *w, bool *done);
   void (*release)(vl_dist_work *w);
+  /* Optional (NULL: nothing to do): the front end's outermost group_start / group_end, before
+   * the group's operations are issued and before they are waited on (NCCL: ncclGroupStart/End). */
+  vl_status (*group_start)(vl_comm *c);
+  vl_status (*group_end)(vl_comm *c);
 } vl_comm_backend;
 
 #define VL_DIST_SIG 5 /* the collective, element count, dtype, reduction op, root */
@@ -70,4 +81,20 @@ vl_status vl_dist_mpi_stop(void *impl, bool owns);
 bool vl_dist_mpi_finalized(void);
 void vl_dist_mpi_abort(int code);
 
+/* kernels/cuda/cuda_nccl.cu (builds with CUDA): the backend; the unique id rank 0 makes and MPI
+ * broadcasts; the communicator of (rank, size) on `device`; its end (abort: without waiting);
+ * the watchdog's check (true: an operation is overdue or NCCL failed asynchronously; msg says
+ * which, and the communicator is aborted). */
+#define VL_NCCL_ID_BYTES 128
+#ifdef VL_HAVE_CUDA
+const vl_comm_backend *vl_dist_nccl_backend(void);
+vl_status vl_nccl_unique_id(uint8_t id[VL_NCCL_ID_BYTES]);
+vl_status vl_nccl_create(int rank, int size, const uint8_t id[VL_NCCL_ID_BYTES], int device, void **impl);
+vl_status vl_nccl_destroy(void *impl, bool abort);
+bool vl_nccl_watch(void *impl, double timeout_s, char *msg, size_t msg_size);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,9 +1,10 @@
 /* runtime/dist/local.c: the world-size-1 backend (no launcher, or a build without MPI): every
  * reduction, broadcast and barrier of one rank is the identity, a gather or scatter of one block
- * a copy. Ops complete when started. send/recv never get here: the front end refuses a peer
- * that is this rank, and there is no other. */
+ * a copy (on the current stream for CUDA tensors). Ops complete when started. send/recv never get
+ * here: the front end refuses a peer that is this rank, and there is no other. */
 #include <string.h>
 
+#include "runtime/core/cuda.h"
 #include "runtime/dist/internal.h"
 
 static vl_status l_none(vl_comm *c, vl_tensor *buf, vl_dist_op op, vl_dist_work *w) { return VL_OK; }
@@ -13,8 +14,15 @@ static vl_status l_reduce(vl_comm *c, vl_tensor *buf, int root, vl_dist_op op, v
 /* Contiguous buffers of one dtype and equal element counts (the front end checked them). */
 static vl_status l_copy(vl_tensor *out, vl_tensor *in) {
   size_t n = (size_t)vl_tensor_numel(in) * vl_dtype_size(in->dtype);
-  if (n) memmove(vl_tensor_data(out), vl_tensor_data(in), n);
-  return VL_OK;
+  if (!n) return VL_OK;
+  vl_device dev = out->storage->device;
+  if (dev.type == VL_CPU) {
+    memmove(vl_tensor_data(out), vl_tensor_data(in), n);
+    return VL_OK;
+  }
+  void *stream = NULL;
+  VL_TRY(vl_cuda_current_stream(dev.index, &stream));
+  return vl_memcpy(vl_tensor_data(out), dev, vl_tensor_data(in), in->storage->device, n, stream, false);
 }
 static vl_status l_all_gather(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_dist_work *w) { return l_copy(out, in); }
 static vl_status l_reduce_scatter(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_dist_op op, vl_dist_work *w) {

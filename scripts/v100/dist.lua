@@ -10,8 +10,9 @@
 --   local dp = dist.DataParallel(model)           -- bucketed, overlapped gradient all-reduce;
 --                                                 -- dp:finish() after backward (dist_parallel.lua)
 --
--- Ranks are 0-based, as in MPI and PyTorch (rank 0 is the main rank). Tensors are CPU tensors of
--- any dtype in this phase (CUDA tensors: "not yet: NCCL comes in a later phase"). Every rank must
+-- Ranks are 0-based, as in MPI and PyTorch (rank 0 is the main rank). Tensors of any dtype: CPU
+-- tensors go through MPI, CUDA tensors through NCCL on this rank's device (dist.init makes it
+-- the 'cuda' default: the local rank modulo the visible GPUs). Every rank must
 -- call the same collectives in the same order with the same element counts and dtypes, as in MPI.
 -- The C side is bindings/l_dist.c over runtime/dist/comm.h.
 local core = require 'v100.core'
@@ -53,7 +54,9 @@ dist.world_size = dist.size
 function dist.local_rank() return _dist.info().local_rank end
 function dist.local_size() return _dist.info().local_size end
 function dist.is_main() return _dist.info().rank == 0 end
--- {initialized, rank, size, local_rank, local_size, backend = 'mpi'|'local'|'none',
+-- {initialized, rank, size, local_rank, local_size, backend = 'mpi'|'local'|'none' (CPU tensors'),
+--  cuda_backend = 'nccl'|'local'|'none' (CUDA tensors'; 'nccl' from the first CUDA collective),
+--  device = 'cuda:N' (this rank's GPU; absent without one),
 --  launcher = 'Open MPI'|'PMI'|'Slurm'|'torchrun'|'none', host, thread_level}
 function dist.info() return _dist.info() end
 
