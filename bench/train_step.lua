@@ -35,7 +35,10 @@ local opts, parser = recipe.options{
   { '--layout', 'nhwc', 'ResNet-50 activation layout', { 'nchw', 'nhwc' } },
   { '--tf32', 'on', 'f32 GEMMs and convolutions on TF32 tensor cores', { 'on', 'off' } },
   { '--device', nil, 'cpu, cuda or cuda:N (default: cuda:0 when a GPU is present, else cpu)', recipe.device },
+  { '--dp', 'off', 'wrap the model in dist.DataParallel (its overhead; under mpirun: data-parallel)', { 'on', 'off' } },
 }
+local dist = require 'v100.dist'
+if opts.dp == 'on' then dist.init() end
 local dev = opts.device or v100.device()
 if opts.graph == 'on' and not dev:match('^cuda') then parser:error("option '--graph' on needs a CUDA device, got " .. dev) end
 v100.set_allow_tf32(opts.tf32 == 'on')
@@ -89,6 +92,13 @@ else
   end
 end
 model:train()
+-- DataParallel: the loss functions above call `model`, which now is the wrapper (it forwards to
+-- the module); its buckets are all-reduced during backward and finished by the stepper.
+local dp = nil
+if opts.dp == 'on' then
+  dp = dist.DataParallel(model)
+  model = dp
+end
 -- The stepper's batch arguments (refilled into static copies under a graph); the losses read the
 -- model's fixed synthetic inputs directly.
 local dummy_x, dummy_y = v100.zeros({ 1 }, { device = dev }), v100.zeros({ 1 }, { device = dev })
@@ -96,7 +106,7 @@ local dummy_x, dummy_y = v100.zeros({ 1 }, { device = dev }), v100.zeros({ 1 }, 
 -- The step as the recipes take it (v100.train.stepper): eager, or captured after the warm-up and
 -- replayed with its static inputs (here the fixed synthetic batch itself).
 local step = train.stepper{ opt = opt, policy = policy, scaler = scaler, graph = capturable, warmup = opts.warmup,
-  loss = function() return loss_fn() end }
+  dp = dp, loss = function() return loss_fn() end }
 local run = function() return step(dummy_x, dummy_y) end
 if not capturable then
   for _ = 1, opts.warmup do run() end
@@ -122,8 +132,8 @@ else
 end
 local lv = loss:item()
 if lv ~= lv then error('train_step.lua: the loss is NaN') end
-local name = string.format('train_%s_%s_%s_%s', opts.model:gsub('-', '_'), opts.amp, opts.dtype,
-  capturable and 'graph' or 'eager')
+local name = string.format('train_%s_%s_%s_%s%s', opts.model:gsub('-', '_'), opts.amp, opts.dtype,
+  capturable and 'graph' or 'eager', dp and '_dp' or '')
 print(string.format('# %s batch %d%s, loss %.4f, %s', opts.model, batch,
   opts.model == 'resnet50' and (', ' .. opts.layout) or (', seq ' .. opts.seq), lv,
   capturable and 'graphed' or 'eager'))

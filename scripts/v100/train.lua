@@ -105,12 +105,15 @@ end
 --   policy     optional amp.policy: its autocast wraps loss (O1); O2/O3 models are converted by
 --              the recipe beforehand
 --   scaler     optional amp.Scaler (fp16): backward, unscale + step skipped on inf/NaN, update
+--   dp         optional dist.DataParallel of the model: dp:finish() between backward and the
+--              optimizer (the averaged gradients; with a scaler, before its unscale and check,
+--              so every rank skips together)
 --   graph      true: the first call copies its batch into static tensors, captures the step
 --              (after `warmup` eager iterations on that batch, default 3) and every call then
 --              refills the static tensors and replays; batches must keep their shape
 -- The returned loss is the caller's to close (under a graph, a view of the graph's output).
 function train.stepper(spec)
-  local opt, sched, policy, scaler = spec.opt, spec.sched, spec.policy, spec.scaler
+  local opt, sched, policy, scaler, dp = spec.opt, spec.sched, spec.policy, spec.scaler, spec.dp
   local loss_fn = assert(spec.loss, 'train.stepper: loss is required')
   assert(opt, 'train.stepper: opt is required')
   local function forward(xb, yb)
@@ -122,10 +125,12 @@ function train.stepper(spec)
     opt:zero_grad()
     if scaler then
       scaler:backward(loss)
+      if dp then dp:finish() end
       scaler:step(opt)
       scaler:update()
     else
       loss:backward()
+      if dp then dp:finish() end
       opt:step()
     end
     return loss

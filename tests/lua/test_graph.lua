@@ -148,4 +148,23 @@ T.test('train.stepper: eager steps with a policy and a scaler equal the hand-wri
     'train.stepper: graph = true needs an optimizer made with capturable = true')
 end)
 
+T.test('train.stepper with dp: DataParallel finished between backward and the step (world size 1 = plain)', function()
+  local train = require 'v100.train'
+  local dist = require 'v100.dist'
+  dist.init()
+  local a, b = model_pair()
+  local x, y = v100.randn({ 8, 5 }), v100.randn({ 8, 3 })
+  local dp = dist.DataParallel(b)
+  local oa = optim.SGD(a:parameters(), { lr = 0.1, momentum = 0.9 })
+  local ob = optim.SGD(b:parameters(), { lr = 0.1, momentum = 0.9 })
+  local step = train.stepper { opt = ob, dp = dp, loss = function(xb, yb) return nn.F.mse_loss(dp(xb), yb) end }
+  for _ = 1, 3 do
+    oa:zero_grad()
+    nn.F.mse_loss(a(x), y):backward()
+    oa:step()
+    step(x, y) -- without dp:finish() the next dp(x) would raise "the previous backward was not finished"
+  end
+  params_equal(b, a, 'stepper with dp')
+end)
+
 T.run()
