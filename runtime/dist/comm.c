@@ -223,7 +223,12 @@ static vl_status ensure_cuda(const char *op, vl_comm *c) {
     if (vl_nccl_unique_id(b) == VL_OK) b[VL_NCCL_ID_BYTES] = 1;
     else snprintf(why, sizeof why, "%s", vl_errmsg());
   }
+  /* Completed now, also when the first CUDA collective is inside a group (a grouped broadcast
+   * would only be queued until the group ends). */
+  int depth = c->group_depth;
+  c->group_depth = 0;
   vl_status s = vl_dist_broadcast(c, t, 0, NULL);
+  c->group_depth = depth;
   uint8_t id[VL_NCCL_ID_BYTES];
   bool ok = s == VL_OK && b[VL_NCCL_ID_BYTES] == 1;
   memcpy(id, b, sizeof id);
