@@ -65,6 +65,8 @@ function M.finish_bucket(dp, b)
   b.pshard.grad = b.gshard
 end
 
+local STATE_KEYS = {'momentum_buffer', 'exp_avg', 'exp_avg_sq', 'master'} -- as optim's state_dict
+
 local ZO = {}
 ZO.__name = 'v100.dist.ZeroOptimizer'
 
@@ -153,14 +155,14 @@ end
 function ZO:state_numel()
   local n = 0
   for _, st in pairs(self.inner.state) do
-    for _, k in ipairs({'momentum_buffer', 'exp_avg', 'exp_avg_sq', 'master'}) do
+    for _, k in ipairs(STATE_KEYS) do
       if st[k] ~= nil then n = n + st[k]:numel() end
     end
   end
   return n
 end
 
--- Each rank saves its own shard's state (no gather): {zero = 1, world =, rank =, shards =
+-- Each rank saves its own shard's state (no gather; full_state_dict below gathers): {zero = 1, world =, rank =, shards =
 -- {numel per bucket}, optimizer = the shard optimizer's state_dict()}. Loading needs the same
 -- world size, rank and bucket layout (the same model and bucket_mb).
 function ZO:state_dict()
@@ -188,6 +190,124 @@ function ZO:load_state_dict(sd)
     error(string.format('ZeRO-1 load_state_dict: the state has %d shards, this optimizer %d', #sd.shards, #dp.buckets), 2)
   end
   self.inner:load_state_dict(sd.optimizer)
+end
+
+-- opt:clip_grad_norm(max_norm): optim.clip_grad_norm over the whole model's averaged gradient,
+-- which under ZeRO-1 exists only as the ranks' shards (the parameters' .grad are local). The
+-- squared norms of this rank's shards (the padding is zeros) are all-reduced, every rank scales
+-- its shards by min(1, max_norm / (norm + 1e-6)); returns the norm (a 0-dim f32 tensor), the same
+-- on every rank. Collective: call it on every rank, after dp:finish(), before opt:step().
+function ZO:clip_grad_norm(max_norm)
+  if type(max_norm) ~= 'number' or not (max_norm > 0) then
+    error('ZeRO-1 clip_grad_norm: max_norm must be a positive number, got ' .. tostring(max_norm), 2)
+  end
+  local dp = self.dp
+  if dp._active then
+    error('ZeRO-1 clip_grad_norm: the last backward was not finished: call dp:finish() first', 2)
+  end
+  local total = v100.no_grad(function()
+    local sq = v100.zeros({1}, {device = dp.buckets[1] and dp.buckets[1].device or 'cpu'})
+    for _, b in ipairs(dp.buckets) do sq:add_(b.gshard:float():square():sum():to(sq.device)) end
+    dist.all_reduce(sq, {op = 'sum'})
+    local norm = sq:sqrt()
+    local coef = (max_norm / (norm + 1e-6)):clamp(nil, 1.0)
+    for _, b in ipairs(dp.buckets) do b.gshard:mul_(coef:to({device = b.device, dtype = b.dtype})) end
+    return norm:reshape({})
+  end)
+  return total
+end
+
+-- The model's parameters in model:parameters() order, and each one's 1-based index there.
+local function model_index(dp)
+  local list, idx = dp.module:parameters(), {}
+  for i, p in ipairs(list) do idx[p] = i end
+  return list, idx
+end
+
+-- opt:full_state_dict(): the state_dict() that optim.SGD / optim.AdamW on model:parameters()
+-- would have (one group; indices in model:parameters() order), every state buffer all-gathered
+-- from the shards: the same table on every rank (save it from rank 0). It loads into a plain
+-- optimizer, or with load_full_state_dict into ZeRO-1 at any world size. Collective.
+function ZO:full_state_dict()
+  local dp = self.dp
+  local list, idx = model_index(dp)
+  local inner = self.inner:state_dict()
+  local pg = {}
+  for k, v in pairs(inner.param_groups[1]) do pg[k] = v end
+  pg.params = {}
+  for i = 1, #list do pg.params[i] = i end
+  local sd = {state = {}, param_groups = {pg}, master_weights = inner.master_weights,
+    stochastic_rounding = inner.stochastic_rounding, rounding_seed = inner.rounding_seed}
+  v100.no_grad(function()
+    for bi, b in ipairs(dp.buckets) do
+      local st = inner.state[bi]
+      -- every rank has stepped every shard the same number of times (the step is collective)
+      if st ~= nil then
+        for k, p in ipairs(b.params) do sd.state[idx[p]] = {step = st.step} end
+        for _, key in ipairs(STATE_KEYS) do
+          if st[key] ~= nil then
+            local full = dist.all_gather(st[key])
+            for k, p in ipairs(b.params) do
+              sd.state[idx[p]][key] = full:narrow(1, b.offsets[k] + 1, p:numel()):reshape(p.shape):clone()
+            end
+          end
+        end
+      end
+    end
+  end)
+  return sd
+end
+
+-- opt:load_full_state_dict(sd): the state of full_state_dict() (of any world size) or of a plain
+-- optimizer over model:parameters() with one param group: this rank takes its shard of every
+-- buffer; the group's hyper-parameters are loaded too.
+function ZO:load_full_state_dict(sd)
+  local dp = self.dp
+  if type(sd) ~= 'table' or type(sd.param_groups) ~= 'table' or type(sd.state) ~= 'table' then
+    error('ZeRO-1 load_full_state_dict: expected a table from full_state_dict() or an optimizer state_dict()', 2)
+  end
+  if #sd.param_groups ~= 1 then
+    error(string.format('ZeRO-1 load_full_state_dict: the state has %d param groups; ZeRO-1 has one', #sd.param_groups), 2)
+  end
+  local list, idx = model_index(dp)
+  if #sd.param_groups[1].params ~= #list then
+    error(string.format('ZeRO-1 load_full_state_dict: the state has %d parameters, the model %d',
+      #sd.param_groups[1].params, #list), 2)
+  end
+  local pg = {}
+  for k, v in pairs(sd.param_groups[1]) do pg[k] = v end
+  pg.params = {}
+  local inner = {state = {}, param_groups = {pg}, rounding_seed = sd.rounding_seed}
+  v100.no_grad(function()
+    for bi, b in ipairs(dp.buckets) do
+      pg.params[bi] = bi
+      local st
+      for k, p in ipairs(b.params) do
+        local e = sd.state[sd.param_groups[1].params[idx[p]]]
+        if e ~= nil then
+          st = st or {step = e.step}
+          for _, key in ipairs(STATE_KEYS) do
+            local t = e[key]
+            if t ~= nil then
+              if t:numel() ~= p:numel() then
+                error(string.format('ZeRO-1 load_full_state_dict: %s of parameter %d has %d elements, the parameter %d',
+                  key, idx[p], t:numel(), p:numel()), 0)
+              end
+              st[key] = st[key] or v100.zeros({b.flat:numel()}, {dtype = t.dtype, device = b.device})
+              st[key]:narrow(1, b.offsets[k] + 1, p:numel()):copy_(t:reshape({-1}))
+            end
+          end
+        end
+      end
+      if st ~= nil then
+        for _, key in ipairs(STATE_KEYS) do
+          if st[key] ~= nil then st[key] = st[key]:narrow(1, b.shard_offset + 1, b.shard_numel):clone() end
+        end
+        inner.state[bi] = st
+      end
+    end
+  end)
+  self.inner:load_state_dict(inner)
 end
 
 -- Everything else is the shard optimizer's: param_groups (schedules set their lr), state,

@@ -248,6 +248,90 @@ T.test('state_dict is per rank; loading it resumes the same trajectory', functio
   dp:remove()
 end)
 
+T.test('clip_grad_norm: the norm of the whole averaged gradient, and the same clipped steps', function()
+  local model, x, y = setup(37)
+  local dp = dist.DataParallel(model, {zero = 1, bucket_mb = 0.0001})
+  local ref = copy_of(model)
+  local opt = dp:zero_optimizer('SGD', {lr = 0.1, momentum = 0.9})
+  local ropt = optim.SGD(ref:parameters(), {lr = 0.1, momentum = 0.9})
+  local xs, ys = shard(x, n, r), shard(y, n, r)
+  for step = 1, 4 do
+    opt:zero_grad()
+    F.mse_loss(dp(xs), ys):backward()
+    dp:finish()
+    local norm = opt:clip_grad_norm(0.05)
+    ref:zero_grad()
+    F.mse_loss(ref(x), y):backward()
+    local rnorm = optim.clip_grad_norm(ref:parameters(), 0.05)
+    T.eq(norm.ndim, 0, 'a 0-dim tensor')
+    T.close(norm:item(), rnorm:item(), 1e-5, 1e-7, 'step ' .. step .. ': the global norm')
+    if step == 1 then T.ok(rnorm:item() > 0.05, 'the clip is active: ' .. rnorm:item()) end
+    opt:step()
+    ropt:step()
+  end
+  compare(model, ref, 1e-5, 'clipped')
+  T.raises(function() opt:clip_grad_norm(0) end, 'max_norm must be a positive number')
+  dp:remove()
+end)
+
+T.test('full_state_dict: the unsharded state; it loads into a plain optimizer and back at this world size', function()
+  local model, x, y = setup(41)
+  local dp = dist.DataParallel(model, {zero = 1, bucket_mb = 0.0001})
+  local ref = copy_of(model)
+  local o = {lr = 0.01, weight_decay = 0.05}
+  local opt = dp:zero_optimizer('AdamW', o)
+  local ropt = optim.AdamW(ref:parameters(), o)
+  local xs, ys = shard(x, n, r), shard(y, n, r)
+  local function steps(k)
+    for _ = 1, k do
+      opt:zero_grad()
+      F.mse_loss(dp(xs), ys):backward()
+      dp:finish()
+      opt:step()
+      ref:zero_grad()
+      F.mse_loss(ref(x), y):backward()
+      ropt:step()
+    end
+  end
+  steps(3)
+  local full, rsd = opt:full_state_dict(), ropt:state_dict()
+  T.eq(#full.param_groups, 1)
+  T.eq(full.param_groups[1].params, rsd.param_groups[1].params, 'indices in model:parameters() order')
+  T.eq(full.param_groups[1].lr, 0.01)
+  for i, e in pairs(rsd.state) do
+    T.eq(full.state[i].step, e.step, 'step of parameter ' .. i)
+    T.allclose(full.state[i].exp_avg, e.exp_avg, 1e-5, 1e-6, 'exp_avg of parameter ' .. i)
+    T.allclose(full.state[i].exp_avg_sq, e.exp_avg_sq, 1e-5, 1e-8, 'exp_avg_sq of parameter ' .. i)
+    T.eq(full.state[i].exp_avg.shape, e.exp_avg.shape)
+  end
+  -- a plain optimizer on a copy of the model continues from the gathered state like ZeRO-1 does
+  local twin = copy_of(model)
+  local topt = optim.AdamW(twin:parameters(), o)
+  topt:load_state_dict(full)
+  -- and a second ZeRO-1 optimizer loads the reference's plain state
+  local model2 = copy_of(ref)
+  local dp2 = dist.DataParallel(model2, {zero = 1}) -- another bucket layout: one bucket
+  local opt2 = dp2:zero_optimizer('AdamW', o)
+  opt2:load_full_state_dict(rsd)
+  steps(2)
+  for _ = 1, 2 do
+    twin:zero_grad()
+    F.mse_loss(twin(x), y):backward()
+    topt:step()
+    opt2:zero_grad()
+    F.mse_loss(dp2(xs), ys):backward()
+    dp2:finish()
+    opt2:step()
+  end
+  compare(twin, ref, 1e-5, 'plain optimizer from full_state_dict')
+  compare(model2, ref, 1e-5, 'ZeRO-1 from a plain state_dict')
+  T.raises(function() opt2:load_full_state_dict({state = {}, param_groups = {{params = {}}, {params = {}}}}) end,
+    'the state has 2 param groups; ZeRO-1 has one')
+  T.raises(function() opt2:load_full_state_dict({state = {}, param_groups = {{params = {1}}}}) end,
+    'the state has 1 parameters, the model 6')
+  dp:remove(); dp2:remove()
+end)
+
 T.test('argument errors', function()
   local model = setup(1)
   T.raises(function() dist.DataParallel(model, {zero = 2}) end, 'zero = 2 (sharded gradients or parameters) is not supported')
