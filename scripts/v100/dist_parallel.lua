@@ -16,6 +16,9 @@
 -- ranks, and a bucket that completes early waits for the lower ones. finish() issues the
 -- buckets whose parameters got no gradient (unused in this backward: zeros, as PyTorch's
 -- find_unused_parameters), waits, and copies the averaged buckets back into every .grad.
+-- With {zero = 1} (ZeRO stage 1, scripts/v100/dist_zero.lua) the buckets are padded to a multiple
+-- of the world size and reduce-scattered instead: each rank gets its shard of the average, which
+-- the optimizer from dp:zero_optimizer() steps before all-gathering the parameters.
 local v100 = require 'v100'
 local dist = require 'v100.dist'
 
@@ -30,7 +33,7 @@ local function fail(fmt, ...) error('DataParallel: ' .. string.format(fmt, ...),
 
 -- The buckets: parameters in reverse registration order, grouped by (device, dtype) runs, a new
 -- bucket when the next one would exceed cap bytes (a parameter larger than cap gets its own).
-local function make_buckets(named, cap)
+local function make_buckets(named, cap, pad)
   local buckets, cur = {}, nil
   for i = #named, 1, -1 do
     local name, p = named[i][1], named[i][2]
@@ -47,13 +50,15 @@ local function make_buckets(named, cap)
     end
   end
   for _, b in ipairs(buckets) do
-    b.flat = v100.zeros({b.numel}, {dtype = b.dtype, device = b.device})
+    -- ZeRO-1: zeros up to a multiple of the world size (pad), so that the shards are equal
+    b.flat = v100.zeros({(b.numel + pad - 1) // pad * pad}, {dtype = b.dtype, device = b.device})
   end
   return buckets
 end
 
 -- dist.DataParallel(model, opts): opts.bucket_mb (default 25), opts.compress (nil, 'bf16' or
--- 'fp16': the bucket is cast for the wire, summed in that dtype, cast back, then averaged).
+-- 'fp16': the bucket is cast for the wire, summed in that dtype, cast back, then averaged),
+-- opts.zero (nil or 0: every rank holds the whole optimizer; 1: ZeRO stage 1, dp:zero_optimizer).
 function M.DataParallel(model, opts)
   if type(model) ~= 'table' or type(model.named_parameters) ~= 'function' then
     fail('model must be an nn module (with named_parameters), got a %s', type(model))
@@ -67,9 +72,17 @@ function M.DataParallel(model, opts)
     wire = WIRE[opts.compress]
     if not wire then fail("compress must be nil, 'bf16' or 'fp16', got %s", tostring(opts.compress)) end
   end
+  local zero = opts.zero
+  if zero ~= nil and zero ~= 0 and zero ~= 1 then
+    if zero == 2 or zero == 3 then
+      fail('zero = %d (sharded gradients or parameters) is not supported: only zero = 1 (sharded optimizer state)', zero)
+    end
+    fail('zero must be nil, 0 or 1, got %s', tostring(zero))
+  end
+  zero = zero == 1
   if not dist.is_initialized() then dist.init() end
   local self = setmetatable({module = model, world = dist.size(), compress = opts.compress,
-    wire = wire, bucket_mb = mb, events = {}, _sync = true, _hooks = {}}, DP)
+    wire = wire, bucket_mb = mb, zero = zero, events = {}, _sync = true, _hooks = {}}, DP)
   local named = model:named_parameters()
   -- Every rank starts from rank 0's parameters (and buffers: running statistics).
   v100.no_grad(function()
@@ -78,7 +91,8 @@ function M.DataParallel(model, opts)
       for _, e in ipairs(model:named_buffers()) do dist.broadcast(e[2], {src = 0}) end
     end
   end)
-  self.buckets = make_buckets(named, math.max(1, math.floor(mb * 1024 * 1024)))
+  self.buckets = make_buckets(named, math.max(1, math.floor(mb * 1024 * 1024)), zero and self.world or 1)
+  if zero then require('v100.dist_zero').setup(self) end
   for bi, b in ipairs(self.buckets) do
     for k, p in ipairs(b.params) do
       local slot = b.flat:narrow(1, b.offsets[k] + 1, p:numel())
@@ -124,6 +138,7 @@ function DP:_issue(bi)
     buf = v100.no_grad(function() return b.flat:to(self.wire) end)
     b.wire_buf = buf
   end
+  if self.zero then return require('v100.dist_zero').issue(self, bi, buf) end
   self.events[#self.events + 1] = {'allreduce', bi}
   b.handle = dist.all_reduce(buf, {op = 'sum', async = true})
   b.issued = true
@@ -145,12 +160,16 @@ function DP:finish()
     end
     self._next = #self.buckets + 1
     for _, b in ipairs(self.buckets) do
-      b.handle:wait()
-      if b.wire_buf then b.flat:copy_(b.wire_buf) end
-      if self.world > 1 then b.flat:mul_(1 / self.world) end
-      for k, p in ipairs(b.params) do
-        local avg = b.flat:narrow(1, b.offsets[k] + 1, p:numel()):view(p.shape)
-        if p.grad then p.grad:copy_(avg) else p.grad = avg:clone() end
+      if self.zero then
+        require('v100.dist_zero').finish_bucket(self, b) -- the shard's .grad; p.grad stays local
+      else
+        b.handle:wait()
+        if b.wire_buf then b.flat:copy_(b.wire_buf) end
+        if self.world > 1 then b.flat:mul_(1 / self.world) end
+        for k, p in ipairs(b.params) do
+          local avg = b.flat:narrow(1, b.offsets[k] + 1, p:numel()):view(p.shape)
+          if p.grad then p.grad:copy_(avg) else p.grad = avg:clone() end
+        end
       end
     end
   end)
@@ -158,6 +177,10 @@ function DP:finish()
   return self
 end
 DP.sync = DP.finish
+
+-- ZeRO-1 (DataParallel(model, {zero = 1})): the optimizer over this rank's shards, kind 'SGD' or
+-- 'AdamW' with that optimizer's options; its step() all-gathers the parameters.
+function DP:zero_optimizer(kind, opts) return require('v100.dist_zero').optimizer(self, kind, opts) end
 
 -- no_sync(fn, ...): runs fn (forward and backward of micro-batches) without any all-reduce; the
 -- gradients accumulate in .grad locally, and the next backward outside no_sync reduces the sum.

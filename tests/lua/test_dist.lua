@@ -210,4 +210,30 @@ T.test('DataParallel at world size 1: the identity wrapper', function()
   dp:remove()
 end)
 
+T.test('DataParallel zero = 1 at world size 1: one shard, the same steps as AdamW alone', function()
+  local nn, optim = require 'v100.nn', require 'v100.optim'
+  v100.manual_seed(4)
+  local model = nn.Sequential(nn.Linear(4, 5), nn.Linear(5, 3))
+  v100.manual_seed(4)
+  local ref = nn.Sequential(nn.Linear(4, 5), nn.Linear(5, 3))
+  local x, y = v100.randn({6, 4}), v100.randn({6, 3})
+  local dp = dist.DataParallel(model, {zero = 1, bucket_mb = 0.00005})
+  local opt = dp:zero_optimizer('AdamW', {lr = 0.01})
+  local ropt = optim.AdamW(ref:parameters(), {lr = 0.01})
+  for _ = 1, 3 do
+    opt:zero_grad(); ref:zero_grad()
+    nn.F.mse_loss(dp(x), y):backward()
+    dp:finish()
+    opt:step()
+    nn.F.mse_loss(ref(x), y):backward()
+    ropt:step()
+  end
+  local rp = ref:parameters()
+  for i, p in ipairs(model:parameters()) do T.allclose(p, rp[i], 0, 0, 'same as without the wrapper') end
+  for _, b in ipairs(dp.buckets) do T.eq(b.shard_numel, b.numel, 'world size 1: no padding, one shard') end
+  T.eq(opt:state_numel(), 2 * (4 * 5 + 5 + 5 * 3 + 3), 'the whole state on the one rank')
+  T.ok(tostring(opt):find('ZeRO-1 AdamW (rank 0 of 1', 1, true), tostring(opt))
+  dp:remove()
+end)
+
 T.run()
