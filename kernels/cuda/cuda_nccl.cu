@@ -102,9 +102,17 @@ static ncclRedOp_t nccl_op(vl_dist_op op, vl_dtype dt) {
   }
 }
 
-/* Before an operation on t: t is on the communicator's device; the communicator's stream waits
- * for the caller's current stream; the request exists and is in the in-flight list. */
-static vl_status begin(vl_comm *c, vl_tensor *t, vl_dist_work *w, vl_nccl **out, nccl_req **rq) {
+/* Before an operation on t with data of dtype dt: its NCCL type; t is on the communicator's
+ * device; the communicator's stream waits for the caller's current stream; the request exists
+ * and is in the in-flight list. */
+typedef struct nccl_call {
+  vl_nccl *n;
+  nccl_req *r;
+  ncclDataType_t ty;
+} nccl_call;
+
+static vl_status begin(vl_comm *c, vl_tensor *t, vl_dtype dt, vl_dist_work *w, nccl_call *k) {
+  VL_TRY(nccl_type(w->op, dt, &k->ty));
   vl_nccl *n = nc_of(c);
   if (n->aborted) return vl_fail(VL_ENCCL, "%s: the NCCL communicator was aborted", w->op);
   if (t && t->storage->device.index != n->device) {
@@ -134,13 +142,15 @@ static vl_status begin(vl_comm *c, vl_tensor *t, vl_dist_work *w, vl_nccl **out,
   n->inflight = r;
   pthread_mutex_unlock(&n->lock);
   w->impl = r;
-  *out = n;
-  *rq = r;
+  k->n = n;
+  k->r = r;
   return VL_OK;
 }
 
 /* After the NCCL call: `done` is recorded now, or at group_end inside a group. */
-static vl_status end(vl_nccl *n, nccl_req *r, vl_dist_work *w) {
+static vl_status end(const nccl_call *k, vl_dist_work *w) {
+  vl_nccl *n = k->n;
+  nccl_req *r = k->r;
   if (n->group_depth > 0) {
     if (n->ngrouped == VL_NCCL_MAX_GROUP)
       return vl_fail(VL_EINVAL, "%s: more than %d operations in one group", w->op, VL_NCCL_MAX_GROUP);
@@ -155,81 +165,60 @@ static vl_status end(vl_nccl *n, nccl_req *r, vl_dist_work *w) {
 }
 
 static vl_status n_all_reduce(vl_comm *c, vl_tensor *buf, vl_dist_op op, vl_dist_work *w) {
-  vl_nccl *n;
-  nccl_req *r;
-  ncclDataType_t ty;
-  VL_TRY(nccl_type(w->op, buf->dtype, &ty));
-  VL_TRY(begin(c, buf, w, &n, &r));
+  nccl_call k;
+  VL_TRY(begin(c, buf, buf->dtype, w, &k));
   void *p = vl_tensor_data(buf);
-  NCCL_TRY(w->op, ncclAllReduce(p, p, (size_t)vl_tensor_numel(buf), ty, nccl_op(op, buf->dtype), n->comm, n->stream));
-  return end(n, r, w);
+  NCCL_TRY(w->op, ncclAllReduce(p, p, (size_t)vl_tensor_numel(buf), k.ty, nccl_op(op, buf->dtype), k.n->comm, k.n->stream));
+  return end(&k, w);
 }
 
 static vl_status n_broadcast(vl_comm *c, vl_tensor *buf, int root, vl_dist_work *w) {
-  vl_nccl *n;
-  nccl_req *r;
-  ncclDataType_t ty;
-  VL_TRY(nccl_type(w->op, buf->dtype, &ty));
-  VL_TRY(begin(c, buf, w, &n, &r));
+  nccl_call k;
+  VL_TRY(begin(c, buf, buf->dtype, w, &k));
   void *p = vl_tensor_data(buf);
-  NCCL_TRY(w->op, ncclBroadcast(p, p, (size_t)vl_tensor_numel(buf), ty, root, n->comm, n->stream));
-  return end(n, r, w);
+  NCCL_TRY(w->op, ncclBroadcast(p, p, (size_t)vl_tensor_numel(buf), k.ty, root, k.n->comm, k.n->stream));
+  return end(&k, w);
 }
 
 static vl_status n_reduce(vl_comm *c, vl_tensor *buf, int root, vl_dist_op op, vl_dist_work *w) {
-  vl_nccl *n;
-  nccl_req *r;
-  ncclDataType_t ty;
-  VL_TRY(nccl_type(w->op, buf->dtype, &ty));
-  VL_TRY(begin(c, buf, w, &n, &r));
+  nccl_call k;
+  VL_TRY(begin(c, buf, buf->dtype, w, &k));
   void *p = vl_tensor_data(buf);
   /* recvbuff is significant at the root only: in place there, and never written elsewhere. */
-  NCCL_TRY(w->op, ncclReduce(p, p, (size_t)vl_tensor_numel(buf), ty, nccl_op(op, buf->dtype), root, n->comm, n->stream));
-  return end(n, r, w);
+  NCCL_TRY(w->op, ncclReduce(p, p, (size_t)vl_tensor_numel(buf), k.ty, nccl_op(op, buf->dtype), root, k.n->comm, k.n->stream));
+  return end(&k, w);
 }
 
 static vl_status n_all_gather(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_dist_work *w) {
-  vl_nccl *n;
-  nccl_req *r;
-  ncclDataType_t ty;
-  VL_TRY(nccl_type(w->op, in->dtype, &ty));
-  VL_TRY(begin(c, out, w, &n, &r));
-  NCCL_TRY(w->op, ncclAllGather(vl_tensor_data(in), vl_tensor_data(out), (size_t)vl_tensor_numel(in), ty, n->comm,
-                                n->stream));
-  return end(n, r, w);
+  nccl_call k;
+  VL_TRY(begin(c, out, in->dtype, w, &k));
+  NCCL_TRY(w->op, ncclAllGather(vl_tensor_data(in), vl_tensor_data(out), (size_t)vl_tensor_numel(in), k.ty, k.n->comm,
+                                k.n->stream));
+  return end(&k, w);
 }
 
 static vl_status n_reduce_scatter(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_dist_op op, vl_dist_work *w) {
-  vl_nccl *n;
-  nccl_req *r;
-  ncclDataType_t ty;
-  VL_TRY(nccl_type(w->op, in->dtype, &ty));
-  VL_TRY(begin(c, out, w, &n, &r));
-  NCCL_TRY(w->op, ncclReduceScatter(vl_tensor_data(in), vl_tensor_data(out), (size_t)vl_tensor_numel(out), ty,
-                                    nccl_op(op, in->dtype), n->comm, n->stream));
-  return end(n, r, w);
+  nccl_call k;
+  VL_TRY(begin(c, out, in->dtype, w, &k));
+  NCCL_TRY(w->op, ncclReduceScatter(vl_tensor_data(in), vl_tensor_data(out), (size_t)vl_tensor_numel(out), k.ty,
+                                    nccl_op(op, in->dtype), k.n->comm, k.n->stream));
+  return end(&k, w);
 }
 
 static vl_status n_send(vl_comm *c, vl_tensor *buf, int peer, int tag, vl_dist_work *w) {
   (void)tag;
-  vl_nccl *n;
-  nccl_req *r;
-  ncclDataType_t ty;
-  VL_TRY(nccl_type(w->op, buf->dtype, &ty));
-  VL_TRY(begin(c, buf, w, &n, &r));
-  NCCL_TRY(w->op, ncclSend(vl_tensor_data(buf), (size_t)vl_tensor_numel(buf), ty, peer, n->comm, n->stream));
-  return end(n, r, w);
+  nccl_call k;
+  VL_TRY(begin(c, buf, buf->dtype, w, &k));
+  NCCL_TRY(w->op, ncclSend(vl_tensor_data(buf), (size_t)vl_tensor_numel(buf), k.ty, peer, k.n->comm, k.n->stream));
+  return end(&k, w);
 }
 
 static vl_status n_recv(vl_comm *c, vl_tensor *buf, int peer, int tag, vl_dist_work *w) {
   (void)tag;
-  vl_nccl *n;
-  nccl_req *r;
-  ncclDataType_t ty;
-  VL_TRY(nccl_type(w->op, buf->dtype, &ty));
-  VL_TRY(begin(c, buf, w, &n, &r));
-  NCCL_TRY(w->op, ncclRecv(vl_tensor_data(buf), (size_t)vl_tensor_numel(buf), ty, peer, n->comm, n->stream));
-  return end(n, r, w);
+  nccl_call k;
+  VL_TRY(begin(c, buf, buf->dtype, w, &k));
+  NCCL_TRY(w->op, ncclRecv(vl_tensor_data(buf), (size_t)vl_tensor_numel(buf), k.ty, peer, k.n->comm, k.n->stream));
+  return end(&k, w);
 }
 
 /* The front end runs barriers on the CPU backend; this one is only reached through that slot. */

@@ -117,24 +117,24 @@ template <typename P, typename A>
 struct vl_mt_store {
   static VL_DEV P f(A x, const vl_mt_hp<A> &, uint32_t, int64_t) { return vl_conv<P>::f(x); }
 };
-template <>
-struct vl_mt_store<__half, float> {
-  static VL_DEV __half f(float x, const vl_mt_hp<float> &h, uint32_t tensor, int64_t e) {
-    const __half r = __float2half_rn(x);
+VL_DEV uint16_t vl_half_bits(__half h) { return __half_as_ushort(h); }
+VL_DEV uint16_t vl_half_bits(__nv_bfloat16 h) { return __bfloat16_as_ushort(h); }
+VL_DEV void vl_half_from_bits(uint16_t b, __half *h) { *h = __ushort_as_half(b); }
+VL_DEV void vl_half_from_bits(uint16_t b, __nv_bfloat16 *h) { *h = __ushort_as_bfloat16(b); }
+template <typename H, int BF16>
+struct vl_mt_store_half {
+  static VL_DEV H f(float x, const vl_mt_hp<float> &h, uint32_t tensor, int64_t e) {
+    H r = vl_conv<H>::f(x);
     if (!h.sround) return r;
     const uint32_t u = vl_sround_random(h.sround_seed, h.step, tensor, (uint64_t)e);
-    return __ushort_as_half(vl_sround_bits(x, __half_as_ushort(r), 0, u));
+    vl_half_from_bits(vl_sround_bits(x, vl_half_bits(r), BF16, u), &r);
+    return r;
   }
 };
 template <>
-struct vl_mt_store<__nv_bfloat16, float> {
-  static VL_DEV __nv_bfloat16 f(float x, const vl_mt_hp<float> &h, uint32_t tensor, int64_t e) {
-    const __nv_bfloat16 r = __float2bfloat16_rn(x);
-    if (!h.sround) return r;
-    const uint32_t u = vl_sround_random(h.sround_seed, h.step, tensor, (uint64_t)e);
-    return __ushort_as_bfloat16(vl_sround_bits(x, __bfloat16_as_ushort(r), 1, u));
-  }
-};
+struct vl_mt_store<__half, float> : vl_mt_store_half<__half, 0> {};
+template <>
+struct vl_mt_store<__nv_bfloat16, float> : vl_mt_store_half<__nv_bfloat16, 1> {};
 
 struct vl_mt_add {
   template <typename T>

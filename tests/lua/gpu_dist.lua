@@ -119,6 +119,31 @@ T.test('DataParallel on CUDA = plain training (world size 1), overlap recorded',
     'bucket 1 is issued before the first layer\'s hooks have run')
 end)
 
+T.test('ZeRO-1 on CUDA (reduce-scatter, all-gather on the device) = plain AdamW at world size 1', function()
+  local function build()
+    v100.manual_seed(4)
+    return nn.Sequential(nn.Linear(16, 33), nn.Tanh(), nn.Linear(33, 5)):cuda()
+  end
+  local model, ref = build(), build()
+  local x, y = v100.randn({ 8, 16 }, { device = 'cuda' }), v100.randn({ 8, 5 }, { device = 'cuda' })
+  local dp = dist.DataParallel(model, { zero = 1, bucket_mb = 0.001 })
+  local opt = dp:zero_optimizer('AdamW', { lr = 0.01 })
+  local ropt = optim.AdamW(ref:parameters(), { lr = 0.01 })
+  for _ = 1, 4 do
+    opt:zero_grad()
+    ref:zero_grad()
+    nn.F.mse_loss(dp(x), y):backward()
+    dp:finish()
+    opt:step()
+    nn.F.mse_loss(ref(x), y):backward()
+    ropt:step()
+  end
+  local rp = ref:parameters()
+  for i, p in ipairs(model:parameters()) do T.tensor_eq(p, rp[i], 'ZeRO-1 parameter ' .. i) end
+  T.eq(opt:state_numel(), 2 * (16 * 33 + 33 + 33 * 5 + 5), 'the whole state on the one rank')
+  dp:remove()
+end)
+
 -- Alone only: launch `mpirun -np 1` on a script whose all-reduce waits behind a 6 s kernel on the
 -- current stream, with V100LUA_NCCL_TIMEOUT=1: the watchdog must end the job non-zero within
 -- seconds, naming the operation, instead of letting it wait.

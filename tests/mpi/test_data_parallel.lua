@@ -14,37 +14,16 @@ dist.init()
 local r, n = dist.rank(), dist.size()
 T.ok(n >= 2, 'run under mpirun with 2 or more ranks (got ' .. n .. ')')
 
-local MLP = nn.Module:extend('MLP')
-function MLP:init()
-  self.fc1 = nn.Linear(5, 7)
-  self.fc2 = nn.Linear(7, 6)
-  self.fc3 = nn.Linear(6, 3)
-end
-function MLP:forward(x) return self.fc3(self.fc2(self.fc1(x):tanh()):tanh()) end
+local DPT = require 'dp_testlib'
+local MLP = DPT.mlp('MLP', 5, 7, 6, 3)
 
 local B = 12 -- the global batch: 12 splits into 2 and 3 shards (and 2 micro-batches of those)
 
 -- A model whose initial parameters differ between ranks (DataParallel must broadcast rank 0's),
 -- the data (the same on every rank), and a reference copy of rank 0's initial model.
-local function setup(seed)
-  v100.manual_seed(seed + 1000 * r)
-  local model = MLP()
-  v100.manual_seed(seed)
-  local x, y = v100.randn({B, 5}), v100.randn({B, 3})
-  return model, x, y
-end
-local function copy_of(model)
-  local ref = MLP()
-  local src = model:parameters()
-  v100.no_grad(function()
-    for i, p in ipairs(ref:parameters()) do p:copy_(src[i]) end
-  end)
-  return ref
-end
-local function shard(t, parts, idx) -- idx 0-based
-  local m = t.shape[1] // parts
-  return t:narrow(1, idx * m + 1, m)
-end
+local function setup(seed) return DPT.setup(MLP, seed, r, B, 5, 3) end
+local function copy_of(model) return DPT.copy_of(MLP, model) end
+local shard = DPT.shard
 
 local function train(dp_opts, steps)
   local model, x, y = setup(17)

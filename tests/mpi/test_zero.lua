@@ -15,35 +15,14 @@ dist.init()
 local r, n = dist.rank(), dist.size()
 T.ok(n >= 2, 'run under mpirun with 2 or more ranks (got ' .. n .. ')')
 
-local MLP = nn.Module:extend('ZMLP')
-function MLP:init()
-  self.fc1 = nn.Linear(5, 7) -- 35 + 7
-  self.fc2 = nn.Linear(7, 4) -- 28 + 4
-  self.fc3 = nn.Linear(4, 3) -- 12 + 3: 89 in all
-end
-function MLP:forward(x) return self.fc3(self.fc2(self.fc1(x):tanh()):tanh()) end
+local DPT = require 'dp_testlib'
+local MLP = DPT.mlp('ZMLP', 5, 7, 4, 3) -- 35 + 7, 28 + 4, 12 + 3: 89 parameters in all
 
 local B = 12
 
-local function setup(seed)
-  v100.manual_seed(seed + 1000 * r) -- different initial parameters per rank: rank 0's are broadcast
-  local model = MLP()
-  v100.manual_seed(seed)
-  local x, y = v100.randn({B, 5}), v100.randn({B, 3})
-  return model, x, y
-end
-local function copy_of(model)
-  local ref = MLP()
-  local src = model:parameters()
-  v100.no_grad(function()
-    for i, p in ipairs(ref:parameters()) do p:copy_(src[i]) end
-  end)
-  return ref
-end
-local function shard(t, parts, idx)
-  local m = t.shape[1] // parts
-  return t:narrow(1, idx * m + 1, m)
-end
+local function setup(seed) return DPT.setup(MLP, seed, r, B, 5, 3) end
+local function copy_of(model) return DPT.copy_of(MLP, model) end
+local shard = DPT.shard
 
 local KIND = {
   sgd = {'SGD', {lr = 0.1, momentum = 0.9}},

@@ -1,0 +1,46 @@
+-- tests/lua/dp_testlib.lua: what the DataParallel tests share (tests/mpi/test_data_parallel.lua
+-- and tests/mpi/test_zero.lua): a 3-layer tanh MLP class, a setup whose initial parameters
+-- differ between ranks (DataParallel must broadcast rank 0's) on data that is the same on every
+-- rank, a reference copy of a model, and a rank's shard of a batch.
+local v100 = require 'v100'
+local nn = require 'v100.nn'
+
+local M = {}
+
+-- An MLP class d1 -> d2 -> d3 -> d4 with tanh between the layers.
+function M.mlp(name, d1, d2, d3, d4)
+  local MLP = nn.Module:extend(name)
+  function MLP:init()
+    self.fc1 = nn.Linear(d1, d2)
+    self.fc2 = nn.Linear(d2, d3)
+    self.fc3 = nn.Linear(d3, d4)
+  end
+  function MLP:forward(x) return self.fc3(self.fc2(self.fc1(x):tanh()):tanh()) end
+  return MLP
+end
+
+-- model (seeded per rank), x [B, d_in] and y [B, d_out] (seeded alike on every rank)
+function M.setup(MLP, seed, rank, B, d_in, d_out)
+  v100.manual_seed(seed + 1000 * rank)
+  local model = MLP()
+  v100.manual_seed(seed)
+  local x, y = v100.randn({ B, d_in }), v100.randn({ B, d_out })
+  return model, x, y
+end
+
+function M.copy_of(MLP, model)
+  local ref = MLP()
+  local src = model:parameters()
+  v100.no_grad(function()
+    for i, p in ipairs(ref:parameters()) do p:copy_(src[i]) end
+  end)
+  return ref
+end
+
+-- rows idx * m + 1 .. (idx + 1) * m of t, m = rows / parts (idx 0-based)
+function M.shard(t, parts, idx)
+  local m = t.shape[1] // parts
+  return t:narrow(1, idx * m + 1, m)
+end
+
+return M
