@@ -43,4 +43,17 @@ function M.shard(t, parts, idx)
   return t:narrow(1, idx * m + 1, m)
 end
 
+-- After a skipped AMP step: one clean scaled step on this rank's (xs, ys) moves fc1's weight
+-- away from `before`, and every rank holds the same weight afterwards.
+function M.clean_amp_step(T, dist, model, before, dp, opt, scaler, xs, ys)
+  scaler:backward(nn.F.mse_loss(dp(xs), ys))
+  dp:finish()
+  scaler:step(opt)
+  scaler:update()
+  T.ok(not T.close(model.fc1.weight:sum():item(), before:sum():item(), 1e-9, 1e-9), 'a clean step moved the weights')
+  local g = dist.all_gather(model.fc1.weight:reshape({ 1, -1 }))
+  local r = dist.rank()
+  T.allclose(g:narrow(1, r + 1, 1), g:narrow(1, 1, 1), 0, 0, 'ranks agree after the clean step')
+end
+
 return M

@@ -24,6 +24,21 @@ local function setup(seed) return DPT.setup(MLP, seed, r, B, 5, 3) end
 local function copy_of(model) return DPT.copy_of(MLP, model) end
 local shard = DPT.shard
 
+-- k steps of the ZeRO-1 pair (dp, opt) on this rank's shard and of the reference (ref, ropt) on
+-- the whole batch.
+local function paired_steps(k, dp, opt, ref, ropt, x, y)
+  local xs, ys = shard(x, n, r), shard(y, n, r)
+  for _ = 1, k do
+    opt:zero_grad()
+    F.mse_loss(dp(xs), ys):backward()
+    dp:finish()
+    opt:step()
+    ref:zero_grad()
+    F.mse_loss(ref(x), y):backward()
+    ropt:step()
+  end
+end
+
 local KIND = {
   sgd = {'SGD', {lr = 0.1, momentum = 0.9}},
   adamw = {'AdamW', {lr = 0.01, weight_decay = 0.05}},
@@ -37,16 +52,7 @@ local function train(kind, dp_opts, steps)
   local name, o = KIND[kind][1], KIND[kind][2]
   local opt = dp:zero_optimizer(name, o)
   local ropt = optim[name](ref:parameters(), o)
-  local xs, ys = shard(x, n, r), shard(y, n, r)
-  for _ = 1, steps do
-    opt:zero_grad()
-    F.mse_loss(dp(xs), ys):backward()
-    dp:finish()
-    opt:step()
-    ref:zero_grad()
-    F.mse_loss(ref(x), y):backward()
-    ropt:step()
-  end
+  paired_steps(steps, dp, opt, ref, ropt, x, y)
   dp:remove()
   return model, ref, dp, opt, ropt
 end
@@ -179,13 +185,7 @@ T.test('AMP: an inf in one rank shard makes every rank skip the step', function(
   T.allclose(model.fc1.weight, before, 0, 0, 'the step was skipped on every rank')
   T.eq(scaler:get_scale(), 512.0, 'every rank backed off')
   opt:zero_grad()
-  scaler:backward(F.mse_loss(dp(shard(x, n, r)), shard(y, n, r)))
-  dp:finish()
-  scaler:step(opt)
-  scaler:update()
-  T.ok(not T.close(model.fc1.weight:sum():item(), before:sum():item(), 1e-9, 1e-9), 'a clean step moved the weights')
-  local g = dist.all_gather(model.fc1.weight:reshape({1, -1}))
-  T.allclose(g:narrow(1, r + 1, 1), g:narrow(1, 1, 1), 0, 0, 'ranks agree after the clean step')
+  DPT.clean_amp_step(T, dist, model, before, dp, opt, scaler, shard(x, n, r), shard(y, n, r))
   dp:remove()
 end)
 
@@ -261,17 +261,7 @@ T.test('full_state_dict: the unsharded state; it loads into a plain optimizer an
   local opt = dp:zero_optimizer('AdamW', o)
   local ropt = optim.AdamW(ref:parameters(), o)
   local xs, ys = shard(x, n, r), shard(y, n, r)
-  local function steps(k)
-    for _ = 1, k do
-      opt:zero_grad()
-      F.mse_loss(dp(xs), ys):backward()
-      dp:finish()
-      opt:step()
-      ref:zero_grad()
-      F.mse_loss(ref(x), y):backward()
-      ropt:step()
-    end
-  end
+  local function steps(k) paired_steps(k, dp, opt, ref, ropt, x, y) end
   steps(3)
   local full, rsd = opt:full_state_dict(), ropt:state_dict()
   T.eq(#full.param_groups, 1)
