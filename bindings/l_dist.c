@@ -15,8 +15,8 @@
  * The NCCL watchdog is a host thread started by the first init on a machine with a GPU: every
  * second it asks runtime/dist whether a CUDA collective has been in flight longer than
  * V100LUA_NCCL_TIMEOUT seconds (default 600; 0 turns the watchdog off) or NCCL failed
- * asynchronously; then it prints the rank, host and operation, and ends the whole job (the
- * runtime has aborted the communicator, so no rank stays in a kernel). */
+ * asynchronously; then it prints the rank, host and operation, and ends the whole job at once
+ * (MPI_Abort; ending a process ends its kernels, so no rank stays in a kernel). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
@@ -187,8 +187,7 @@ static void *watchdog(void *arg) {
     vl_dist_get_info(&i);
     fprintf(stderr, "[rank %d %s] v100lua: NCCL watchdog: %s; ending the job\n", i.rank, i.host, msg);
     fflush(stderr);
-    vl_dist_abort(EXIT_FAILURE); /* MPI_Abort: every rank */
-    _exit(EXIT_FAILURE);         /* without MPI */
+    vl_dist_kill(EXIT_FAILURE); /* MPI_Abort: every rank; no teardown that could wait on the GPU */
   }
   return NULL;
 }

@@ -74,8 +74,10 @@ for step in $steps; do
         # --report-api-errors no: memcheck is for device memory errors; every CUDA API return code is
         # checked by our code already, and some tests provoke API errors on purpose (bad launch
         # configurations, v100.kernel's parameter probing), which would count as errors here.
+        # --target-processes application-only: a test's own child jobs (gpu_dist's watchdog job
+        # under mpirun) run as they would for a user; under memcheck that child hung for 60 s.
         ( timeout "${MEMCHECK_TIMEOUT:-300}" /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 99 \
-            $api_flag \
+            --target-processes application-only $api_flag \
             "$V" "$f" >"$OUT/memcheck_$n.log" 2>&1; echo "rc=$?" >>"$OUT/memcheck_$n.log" ) &
         pids+=($!)
       done

@@ -84,9 +84,9 @@ else
     log="$OUT/memcheck-$(basename "$t").log"
     if [[ "$t" == *.lua ]]; then
       LUA_PATH="$ROOT/tests/lua/?.lua;;" run_step "$name" "$log" \
-        "$SAN" --tool memcheck --error-exitcode 99 "$BUILD/v100lua" "$t"
+        "$SAN" --tool memcheck --error-exitcode 99 --target-processes application-only "$BUILD/v100lua" "$t"
     else
-      run_step "$name" "$log" "$SAN" --tool memcheck --error-exitcode 99 "$t"
+      run_step "$name" "$log" "$SAN" --tool memcheck --error-exitcode 99 --target-processes application-only "$t"
     fi
   done
 fi

@@ -58,6 +58,7 @@ typedef struct vl_nccl {
   pthread_mutex_t lock; /* the in-flight list, read by the watchdog thread */
   nccl_req *inflight;
   bool aborted;
+  bool reported; /* the watchdog reported this communicator (once) */
 } vl_nccl;
 
 struct nccl_req {
@@ -399,11 +400,14 @@ extern "C" vl_status vl_nccl_destroy(void *impl, bool abort) {
 }
 
 /* The watchdog's question, safe from another thread: is an operation older than timeout_s
- * unfinished, or did NCCL report an asynchronous error? Then msg says which, the communicator is
- * aborted (so the process can exit instead of hanging in a kernel), and true is returned. */
+ * unfinished, or did NCCL report an asynchronous error? Then msg says which and true is returned,
+ * once. The communicator is not aborted here: ncclCommAbort frees device memory, which waits for
+ * every kernel of the device, and the kernel that is stuck need not be NCCL's (measured on the
+ * H200: behind a 6 s compute kernel the report came 6 s late). The caller ends the process, which
+ * ends its kernels with it. */
 extern "C" bool vl_nccl_watch(void *impl, double timeout_s, char *msg, size_t msg_size) {
   vl_nccl *n = (vl_nccl *)impl;
-  if (!n || n->aborted) return false;
+  if (!n || n->aborted || n->reported) return false;
   ncclResult_t async = ncclSuccess;
   bool bad = false;
   if (ncclCommGetAsyncError(n->comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
@@ -429,9 +433,6 @@ extern "C" bool vl_nccl_watch(void *impl, double timeout_s, char *msg, size_t ms
     }
     pthread_mutex_unlock(&n->lock);
   }
-  if (bad) {
-    (void)ncclCommAbort(n->comm);
-    n->aborted = true;
-  }
+  if (bad) n->reported = true;
   return bad;
 }

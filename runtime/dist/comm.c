@@ -377,6 +377,11 @@ void vl_dist_abort(int code) {
   vl_dist_mpi_abort(code);
 }
 
+void vl_dist_kill(int code) {
+  vl_dist_mpi_abort(code);
+  _exit(code);
+}
+
 /* ---- validation and staging ---- */
 
 static vl_status world_of(const char *op, vl_comm **c) {

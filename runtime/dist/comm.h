@@ -72,6 +72,10 @@ vl_status vl_dist_finalize(void);
  * MPI_Abort(MPI_COMM_WORLD, code) when MPI is running (every rank of the job ends); returns
  * otherwise, so the caller exits on its own. */
 void vl_dist_abort(int code);
+/* For the watchdog thread: MPI_Abort(MPI_COMM_WORLD, code) when MPI is running, else _exit(code),
+ * with no teardown first. The main thread may be inside the runtime or waiting on a stuck kernel,
+ * and freeing anything on the device would wait for that kernel. Does not return. */
+void vl_dist_kill(int code);
 /* The watchdog's check, callable from another thread: true when a CUDA collective has been in
  * flight longer than timeout_s or NCCL reported an asynchronous error; msg then names the
  * operation and the communicator is aborted (the caller reports and ends the job). False
