@@ -9,7 +9,11 @@ TF32 allowed for convolutions and matmuls (the recipe's --tf32 on). Eager mode, 
 Prints one line per epoch and `BENCH fashion_resnet_torch_<layout> <images/s> images/s`, the
 median over the epochs after the first (which includes cuDNN's algorithm search).
 
-usage: python3 bench/fashion_resnet.py --root DIR [--epochs 3] [--layout nchw|nhwc]
+With --amp fp16|bf16 the forward runs under torch.autocast (fp16 with a GradScaler), as
+recipes/resnet50.lua's --amp O1; the run ends with the test accuracy (10000 images) and
+`total time: N s` (training, all epochs), for the recipe's time-to-accuracy comparison.
+
+usage: python3 bench/fashion_resnet.py --root DIR [--epochs 3] [--layout nchw|nhwc] [--amp off|fp16|bf16]
 """
 import argparse
 import gzip
@@ -75,7 +79,10 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw")
+    ap.add_argument("--amp", choices=["off", "fp16", "bf16"], default="off")
     args = ap.parse_args()
+    amp_dtype = {"off": None, "fp16": torch.float16, "bf16": torch.bfloat16}[args.amp]
+    scaler = torch.amp.GradScaler("cuda", enabled=args.amp == "fp16")
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     dev = torch.device("cuda")
@@ -116,10 +123,12 @@ def main():
             xb = xb.gather(3, ci.view(B, 1, 1, 28).expand(B, 1, P, 28).contiguous())
             xb = xb.gather(2, ri.view(B, 1, 28, 1).expand(B, 1, 28, 28).contiguous())
             xb = xb.contiguous(memory_format=fmt)
-            loss = F.cross_entropy(model(xb), yb, label_smoothing=0.1)
+            with torch.autocast("cuda", dtype=amp_dtype or torch.float16, enabled=amp_dtype is not None):
+                loss = F.cross_entropy(model(xb).float(), yb, label_smoothing=0.1)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
             sched.step()
             loss_sum += loss.detach()
         torch.cuda.synchronize()
@@ -127,8 +136,19 @@ def main():
         rates.append(steps * args.batch / dt)
         print(f"epoch {epoch + 1}/{args.epochs}  loss {loss_sum.item() / steps:.4f}  time {dt:.1f} s  "
               f"images/s {rates[-1]:.0f}", flush=True)
+    timg = torch.from_numpy(idx(f"{args.root}/t10k-images-idx3-ubyte.gz").copy())
+    tlbl = torch.from_numpy(idx(f"{args.root}/t10k-labels-idx1-ubyte.gz").copy()).long().to(dev)
+    xte = ((timg.to(dev).float() / 255 - 0.2860) / 0.3530).unsqueeze(1).contiguous(memory_format=fmt)
+    model.eval()
+    correct = 0
+    with torch.no_grad(), torch.autocast("cuda", dtype=amp_dtype or torch.float16, enabled=amp_dtype is not None):
+        for i in range(0, xte.shape[0], 1000):
+            correct += (model(xte[i:i + 1000]).argmax(1) == tlbl[i:i + 1000]).sum().item()
     print(f"# torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}")
-    print(f"BENCH fashion_resnet_torch_{args.layout} {statistics.median(rates[1:] or rates):.6g} images/s", flush=True)
+    print(f"total time: {sum(steps * args.batch / r for r in rates):.1f} s (training, {args.epochs} epochs)")
+    print(f"test accuracy: {correct / xte.shape[0]:.4f}")
+    name = f"fashion_resnet_torch_{args.layout}" + ("" if args.amp == "off" else "_" + args.amp)
+    print(f"BENCH {name} {statistics.median(rates[1:] or rates):.6g} images/s", flush=True)
 
 
 if __name__ == "__main__":

@@ -53,17 +53,7 @@ local policy = amp.policy(opts.amp, { dtype = opts.dtype })
 -- O2/O3 models take half inputs; O0/O1 f32 (O1's autocast casts where it runs in half).
 local half_input = opts.amp == 'O2' or opts.amp == 'O3'
 
--- u8 N x 28 x 28 -> standardised f32 N x 1 x (28 + 2 pad) x ... on the device. The padding is
--- black (0) before standardising, as torchvision's RandomCrop(28, padding=2) pads the image.
-local function prepare(images, pad)
-  local n = images.shape[1]
-  local x = images
-  if pad > 0 then
-    x = v100.zeros({ n, SIZE + 2 * pad, SIZE + 2 * pad }, { dtype = 'u8' })
-    x:narrow(2, pad + 1, SIZE):narrow(3, pad + 1, SIZE):copy_(images)
-  end
-  return recipe.standardise(x:to(dev)):unsqueeze(2):contiguous()
-end
+local function prepare(images, pad) return recipe.pad_standardise(images, pad, dev) end
 
 local train_img, train_lbl = recipe.fashion_mnist('train', opts.root, opts.train_subset)
 local test_img, test_lbl = recipe.fashion_mnist('test', opts.root, opts.test_subset)
@@ -75,19 +65,7 @@ if steps_per_epoch == 0 then
   parser:error(('option \'--batch\' (%d) is larger than the training set (%d images)'):format(opts.batch, ntrain))
 end
 
--- Per-sample random 28x28 crop of the padded batch and a horizontal flip of half the samples,
--- as two gathers: columns first (offset dx, reversed when flipped), then rows (offset dy).
-local cols = v100.arange(0, SIZE, { device = dev }):view{ 1, SIZE }
-local function augment(xb)
-  local B, P = xb.shape[1], xb.shape[3]
-  local dx = (v100.rand({ B, 1 }, { device = dev }) * (2 * PAD + 1)):floor():long()
-  local dy = (v100.rand({ B, 1 }, { device = dev }) * (2 * PAD + 1)):floor():long()
-  local flip = v100.rand({ B, 1 }, { device = dev }):lt(0.5):long()
-  local ci = dx + cols + flip * ((SIZE - 1) - cols * 2) -- B x 28: dx + (flip ? 27 - w : w)
-  local ri = dy + cols                                  -- B x 28
-  local x = xb:gather(4, ci:view{ B, 1, 1, SIZE }:expand{ B, 1, P, SIZE }:contiguous())
-  return x:gather(3, ri:view{ B, 1, SIZE, 1 }:expand{ B, 1, SIZE, SIZE }:contiguous())
-end
+local function augment(xb) return recipe.crop_flip(xb, PAD, SIZE) end
 
 local function to_layout(x)
   if half_input then x = x:to(policy.dtype) end

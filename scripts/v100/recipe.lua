@@ -22,8 +22,11 @@ local recipe = {}
 --     { '--root', nil, 'data folder (default: ...)', argname = '<DIR>' },
 --   }
 --
--- The check is a list of choices or a table from recipe.integer / recipe.number / recipe.device;
--- a row without one takes any string (--root). Rows with a nil default are nil in opts unless
+-- The check is a list of choices or a table from recipe.integer / recipe.number / recipe.device
+-- (`auto = true` in their range also accepts the word auto: a default the recipe works out from
+-- the machine and the data, which its help text then states);
+-- a row without one takes any string (--root). A row whose default is false is a flag (no value:
+-- true when given, else false). Rows with a nil default are nil in opts unless
 -- given (their help text states what nil means). Keys of opts are the names without '--', '-'
 -- becoming '_' (opts.train_subset). Bad values, unknown options and stray arguments end the run through
 -- argparse: its usage line and "Error: option '--x' ..." on stderr, exit status 1; --help / -h
@@ -34,9 +37,11 @@ local function quote(s) return "'" .. tostring(s) .. "'" end
 -- An integer option, optionally bounded: recipe.integer{ min = 1 } ("a positive integer").
 function recipe.integer(range)
   local min, max = range and range.min, range and range.max
+  local auto = range and range.auto
   return {
     argname = '<N>',
     convert = function(s)
+      if auto and s == 'auto' then return 'auto' end
       local n = math.tointeger(tonumber(s))
       if not n or (min and n < min) or (max and n > max) then
         local want = 'an integer'
@@ -67,6 +72,7 @@ function recipe.number(range)
   return {
     argname = '<X>',
     convert = function(s)
+      if range.auto and s == 'auto' then return 'auto' end
       local x = tonumber(s)
       if not x or x ~= x or x == math.huge or x == -math.huge or
         (range.gt and x <= range.gt) or (range.min and x < range.min) or
@@ -87,6 +93,15 @@ recipe.device = {
   end,
 }
 
+-- The same, or the word auto (the recipe then picks the rank's GPU, or the CPU).
+recipe.device_auto = {
+  argname = '<DEV>',
+  convert = function(s)
+    if s == 'auto' then return s end
+    return recipe.device.convert(s)
+  end,
+}
+
 -- The argparse parser of a spec (see above); recipe.options parses arg with it, tests call
 -- parser:pparse(argv) to see an error without the exit.
 function recipe.parser(spec)
@@ -96,6 +111,12 @@ function recipe.parser(spec)
     local name, default, help, check = row[1], row[2], row[3], row[4]
     assert(type(name) == 'string' and name:match('^%-%-%w[%w%-]*$') and type(help) == 'string',
       'recipe.options: a row is { "--name", default, "help text", check }')
+    if default == false then
+      -- A flag: false unless given (no value).
+      assert(check == nil, 'recipe.options: a flag (default false) takes no check: ' .. name)
+      p:flag(name, help)
+      goto continue
+    end
     local o = p:option(name, help, default ~= nil and tostring(default) or nil)
     local argname = row.argname
     if type(check) == 'table' and check.convert then
@@ -112,6 +133,7 @@ function recipe.parser(spec)
       assert(check == nil, 'recipe.options: the check of ' .. name .. ' is a list of choices or a converter')
     end
     if argname then o:argname(argname) end
+    ::continue::
   end
   return p
 end
@@ -121,7 +143,14 @@ end
 -- than one option or the data.
 function recipe.options(spec, argv)
   local p = recipe.parser(spec)
-  return p:parse(argv or arg or {}), p
+  local opts = p:parse(argv or arg or {})
+  for _, row in ipairs(spec) do
+    if row[2] == false then
+      local key = row[1]:sub(3):gsub('%-', '_')
+      if opts[key] == nil then opts[key] = false end
+    end
+  end
+  return opts, p
 end
 
 -- ---- data ----
@@ -150,6 +179,33 @@ function recipe.to_device(images, labels, dev, shape)
   local x = recipe.standardise(images)
   if shape == 'flat' then x = x:reshape{ n, 28 * 28 } else x = x:unsqueeze(2):contiguous() end
   return x:to(dev), labels:long():to(dev)
+end
+
+-- u8 N x H x W images -> standardised f32 N x 1 x (H + 2 pad) x (W + 2 pad) on dev. The
+-- padding is black (0) before standardising, as torchvision's RandomCrop(size, padding=pad).
+function recipe.pad_standardise(images, pad, dev)
+  local n, h, w = images.shape[1], images.shape[2], images.shape[3]
+  local x = images
+  if pad > 0 then
+    x = v100.zeros({ n, h + 2 * pad, w + 2 * pad }, { dtype = 'u8' })
+    x:narrow(2, pad + 1, h):narrow(3, pad + 1, w):copy_(images)
+  end
+  return recipe.standardise(x:to(dev)):unsqueeze(2):contiguous()
+end
+
+-- A per-sample random size x size crop of the padded batch xb (B x 1 x P x P, P = size + 2 pad)
+-- and a horizontal flip of half the samples, on xb's device with v100's generator, as two
+-- gathers: columns first (offset dx, reversed when flipped), then rows (offset dy).
+function recipe.crop_flip(xb, pad, size)
+  local B, P, dev = xb.shape[1], xb.shape[3], xb.device
+  local cols = v100.arange(0, size, { device = dev }):view{ 1, size }
+  local dx = (v100.rand({ B, 1 }, { device = dev }) * (2 * pad + 1)):floor():long()
+  local dy = (v100.rand({ B, 1 }, { device = dev }) * (2 * pad + 1)):floor():long()
+  local flip = v100.rand({ B, 1 }, { device = dev }):lt(0.5):long()
+  local ci = dx + cols + flip * ((size - 1) - cols * 2) -- B x size: dx + (flip ? size-1 - w : w)
+  local ri = dy + cols                                  -- B x size
+  local x = xb:gather(4, ci:view{ B, 1, 1, size }:expand{ B, 1, P, size }:contiguous())
+  return x:gather(3, ri:view{ B, 1, size, 1 }:expand{ B, 1, size, size }:contiguous())
 end
 
 -- ---- evaluation ----

@@ -54,8 +54,10 @@ end
 
 -- Every option of each recipe, in --help order (the defaults are read from --help itself).
 local RECIPE_OPTIONS = {
-  ['recipes/resnet50.lua'] = { 'epochs', 'batch', 'lr', 'momentum', 'hidden', 'train-subset', 'device', 'seed',
-    'root', 'schedule' },
+  ['recipes/resnet50.lua'] = { 'data', 'arch', 'width', 'epochs', 'batch-size', 'lr', 'warmup-epochs',
+    'label-smoothing', 'weight-decay', 'momentum', 'optimizer', 'amp', 'dtype', 'layout', 'graph', 'workers',
+    'prefetch', 'image-size', 'val-resize', 'checkpoint-dir', 'checkpoint-every', 'keep', 'resume', 'evaluate', 'pretrained', 'seed', 'log-dir',
+    'log-interval', 'device', 'train-subset', 'val-subset', 'steps-per-epoch', 'eval-every', 'tf32' },
   ['recipes/fashion_cnn.lua'] = { 'epochs', 'batch', 'lr', 'momentum', 'width', 'dropout', 'train-subset',
     'test-subset', 'schedule', 'device', 'seed', 'root' },
   ['recipes/fashion_resnet.lua'] = { 'epochs', 'batch', 'lr', 'wd', 'smoothing', 'warmup-epochs', 'device', 'seed',
@@ -77,7 +79,10 @@ local function help_options(out)
       cur = nil
     end
   end
-  for _, o in ipairs(opts) do o.default = o.text:match('%(default: (.-)%)%s*$') end
+  for _, o in ipairs(opts) do
+    o.default = o.text:match('%(default: (.-)%)%s*$')
+    o.flag = not o.text:match('^   %-%-[%w%-]+ [<{]') -- a flag takes no value and has no default
+  end
   return opts
 end
 
@@ -90,7 +95,7 @@ T.test('recipes: --help lists every option with its default', function()
     local got = {}
     for i, o in ipairs(listed) do
       got[i] = o.name
-      T.ok(o.default and o.default ~= '', script .. ' --help: --' .. o.name .. ' shows no default: ' .. o.text)
+      T.ok(o.flag or (o.default and o.default ~= ''), script .. ' --help: --' .. o.name .. ' shows no default: ' .. o.text)
     end
     T.eq(got, names, script .. ': the options of --help')
   end
@@ -110,7 +115,7 @@ T.test('recipes: every default, given back on the command line, passes its own c
     for _, o in ipairs(help_options(T.run_binary(script .. ' --help'))) do
       -- --device's and --root's defaults are sentences or machine-dependent: give real values
       local v = o.name == 'device' and 'cpu' or o.name == 'root' and '/nonexistent' or o.default
-      args[#args + 1] = '--' .. o.name .. ' ' .. v
+      if not o.flag then args[#args + 1] = '--' .. o.name .. ' ' .. v end
     end
     -- --help last: argparse converts (and checks) each value as it reads it, then prints help
     local out, ok = T.run_binary(script .. ' ' .. table.concat(args, ' ') .. ' --help')
@@ -122,8 +127,11 @@ T.test('recipes: a bad value fails, naming the option, without a traceback', fun
   local cases = {
     { 'recipes/resnet50.lua --epochs zero', "option '--epochs' needs a positive integer, got 'zero'" },
     { 'recipes/resnet50.lua --no-such-option 1', "unknown option '--no-such-option'" },
-    { 'recipes/resnet50.lua --hidden 2.5', "option '--hidden' needs a positive integer, got '2.5'" },
-    { 'recipes/resnet50.lua --schedule sine', "argument for option '--schedule' must be one of 'cosine', 'constant'" },
+    { 'recipes/resnet50.lua --width 2.5', "option '--width' needs a positive integer, got '2.5'" },
+    { 'recipes/resnet50.lua --arch resnet20', "argument for option '--arch' must be one of 'auto', 'resnet18'" },
+    { 'recipes/resnet50.lua --resume', "option '--resume' needs --checkpoint-dir" },
+    { 'recipes/resnet50.lua --evaluate', "option '--evaluate' needs --pretrained FILE or --resume" },
+    { 'recipes/resnet50.lua --graph on --device cpu', "option '--graph' on needs a CUDA device, got cpu" },
     { 'recipes/fashion_cnn.lua --lr=0', "option '--lr' needs a finite number > 0, got '0'" },
     { 'recipes/fashion_cnn.lua --dropout 1', "option '--dropout' needs a finite number >= 0 and < 1, got '1'" },
     { 'recipes/fashion_cnn.lua --device gpu', "option '--device' is cpu, cuda or cuda:N, got 'gpu'" },
@@ -145,6 +153,28 @@ T.test('recipes: a bad value fails, naming the option, without a traceback', fun
     T.ok(out:find('^Usage: '), c[1] .. ': the usage line comes first:\n' .. out)
     T.ok(not out:find('traceback', 1, true), c[1] .. ': a traceback:\n' .. out)
   end
+end)
+
+T.test('recipe.options: flags (default false) and auto values', function()
+  local spec = {
+    name = 'x.lua',
+    { '--resume', false, 'continue' },
+    { '--epochs', 'auto', 'epochs; auto: 2', recipe.integer{ min = 1, auto = true } },
+    { '--wd', 'auto', 'weight decay; auto: 1e-4', recipe.number{ min = 0, auto = true } },
+    { '--device', 'auto', 'device', recipe.device_auto },
+  }
+  local o = recipe.options(spec, {})
+  T.eq({ o.resume, o.epochs, o.wd, o.device }, { false, 'auto', 'auto', 'auto' }, 'defaults')
+  o = recipe.options(spec, { '--resume', '--epochs', '3', '--wd', '0.5', '--device', 'cuda:1' })
+  T.eq({ o.resume, o.epochs, o.wd, o.device }, { true, 3, 0.5, 'cuda:1' }, 'given')
+  local p = recipe.parser(spec)
+  local ok, err = p:pparse({ '--epochs', 'many' })
+  T.ok(not ok and err:find("option '--epochs' needs a positive integer, got 'many'", 1, true), tostring(err))
+  ok, err = p:pparse({ '--device', 'gpu' })
+  T.ok(not ok and err:find("option '--device' is cpu, cuda or cuda:N, got 'gpu'", 1, true), tostring(err))
+  ok, err = p:pparse({ '--resume', 'yes' })
+  T.ok(not ok, 'a flag takes no value')
+  T.ok(not pcall(recipe.parser, { name = 'y.lua', { '--f', false, 'flag', recipe.integer{} } }), 'a flag with a check')
 end)
 
 T.test('recipe.options: one row per option gives the default, the type and the check', function()

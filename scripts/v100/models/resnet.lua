@@ -8,7 +8,9 @@
 -- Options: classes (alias num_classes, default 1000), small_input (default false: a 3x3
 -- stride-1 stem without max-pool instead of the 7x7 stride-2 conv and 3x3 stride-2 max-pool,
 -- for 28-32 px images), in_channels (default 3), zero_init_residual (default false: the last
--- BN of each residual branch starts at weight 0, so every block starts as the identity).
+-- BN of each residual branch starts at weight 0, so every block starts as the identity), width
+-- (default 64: the channels of the first stage; the stages have width, 2, 4 and 8 times it. A
+-- narrower network for CPUs; torchvision's names and structure either way).
 --
 -- This is ResNet v1.5, torchvision's: a Bottleneck puts its stride on the 3x3 conv (v1 put it on
 -- the first 1x1). Names: conv1, bn1, layer1.0.conv1, ..., layerN.0.downsample.0 (1x1 conv) and
@@ -94,21 +96,24 @@ function ResNet:init(block, layers, opts)
   local in_channels = opts.in_channels or 3
   assert(math.tointeger(classes) and classes > 0, 'ResNet: classes must be a positive integer')
   assert(math.tointeger(in_channels) and in_channels > 0, 'ResNet: in_channels must be a positive integer')
+  local w = opts.width or 64
+  assert(math.tointeger(w) and w > 0, 'ResNet: width must be a positive integer')
   self.small_input = opts.small_input and true or false
-  self.inplanes = 64
+  self.width = w
+  self.inplanes = w
   if self.small_input then
-    self.conv1 = nn.Conv2d(in_channels, 64, 3, { stride = 1, padding = 1, bias = false })
+    self.conv1 = nn.Conv2d(in_channels, w, 3, { stride = 1, padding = 1, bias = false })
   else
-    self.conv1 = nn.Conv2d(in_channels, 64, 7, { stride = 2, padding = 3, bias = false })
+    self.conv1 = nn.Conv2d(in_channels, w, 7, { stride = 2, padding = 3, bias = false })
   end
-  self.bn1 = nn.BatchNorm2d(64)
+  self.bn1 = nn.BatchNorm2d(w)
   if not self.small_input then self.maxpool = nn.MaxPool2d(3, { stride = 2, padding = 1 }) end
-  self.layer1 = self:_make_layer(block, 64, layers[1], 1)
-  self.layer2 = self:_make_layer(block, 128, layers[2], 2)
-  self.layer3 = self:_make_layer(block, 256, layers[3], 2)
-  self.layer4 = self:_make_layer(block, 512, layers[4], 2)
+  self.layer1 = self:_make_layer(block, w, layers[1], 1)
+  self.layer2 = self:_make_layer(block, 2 * w, layers[2], 2)
+  self.layer3 = self:_make_layer(block, 4 * w, layers[3], 2)
+  self.layer4 = self:_make_layer(block, 8 * w, layers[4], 2)
   self.avgpool = nn.AdaptiveAvgPool2d({ 1, 1 })
-  self.fc = nn.Linear(512 * block.expansion, classes)
+  self.fc = nn.Linear(8 * w * block.expansion, classes)
 
   for _, e in ipairs(self:named_modules()) do
     local m = e[2]
@@ -150,7 +155,10 @@ function ResNet:forward(x)
 end
 
 function ResNet:extra_repr()
-  return self.small_input and 'small_input=true' or ''
+  local parts = {}
+  if self.small_input then parts[#parts + 1] = 'small_input=true' end
+  if self.width ~= 64 then parts[#parts + 1] = 'width=' .. self.width end
+  return table.concat(parts, ', ')
 end
 
 local CONFIGS = {
