@@ -80,12 +80,7 @@ static int c_pid_alive(lua_State *L) {
 }
 
 static int c_is_dir(lua_State *L) {
-  char **names = NULL;
-  int n = 0;
-  /* opendir succeeds exactly for a (readable) directory */
-  vl_status s = vl_fs_list_dir(check_path(L, 1, "is_dir"), &names, &n);
-  vl_fs_free_list(names, n);
-  lua_pushboolean(L, s == VL_OK);
+  lua_pushboolean(L, vl_fs_is_dir(check_path(L, 1, "is_dir")));
   return 1;
 }
 

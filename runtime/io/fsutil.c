@@ -117,6 +117,11 @@ vl_status vl_fs_write_atomic(const char *path, const void *bytes, size_t n) {
   return s;
 }
 
+int vl_fs_is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 int vl_fs_pid_alive(long pid) {
   if (pid <= 0) return 0;
   return kill((pid_t)pid, 0) == 0 || errno == EPERM;

@@ -38,6 +38,9 @@ vl_status vl_fs_rename(const char *from, const char *to, int exchange);
  * rename, directory fsync). On failure path holds what it held before. */
 vl_status vl_fs_write_atomic(const char *path, const void *bytes, size_t n);
 
+/* 1 when path is a directory (symlinks followed), 0 otherwise (absent, a file, unreadable). */
+int vl_fs_is_dir(const char *path);
+
 /* 1 when the process exists (or exists but cannot be signalled), 0 when it does not. */
 int vl_fs_pid_alive(long pid);
 
