@@ -34,8 +34,9 @@
 -- depend on the rank count; only rank 0 writes; the others then learn from rank 0 whether the
 -- save worked and raise if not. A dist.DataParallel model is saved under its inner module's
 -- names. Every rank loads (ckpt.load reads files only) and restores its own model and
--- optimizer, ZeRO-1 taking its shard: N ranks' checkpoint loads on M ranks. The RNG state
--- saved is rank 0's.
+-- optimizer, ZeRO-1 taking its shard: N ranks' checkpoint loads on M ranks. Every rank's
+-- generator state is saved; restore gives each rank its own when the rank count is the same,
+-- rank 0's otherwise.
 local v100 = require 'v100'
 local fs = require('v100.core')._ckpt
 
@@ -173,7 +174,7 @@ local function prune(dir, keep, current)
 end
 
 -- Rank 0's part of save: everything that touches the file system.
-local function write(dir, name, o, m, osd)
+local function write(dir, name, o, m, osd, rngs)
   local fail_after = tonumber(os.getenv('V100LUA_CHECKPOINT_FAIL_AFTER') or '')
   local done = 0
   local function step_done(what)
@@ -202,21 +203,19 @@ local function write(dir, name, o, m, osd)
       tmeta.optimizer = fs.json_encode(rest)
     end
     if o.scaler then
-      for k, t in pairs(o.scaler:state_dict()) do tt['scaler.' .. k] = t end
-      tmeta.scaler = fs.json_encode({ keys = (function()
-        local ks = {}
-        for k in pairs(o.scaler:state_dict()) do ks[#ks + 1] = k end
-        table.sort(ks)
-        return ks
-      end)() })
+      local keys = {}
+      for k, t in pairs(o.scaler:state_dict()) do
+        tt['scaler.' .. k] = t
+        keys[#keys + 1] = k
+      end
+      table.sort(keys)
+      tmeta.scaler = fs.json_encode({ keys = keys })
     end
     v100.save_safetensors(join(tmp, TRAINING), tt, tmeta)
     step_done(TRAINING)
 
-    local seed, offset = v100.rng_state()
-    local _, world = rank_world()
     local meta = { format = FORMAT, version = VERSION, epoch = o.epoch or 0, step = o.step or 0, state = o.state or {},
-      rng = { seed = seed, offset = offset }, world_size = world, versions = v100.versions(),
+      rng = rngs[1], rng_ranks = rngs, world_size = #rngs, versions = v100.versions(),
       created = os.date('!%Y-%m-%dT%H:%M:%SZ'), files = { MODEL, TRAINING },
       optimizer = osd and o.optimizer.name or nil, scaler = o.scaler ~= nil }
     fs.write_atomic(join(tmp, META), fs.json_encode(meta, true) .. '\n')
@@ -254,9 +253,16 @@ function M.save(dir, o)
     if type(opt) ~= 'table' or type(opt.state_dict) ~= 'function' then fail('save: optimizer must be an optimizer, got %s', type(opt)) end
     osd = is_zero(opt) and opt:full_state_dict() or opt:state_dict()
   end
+  -- every rank's generator (ranks may draw different numbers: dropout seeded by rank)
+  local seed, offset = v100.rng_state()
+  local rngs = { { seed = seed, offset = offset } }
+  if world > 1 then
+    local all = require('v100.dist').all_gather(v100.tensor({ seed, offset }, { dtype = 'i64' })):reshape({ -1 }):totable()
+    for i = 1, world do rngs[i] = { seed = all[2 * i - 1], offset = all[2 * i] } end
+  end
   local name = string.format('epoch%d-step%d', o.epoch or 0, o.step or 0)
   local ok, res = true, join(dir, name)
-  if rank == 0 then ok, res = pcall(write, dir, name, o, m, osd) end
+  if rank == 0 then ok, res = pcall(write, dir, name, o, m, osd, rngs) end
   if world > 1 then
     -- the others wait for rank 0's outcome, so that nobody reads a checkpoint not yet in place
     local flag = v100.tensor({ ok and 1 or 0 }, { dtype = 'f32' })
@@ -380,7 +386,10 @@ function M.restore(c, o)
     if c.scaler_state == nil then fail('restore: %s holds no AMP scaler state', tfile) end
     naming(tfile, 'restore', o.scaler.load_state_dict, o.scaler, c.scaler_state)
   end
+  -- this rank's generator when the rank count is the one saved, else rank 0's
+  local rank, world = rank_world()
   local rng = c.meta.rng
+  if type(c.meta.rng_ranks) == 'table' and #c.meta.rng_ranks == world then rng = c.meta.rng_ranks[rank + 1] end
   if o.rng ~= false and type(rng) == 'table' and rng.seed ~= nil then v100.set_rng_state(rng.seed, rng.offset) end
   return c.epoch, c.step, c.state
 end

@@ -162,6 +162,27 @@ T.test('ZeRO-1: the full state is saved (no rank count in it), N -> 1 -> N, then
   dp2:remove()
 end)
 
+T.test("every rank's generator: restored per rank at the same rank count", function()
+  local m = MLP()
+  v100.manual_seed(500 + r) -- per-rank streams (dropout seeded by rank)
+  v100.randn({ 3 })
+  local dir = ROOT .. '/rng'
+  ckpt.save(dir, { model = m, epoch = 0, step = 1 })
+  local want = v100.randn({ 4 })
+  v100.manual_seed(1)
+  ckpt.restore(ckpt.load(dir), { model = m })
+  T.tensor_eq(v100.randn({ 4 }), want, 'rank ' .. r .. ' continues its own stream')
+  local meta = ckpt.load(dir).meta
+  T.eq(#meta.rng_ranks, n)
+  T.eq(meta.rng_ranks[r + 1].seed, 500 + r)
+  -- without the generator: rng = false leaves it alone
+  v100.manual_seed(7)
+  local a = v100.randn({ 2 })
+  v100.manual_seed(7)
+  ckpt.restore(ckpt.load(dir), { model = m, rng = false })
+  T.tensor_eq(v100.randn({ 2 }), a, 'rng = false')
+end)
+
 T.test('a save rank 0 cannot write fails on every rank', function()
   local m = MLP()
   -- a directory below a file: mkdir fails on rank 0; the others hear of it
