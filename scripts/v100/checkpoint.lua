@@ -26,7 +26,7 @@
 -- never missing) and dir fsync'd; only then is `latest` replaced (atomically, durably), and only
 -- after that are checkpoints beyond `keep` removed. A kill leaves at most a hidden directory,
 -- removed by the next save once its process is gone; `latest` and the checkpoint it names stay
--- loadable. V100LUA_CHECKPOINT_FAIL_AFTER=<n> raises after n of the five steps (model file,
+-- loadable. Pruning renames a checkpoint to a hidden name before removing it, for the same reason. V100LUA_CHECKPOINT_FAIL_AFTER=<n> raises after n of the five steps (model file,
 -- training file, meta.json, the rename into place, latest) for tests.
 --
 -- Distributed: ckpt.save is collective when the world size is above 1 (every rank calls it):
@@ -157,20 +157,28 @@ local function list_checkpoints(dir)
   return out
 end
 
--- Keeps `current` and the newest keep - 1 others.
+local function hidden_name(dir, name) return join(dir, string.format('.%s.v100tmp-%d', name, fs.pid())) end
+
+-- Keeps `current` and the newest keep - 1 others. A doomed checkpoint is first renamed to a
+-- hidden name, so that a kill half way through the removal leaves no incomplete checkpoint under
+-- a final name (the next save removes the hidden rest).
 local function prune(dir, keep, current)
   if keep == nil then return end
-  local kept, removed = 1, false
+  local kept, doomed = 1, {}
   for _, c in ipairs(list_checkpoints(dir)) do
     if c.name ~= current then
       if kept < keep then kept = kept + 1
       else
-        fs.remove_tree(join(dir, c.name))
-        removed = true
+        local hidden = hidden_name(dir, c.name)
+        fs.remove_tree(hidden)
+        fs.rename(join(dir, c.name), hidden)
+        doomed[#doomed + 1] = hidden
       end
     end
   end
-  if removed then fs.fsync_dir(dir) end
+  if #doomed == 0 then return end
+  fs.fsync_dir(dir)
+  for _, h in ipairs(doomed) do fs.remove_tree(h) end
 end
 
 -- Rank 0's part of save: everything that touches the file system.
@@ -186,7 +194,7 @@ local function write(dir, name, o, m, osd, rngs)
   mkdir_p(dir)
   remove_stale(dir)
   local final = join(dir, name)
-  local tmp = join(dir, string.format('.%s.v100tmp-%d', name, fs.pid()))
+  local tmp = hidden_name(dir, name)
   fs.remove_tree(tmp)
   fs.mkdir(tmp)
   local ok, err = pcall(function()

@@ -322,32 +322,37 @@ end)
 T.test('SIGKILL during saves of a large model: latest and every named checkpoint stay loadable', function()
   local dir = fresh_dir()
   local d = 1536 -- 9 MB of weights, 18 MB a checkpoint
-  local p = assert(io.popen(string.format("sh -c 'echo $$; exec %s %s %s %d 1 1000' 2>&1", q(T.binary()), q(child_file),
-    q(dir), d)))
-  local pid = math.tointeger(tonumber(p:read('l')))
-  T.ok(pid ~= nil, 'the child pid')
-  -- wait for the first complete checkpoint, then for a save in progress, and kill it there
-  local first = p:read('l')
-  T.eq(first, 'saved 1')
-  local seen = false
-  local t0 = v100.io.time()
-  while v100.io.time() - t0 < 30 do
-    if hidden_entries(dir) > 0 then seen = true break end
+  -- each round: a child saving steps base, base + 1, ... (keep = 2: pruning too), killed
+  -- `delay` seconds after a save in progress (a hidden directory) was seen
+  for round, delay in ipairs { 0, 0.01, 0.03, 0.07 } do
+    local base = 1000 * round
+    local p = assert(io.popen(string.format("sh -c 'echo $$; exec %s %s %s %d %d %d' 2>&1", q(T.binary()), q(child_file),
+      q(dir), d, base, base + 999)))
+    local pid = math.tointeger(tonumber(p:read('l')))
+    T.ok(pid ~= nil, 'the child pid')
+    T.eq(p:read('l'), 'saved ' .. base, 'the first save of round ' .. round)
+    local seen = false
+    local t0 = v100.io.time()
+    while v100.io.time() - t0 < 30 do
+      if hidden_entries(dir) > 0 then seen = true break end
+    end
+    t0 = v100.io.time()
+    while v100.io.time() - t0 < delay do end
+    os.execute('kill -9 ' .. pid)
+    p:read('a')
+    p:close()
+    T.ok(seen, 'caught a save in progress')
+    local c = check_consistent(dir)
+    T.ok(c.step >= base, 'latest is one of this round')
+    for _, e in ipairs(fs.list_dir(dir)) do
+      if e:match('^epoch') then check_consistent(dir .. '/' .. e) end
+    end
   end
-  os.execute('kill -9 ' .. pid)
-  p:read('a')
-  p:close()
-  T.ok(seen, 'caught a save in progress')
-  local c = check_consistent(dir)
-  T.ok(c.step >= 1)
-  for _, e in ipairs(fs.list_dir(dir)) do
-    if e:match('^epoch') then check_consistent(dir .. '/' .. e) end
-  end
-  -- the next save removes what the killed process left
-  local out, ok = run_child('', dir, 4, 2000, 2000)
+  -- the next save removes what the killed processes left
+  local out, ok = run_child('', dir, 4, 9000, 9000)
   T.ok(ok, out)
-  T.eq(hidden_entries(dir), 0, 'the stale temporary directory is gone')
-  check_consistent(dir, 2000)
+  T.eq(hidden_entries(dir), 0, 'the stale temporary directories are gone')
+  check_consistent(dir, 9000)
 end)
 
 T.test('keep = N removes the oldest after the pointer moved', function()
