@@ -381,5 +381,26 @@ T.test('isatty, makedirs, unix_time', function()
   T.ok(math.abs(t - os.time()) < 5, 'unix_time is the epoch clock')
 end)
 
+-- TensorBoard's own reader, where python3 has tensorboard (not on CI; V100_PYTHON picks the
+-- interpreter): tools/read_events.py reads the Logger's event file and checks each scalar
+-- against the JSON line of the same step.
+T.test('TensorBoard reads the event file (skipped without python3 tensorboard)', function()
+  local py = os.getenv('V100_PYTHON') or 'python3'
+  if not os.execute(py .. ' -c "import tensorboard" >/dev/null 2>&1') then
+    print('  (python3 without tensorboard: skipped)')
+    return
+  end
+  local dir = root .. '/tb'
+  local lg = log.Logger{dir = dir, rank = 0}
+  for s = 1, 4 do lg:log(s, {loss = 1 / s, lr = 0.1 * s, note = 'x'}, {split = 'train'}) end
+  lg:log(4, {top1 = 0.5, top5 = 0.875, nan = 0 / 0}, {split = 'val'})
+  lg:close()
+  local p = assert(io.popen(py .. " tools/read_events.py '" .. dir .. "' --jsonl '" .. dir .. "/metrics.jsonl' 2>&1"))
+  local out = p:read('a')
+  T.ok(p:close(), out)
+  T.ok(out:find('11 match, 0 mismatch', 1, true), out)
+  T.ok(out:find('4\tval/top5\t0.875'), out)
+end)
+
 os.execute("rm -rf '" .. root .. "'")
 T.run()
