@@ -281,7 +281,10 @@ function Logger:close()
   self.closed = true
   local f, w = self.file, self.writer
   self.file, self.writer = nil, nil
-  if f then f:close() end
+  -- From __gc the file and the writer may have been finalized first (Lua runs finalizers in
+  -- the reverse order of their marking): a closed file is left alone, the writer's close is
+  -- idempotent.
+  if f and io.type(f) == 'file' then f:close() end
   if w then w:close() end
 end
 Logger.__close = Logger.close
