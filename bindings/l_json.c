@@ -147,7 +147,7 @@ static cJSON *encode_table(enc *e, int idx, int depth) {
     keys[k].s = lua_tolstring(L, -1, &keys[k].n);
     k++;
   }
-  qsort(keys, nkeys, sizeof *keys, key_cmp);
+  if (nkeys) qsort(keys, nkeys, sizeof *keys, key_cmp); /* qsort(NULL, 0) is undefined */
   for (k = 0; k < nkeys; k++) {
     path_push(e, &saved, keys[k].s, keys[k].n, 0);
     if (check_string(e, keys[k].s, keys[k].n, "the key") != 0) break;
