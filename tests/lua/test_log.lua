@@ -233,6 +233,17 @@ T.test('Progress: off when stderr is not a terminal; on, it redraws one line wit
   local last = s:match('\r([^\r]*)\n$')
   T.ok(last:find('^epoch 1/90 %[=+%] 1000/1000 in %d%d:%d%d img/s 2500 loss 0.001'), last)
   T.ok(s:find('\repoch 1/90 [>', 1, true), 'the first draw has an empty bar')
+  -- enabled, to a pipe
+  local piped = root .. '/bar.pipe'
+  local pp = assert(io.popen("cat > '" .. piped .. "'", 'w'))
+  local pb = log.Progress{total = 2, label = 'p', enabled = true, out = pp, min_interval = 0}
+  pb:update(1)
+  pb:update(2)
+  pb:finish()
+  pp:close()
+  local ps = read(piped)
+  T.eq(select(2, ps:gsub('\r', '')), 3)
+  T.ok(ps:find('^\rp %[===============>              %] 1/2 ETA %d%d:%d%d'), ps)
   -- a disabled bar writes nothing even with an out
   local g = assert(io.open(root .. '/bar2.out', 'w'))
   local off = log.Progress{total = 3, enabled = false, out = g}
