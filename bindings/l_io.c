@@ -3,6 +3,8 @@
  *   v100.io.time() -> seconds (float) of a monotonic wall clock, for timing loops: Lua's own
  *                     os.time() counts whole seconds and os.clock() counts CPU time of all
  *                     threads (BLAS threads included), neither of which is elapsed time.
+ * Logging adds EventWriter, read_events, isatty, unix_time and makedirs (bindings/l_log.c) and
+ * json_encode/json_decode (bindings/l_json.c) to the same table.
  * The core module stores this table as v100.io (luaopen_v100_io). */
 #define _POSIX_C_SOURCE 200809L
 #include <lauxlib.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bindings/l_log.h"
 #include "bindings/vl_lua.h"
 #include "runtime/io/idx.h"
 
@@ -40,5 +43,7 @@ static const luaL_Reg io_funcs[] = {
 
 int luaopen_v100_io(lua_State *L) {
   luaL_newlib(L, io_funcs);
+  l_io_register_log(L);
+  l_io_register_json(L);
   return 1;
 }

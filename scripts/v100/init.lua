@@ -36,6 +36,9 @@ v100.kernel = require 'v100.kernel'
 -- Distributed runs (scripts/v100/dist.lua): dist.init(), collectives, DistributedSampler.
 v100.dist = require 'v100.dist'
 
+-- v100.isatty(fd): whether fd (0, 1, 2) is a terminal, for progress bars (scripts/v100/log.lua).
+v100.isatty = core.io.isatty
+
 -- cuDNN convolution algorithms: by cuDNN's heuristics (default) or, with benchmark on, by timing
 -- the candidates once per shape (cached; that first call synchronises). Returns the old setting.
 v100.set_cudnn_benchmark = function(on) return core._nn.set_cudnn_benchmark(on) end
