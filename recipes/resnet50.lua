@@ -41,7 +41,7 @@ local opts, parser = recipe.options{
   { '--width', 'auto', 'channels of the first stage; auto: 64, or 8 for fashion-mnist on a CPU', recipe.integer{ min = 1, auto = true } },
   { '--epochs', 'auto', 'training epochs; auto: fashion-mnist 30 on a GPU, 2 on a CPU; ImageFolder 90; synthetic 2', recipe.integer{ min = 1, auto = true } },
   { '--batch-size', 'auto', 'images per step per rank; auto: 256 on a GPU, 64 on a CPU', recipe.integer{ min = 1, auto = true } },
-  { '--lr', 0.1, 'learning rate per 256 images; the run uses lr * batch-size * ranks / 256 (linear scaling rule)', recipe.number{ gt = 0 } },
+  { '--lr', 'auto', 'learning rate per 256 images; the run uses lr * batch-size * ranks / 256 (linear scaling rule); auto: 0.1, or 0.4 for the narrow fashion-mnist net on a CPU', recipe.number{ gt = 0, auto = true } },
   { '--warmup-epochs', 'auto', 'epochs of linear warmup, fractions allowed; auto: fashion-mnist 1 on a GPU, 0.2 on a CPU; else 5', recipe.number{ min = 0, auto = true } },
   { '--label-smoothing', 0.1, 'label smoothing of the cross-entropy', recipe.number{ min = 0, lt = 1 } },
   { '--weight-decay', 'auto', 'weight decay, not on batch norm and biases; auto: 5e-4 on fashion-mnist, else 1e-4', recipe.number{ min = 0, auto = true } },
@@ -85,6 +85,7 @@ opts.arch = default(opts.arch, fashion and 'resnet18' or 'resnet50')
 opts.width = default(opts.width, cpu_fashion and 8 or 64)
 opts.epochs = default(opts.epochs, fashion and (gpu and 30 or 2) or kind == 'synthetic' and 2 or 90)
 opts.batch_size = default(opts.batch_size, gpu and 256 or 64)
+opts.lr = default(opts.lr, cpu_fashion and opts.width == 8 and 0.4 or 0.1)
 opts.warmup_epochs = default(opts.warmup_epochs, fashion and (gpu and 1 or 0.2) or 5)
 opts.weight_decay = default(opts.weight_decay, fashion and 5e-4 or 1e-4)
 opts.amp = default(opts.amp, gpu and 'O1' or 'O0')
@@ -230,6 +231,7 @@ end
 -- ---- resume ----
 local first_epoch, first_batch, step = 1, 0, 0
 if opts.resume then
+  -- The weights, optimizer and scaler state, and every rank's generator (the augmentation's).
   local c = ckpt.load(opts.checkpoint_dir)
   ckpt.restore(c, { model = model, optimizer = opt, scaler = scaler })
   local st = c.state or {}
@@ -241,10 +243,9 @@ if opts.resume then
   -- epoch, rounded down to a whole global batch.
   first_batch = (ld.world == WORLD and ld.batch) or (ld.samples or 0) // global_batch
   if first_batch >= steps_per_epoch then first_epoch, first_batch = first_epoch + 1, 0 end
-  if st.rng then v100.set_rng_state(st.rng[1], st.rng[2]) end
 end
 
-local logger = log.Logger{ dir = opts.log_dir, rank = RANK }
+local logger = log.Logger{ dir = opts.log_dir, jsonl = opts.log_dir ~= nil, tensorboard = opts.log_dir ~= nil }
 local sync = recipe.syncer(dev)
 
 dist.print(string.format('resnet50.lua: %s%s on %s (%d classes, %d train / %d val images), %d rank%s, device %s, ' ..
@@ -275,12 +276,17 @@ local function validate()
   return { top1 = tot[1] / tot[3], top5 = tot[2] / tot[3], loss = tot[4] / tot[3], n = tot[3] }
 end
 
+-- A checkpoint during `epoch` after `batch` steps of it (batch = steps_per_epoch: at its end); the
+-- loader position is where a resumed run starts.
 local function checkpoint(epoch, batch)
   if not opts.checkpoint_dir then return end
-  local s, o = v100.rng_state()
+  local next_epoch, next_batch = epoch, batch
+  if batch >= steps_per_epoch then next_epoch, next_batch = epoch + 1, 0 end
+  -- Collective (every rank calls it; rank 0 writes). Saves every rank's generator state too.
   ckpt.save(opts.checkpoint_dir, { model = model, optimizer = opt, scaler = scaler, epoch = epoch, step = step,
-    keep = opts.keep, state = { loader = { epoch = epoch, batch = batch, samples = batch * global_batch, world = WORLD },
-      rng = { s, o }, args = { arch = opts.arch, data = opts.data, width = opts.width } } })
+    keep = opts.keep, state = { loader = { epoch = next_epoch, batch = next_batch, samples = next_batch * global_batch,
+      world = WORLD },
+      args = { arch = opts.arch, data = opts.data, width = opts.width } } })
 end
 
 if opts.evaluate then
@@ -302,7 +308,7 @@ local t_run, last = clock(), nil
 for epoch = first_epoch, opts.epochs do
   model:train()
   local start = epoch == first_epoch and first_batch or 0
-  local bar = log.Progress{ total = steps_per_epoch, label = string.format('epoch %d/%d', epoch, opts.epochs), rank = RANK }
+  local bar = log.Progress{ total = steps_per_epoch, label = string.format('epoch %d/%d', epoch, opts.epochs) }
   local loss_sum = v100.zeros({}, { device = dev })
   local win_sum, win_n = v100.zeros({}, { device = dev }), 0
   sync()
@@ -317,7 +323,7 @@ for epoch = first_epoch, opts.epochs do
       local now = clock()
       local l = log.reduce({ win_sum:item() / win_n }, 'sum')[1] / WORLD
       local ips = win_n * global_batch / (now - t_win)
-      logger:log(step, { loss = l, lr = sched:get_lr(), scale = scaler and scaler:get_scale() or 1, images_per_s = ips,
+      logger:log(step, { loss = l, lr = sched:get_lr()[1], scale = scaler and scaler:get_scale() or 1, images_per_s = ips,
         epoch = epoch }, { split = 'train' })
       bar:update(k, { loss = string.format('%.4f', l), ['img/s'] = string.format('%.0f', ips) })
       win_sum:zero_()
@@ -339,7 +345,7 @@ for epoch = first_epoch, opts.epochs do
   local eta = (opts.epochs - epoch) * steps_per_epoch * global_batch / math.max(ips, 1e-9)
   dist.print(string.format('%s  time %.1f s  images/s %.0f  eta %s', line, dt, ips, log.format_eta(eta)))
   io.stdout:flush()
-  checkpoint(epoch + 1, 0)
+  checkpoint(epoch, steps_per_epoch)
 end
 logger:close()
 local total = clock() - t_run
