@@ -37,6 +37,7 @@ local opts, parser = recipe.options{
   epilog = 'Prints a header, one line per epoch (train loss, val top-1/top-5, images/s) and ends with ' ..
     '"test accuracy: 0.xxxx" (the last top-1). --log-dir adds metrics.jsonl and TensorBoard event files.',
   { '--data', 'fashion-mnist', 'fashion-mnist, synthetic, or an ImageFolder root holding train/ and val/', argname = '<DATA>' },
+  { '--fashion-root', data.FASHION_MNIST_ROOT, 'the Fashion-MNIST IDX folder of --data fashion-mnist', argname = '<DIR>' },
   { '--arch', 'auto', 'auto: resnet18 on fashion-mnist, else resnet50', { 'auto', table.unpack(ARCHS) } },
   { '--width', 'auto', 'channels of the first stage; auto: 64, or 8 for fashion-mnist on a CPU', recipe.integer{ min = 1, auto = true } },
   { '--epochs', 'auto', 'training epochs; auto: fashion-mnist 30 on a GPU, 2 on a CPU; ImageFolder 90; synthetic 2', recipe.integer{ min = 1, auto = true } },
@@ -114,8 +115,8 @@ local B = opts.batch_size
 -- rank's share of the validation set (each image on exactly one rank).
 local function fashion_source()
   local PAD, SIZE = 2, 28
-  local tr_img, tr_lbl = recipe.fashion_mnist('train', nil, opts.train_subset)
-  local te_img, te_lbl = recipe.fashion_mnist('test', nil, opts.val_subset)
+  local tr_img, tr_lbl = recipe.fashion_mnist('train', opts.fashion_root, opts.train_subset)
+  local te_img, te_lbl = recipe.fashion_mnist('test', opts.fashion_root, opts.val_subset)
   local xtr, ytr = recipe.pad_standardise(tr_img, PAD, dev), tr_lbl:long():to(dev)
   local xte, yte = recipe.pad_standardise(te_img, 0, dev), te_lbl:long():to(dev)
   local sampler = dist.DistributedSampler(xtr.shape[1], { seed = opts.seed * 1000, drop_last = true })

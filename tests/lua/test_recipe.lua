@@ -1,17 +1,18 @@
--- tests/lua/test_recipe.lua: the first recipe (recipes/resnet50.lua, for now an MLP on
--- Fashion-MNIST) run as a user runs it, through the binary, and the data module it uses; the
--- command-line options of every recipe (lua-argparse through v100.recipe: --help, defaults, bad
--- values), v100.train's epoch loop on synthetic data, and where the host finds argparse.
+-- tests/lua/test_recipe.lua: the first recipe (recipes/resnet50.lua: a ResNet-18, width 8 on the
+-- CPU) run as a user runs it, through the binary, and the data module it uses; the command-line
+-- options of every recipe (lua-argparse through v100.recipe: --help, defaults, flags, auto values,
+-- bad values), v100.train's epoch loop on synthetic data, and where the host finds argparse.
+-- tests/lua/recipe_resnet50.lua has the long runs (the default, kill + resume, JPEGs).
 --
--- Measured on the CPU with --epochs 1 --train-subset 5000 (seeds 1..6): final test accuracy
--- 0.7845 to 0.7967 on the full 10k test set. The threshold below keeps a margin of about 3.5
--- points; an untrained model scores about 0.10.
+-- Measured on the CPU with --epochs 1 --train-subset 1024 --val-subset 500 --batch-size 32
+-- (2026-12-02, seeds 7 and 8): test accuracy 0.448 and 0.406 on 500 test images. The threshold
+-- keeps a margin; an untrained model scores about 0.10.
 local T = require 'testlib'
 local v100 = require 'v100'
 local data = require 'v100.data'
 local recipe = require 'v100.recipe'
 
-local ACC_THRESHOLD = 0.75
+local ACC_THRESHOLD = 0.30
 local ROOT = data.FASHION_MNIST_ROOT
 local have_data = io.open(ROOT .. '/t10k-labels-idx1-ubyte.gz', 'rb')
 if have_data then have_data:close() end
@@ -20,8 +21,8 @@ local function run_recipe(args) return T.run_binary('recipes/resnet50.lua ' .. a
 local loss_lines = T.epoch_losses
 
 if have_data then
-  T.test('recipe: one epoch on 5000 images learns, and the same seed gives the same losses', function()
-    local args = '--epochs 1 --train-subset 5000 --seed 7 --device cpu'
+  T.test('recipe: one epoch on 1024 images learns, and the same seed gives the same losses', function()
+    local args = '--epochs 1 --train-subset 1024 --val-subset 500 --batch-size 32 --seed 7 --device cpu'
     local out1, ok1 = run_recipe(args)
     T.ok(ok1, 'recipe failed:\n' .. out1)
     local acc = tonumber(out1:match('\ntest accuracy: (0%.%d%d%d%d)\n?$'))
@@ -54,7 +55,7 @@ end
 
 -- Every option of each recipe, in --help order (the defaults are read from --help itself).
 local RECIPE_OPTIONS = {
-  ['recipes/resnet50.lua'] = { 'data', 'arch', 'width', 'epochs', 'batch-size', 'lr', 'warmup-epochs',
+  ['recipes/resnet50.lua'] = { 'data', 'fashion-root', 'arch', 'width', 'epochs', 'batch-size', 'lr', 'warmup-epochs',
     'label-smoothing', 'weight-decay', 'momentum', 'optimizer', 'amp', 'dtype', 'layout', 'graph', 'workers',
     'prefetch', 'image-size', 'val-resize', 'checkpoint-dir', 'checkpoint-every', 'keep', 'resume', 'evaluate', 'pretrained', 'seed', 'log-dir',
     'log-interval', 'device', 'train-subset', 'val-subset', 'steps-per-epoch', 'eval-every', 'tf32' },
