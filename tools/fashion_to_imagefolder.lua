@@ -9,7 +9,8 @@
 -- order is the IDX order within a class. Class directories are named "<label>_<name>" ("0_T-shirt_top"
 -- ... "9_Ankle_boot"): sorted, they give the IDX labels. With --size other than 28 the images are
 -- upscaled (bilinear) and written with 3 channels: an ImageNet-sized variant for the 224x224
--- training path; at 28 they are written as gray JPEGs. --limit N writes the first N of each split.
+-- training path; at 28 they are written as gray JPEGs. --limit N writes the first N of each split
+-- (every class must occur among them: N >= 30 or so).
 local data = require 'v100.data'
 
 local function usage(msg)
@@ -59,6 +60,13 @@ for _, split in ipairs{{'train', 'train'}, {'test', 'val'}} do
   for c = 0, 9 do mk[#mk + 1] = sh_quote(dir .. '/' .. class_dir(c)) end
   assert(os.execute('mkdir -p ' .. table.concat(mk, ' ')), 'fashion_to_imagefolder: mkdir failed under ' .. dir)
   local labels = y:narrow(1, 1, n):totable()
+  local count = {}
+  for _, c in ipairs(labels) do count[c] = (count[c] or 0) + 1 end
+  for c = 0, 9 do
+    -- An empty class directory would make the folder unreadable (ImageFolder refuses it, as
+    -- torchvision does), and leaving it out would shift the labels of the classes after it.
+    if not count[c] then usage(string.format('--limit %d leaves class %s of %s without images', n, class_dir(c), split[1])) end
+  end
   for k = 1, n do
     local img = x:narrow(1, k, 1):view{28, 28, 1}
     if size ~= 28 then img = data.resize_image(img, size, size):expand{size, size, 3} end

@@ -36,7 +36,7 @@ vl_status vl_jpeg_header(vl_jpeg_decoder *d, const void *buf, size_t len, const 
   int w = 0, h = 0, subsamp = 0, cs = 0;
   if (tjDecompressHeader3(d->tj, (const unsigned char *)buf, (unsigned long)len, &w, &h, &subsamp, &cs) != 0)
     return vl_fail(VL_EIO, "decode_jpeg: %s: not a readable JPEG (%s)", name, tjGetErrorStr2(d->tj));
-  if (w <= 0 || h <= 0) return vl_fail(VL_EIO, "decode_jpeg: %s: image of size %dx%d", name, w, h);
+  if (w <= 0 || h <= 0) return vl_fail(VL_EIO, "decode_jpeg: %s: not a readable JPEG (image of size %dx%d)", name, h, w);
   *width = w;
   *height = h;
   *stored_channels = cs == TJCS_GRAY ? 1 : 3;
