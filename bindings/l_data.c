@@ -278,7 +278,8 @@ static const luaL_Reg data_funcs[] = {{"folder", l_folder}, {"decode", l_decode}
 
 static void new_mt(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc) {
   luaL_newmetatable(L, name);
-  luaL_newlib(L, methods);
+  lua_newtable(L);
+  luaL_setfuncs(L, methods, 0);
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, gc);
   lua_setfield(L, -2, "__gc");

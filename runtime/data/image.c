@@ -39,7 +39,7 @@ vl_status vl_jpeg_header(vl_jpeg_decoder *d, const void *buf, size_t len, const 
   if (w <= 0 || h <= 0) return vl_fail(VL_EIO, "decode_jpeg: %s: not a readable JPEG (image of size %dx%d)", name, h, w);
   *width = w;
   *height = h;
-  *stored_channels = cs == TJCS_GRAY ? 1 : 3;
+  *stored_channels = cs == TJCS_GRAY ? 1 : cs == TJCS_CMYK || cs == TJCS_YCCK ? 4 : 3;
   return VL_OK;
 }
 
@@ -66,6 +66,24 @@ void vl_jpeg_pick_scale(int crop_w, int crop_h, int need_w, int need_h, int *num
   *denom = bd;
 }
 
+/* CMYK as JPEG stores it (Adobe's inverted convention, which libjpeg passes through) to RGB as PIL
+ * converts it: R = C * K / 255 of the stored values, likewise G (M) and B (Y); gray then by PIL's
+ * L = (299 R + 587 G + 114 B) / 1000. In place: output pixel i is never after input pixel i. */
+static void cmyk_to(uint8_t *p, size_t n, int channels) {
+  for (size_t i = 0; i < n; i++) {
+    const uint8_t *q = p + 4 * i;
+    unsigned k = q[3];
+    unsigned r = (q[0] * k + 127) / 255, g = (q[1] * k + 127) / 255, b = (q[2] * k + 127) / 255;
+    if (channels == 1) {
+      p[i] = (uint8_t)((299 * r + 587 * g + 114 * b + 500) / 1000);
+    } else {
+      p[3 * i] = (uint8_t)r;
+      p[3 * i + 1] = (uint8_t)g;
+      p[3 * i + 2] = (uint8_t)b;
+    }
+  }
+}
+
 vl_status vl_jpeg_decode(vl_jpeg_decoder *d, const void *buf, size_t len, const char *name, int channels,
                          int num, int denom, uint8_t **pixels, size_t *cap, int *out_w, int *out_h) {
   if (channels != 1 && channels != 3)
@@ -73,22 +91,25 @@ vl_status vl_jpeg_decode(vl_jpeg_decoder *d, const void *buf, size_t len, const 
   int w, h, stored;
   VL_TRY(vl_jpeg_header(d, buf, len, name, &w, &h, &stored));
   int sw = vl_jpeg_scaled(w, num, denom), sh = vl_jpeg_scaled(h, num, denom);
-  size_t need = (size_t)sw * (size_t)sh * (size_t)channels;
+  /* CMYK (a few photos of ImageNet's training set) is decoded as it is stored, then converted. */
+  int dc = stored == 4 ? 4 : channels;
+  size_t need = (size_t)sw * (size_t)sh * (size_t)dc;
   if (need > *cap) {
     uint8_t *p = realloc(*pixels, need);
     if (!p) return vl_fail(VL_EOOM, "decode_jpeg: %s: out of host memory for %dx%dx%d pixels", name, sh, sw, channels);
     *pixels = p;
     *cap = need;
   }
-  int pf = channels == 1 ? TJPF_GRAY : TJPF_RGB;
+  int pf = dc == 4 ? TJPF_CMYK : channels == 1 ? TJPF_GRAY : TJPF_RGB;
   /* The accurate integer IDCT (libjpeg's default, what PIL uses): with SIMD it costs little more
    * than the fast one, and evaluation should see the pixels torchvision sees. */
-  if (tjDecompress2(d->tj, (const unsigned char *)buf, (unsigned long)len, *pixels, sw, sw * channels, sh, pf, 0) != 0) {
+  if (tjDecompress2(d->tj, (const unsigned char *)buf, (unsigned long)len, *pixels, sw, sw * dc, sh, pf, 0) != 0) {
     const char *msg = tjGetErrorStr2(d->tj);
     /* Warnings leave a complete image, except at a premature end (the rest is grey). */
     if (tjGetErrorCode(d->tj) != TJERR_WARNING || strstr(msg, "Premature end"))
       return vl_fail(VL_EIO, "decode_jpeg: %s: %s", name, msg);
   }
+  if (dc == 4) cmyk_to(*pixels, (size_t)sw * sh, channels);
   *out_w = sw;
   *out_h = sh;
   return VL_OK;

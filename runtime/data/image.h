@@ -9,7 +9,8 @@
  *
  * Pixels are 8-bit, rows packed (pitch = width * channels), 1 channel (gray) or 3 (RGB); a
  * colour JPEG decoded to 1 channel is converted to luminance by the library, a gray one to 3
- * channels is replicated. Errors are VL_EIO with "<op>: <name>: <reason>" messages, where name is
+ * channels is replicated, a CMYK one (Adobe's inverted CMYK, as photo tools write it) is converted
+ * to RGB as PIL converts it (then to gray as PIL does). Errors are VL_EIO with "<op>: <name>: <reason>" messages, where name is
  * the file path (or "<memory>") and reason the library's message. A libjpeg warning (e.g. extra
  * bytes before a marker, common in real photo collections) is accepted, except a premature end
  * of data (a truncated file), which is an error: its lower part would be grey. Internal to the
@@ -32,7 +33,7 @@ typedef struct vl_jpeg_decoder vl_jpeg_decoder;
 vl_status vl_jpeg_decoder_new(vl_jpeg_decoder **out);
 void vl_jpeg_decoder_free(vl_jpeg_decoder *d); /* NULL is fine */
 
-/* Image size and channel count as stored (1 for gray, 3 otherwise). */
+/* Image size and channel count as stored (1 for gray, 4 for CMYK/YCCK, 3 otherwise). */
 vl_status vl_jpeg_header(vl_jpeg_decoder *d, const void *buf, size_t len, const char *name, int *width,
                          int *height, int *stored_channels);
 

@@ -316,7 +316,9 @@ end
 function Loader:close()
   local l = rawget(self, '_l')
   if l then
-    self._skipped_at_close = l:skipped()
+    -- From __gc the userdata may have been finalized (closed) first: then the count is gone.
+    local ok, n = pcall(l.skipped, l)
+    self._skipped_at_close = ok and n or 0
     l:close()
     self._l = nil
   end

@@ -4,6 +4,7 @@
 #include "vl_test.h"
 
 #include <sys/stat.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #include "runtime/data/folder.h"
@@ -84,6 +85,50 @@ static void test_round_trip(void) {
     free(jpeg);
     free(px);
   }
+}
+
+/* A CMYK JPEG (TurboJPEG writes YCCK from CMYK pixels) decodes to RGB as PIL converts it. */
+static void test_cmyk(void) {
+  int h = 16, w = 24;
+  uint8_t *cmyk = malloc((size_t)h * w * 4);
+  for (int i = 0; i < h * w; i++) {
+    cmyk[4 * i] = (uint8_t)(200 + (i % 7));
+    cmyk[4 * i + 1] = 120;
+    cmyk[4 * i + 2] = 40;
+    cmyk[4 * i + 3] = (uint8_t)(230 - (i / w));
+  }
+  tjhandle tj = tjInitCompress();
+  unsigned char *jpeg = NULL;
+  unsigned long len = 0;
+  CHECK(tjCompress2(tj, cmyk, w, w * 4, h, TJPF_CMYK, &jpeg, &len, TJSAMP_444, 98, 0) == 0);
+  tjDestroy(tj);
+  vl_jpeg_decoder *d = NULL;
+  CHECK_OK(vl_jpeg_decoder_new(&d));
+  int W, H, stored;
+  CHECK_OK(vl_jpeg_header(d, jpeg, len, "<cmyk>", &W, &H, &stored));
+  CHECK(stored == 4);
+  uint8_t *px = NULL, *gray = NULL;
+  size_t cap = 0, gcap = 0;
+  int ow, oh;
+  CHECK_OK(vl_jpeg_decode(d, jpeg, len, "<cmyk>", 3, 1, 1, &px, &cap, &ow, &oh));
+  CHECK_OK(vl_jpeg_decode(d, jpeg, len, "<cmyk>", 1, 1, 1, &gray, &gcap, &ow, &oh));
+  int worst = 0, worst_g = 0;
+  for (int i = 0; i < h * w; i++) {
+    int r = 0, g = 0, b = 0;
+    for (int c = 0; c < 3; c++) {
+      int e = (cmyk[4 * i + c] * cmyk[4 * i + 3] + 127) / 255, dd = abs(e - px[3 * i + c]);
+      if (dd > worst) worst = dd;
+      if (c == 0) r = e; else if (c == 1) g = e; else b = e;
+    }
+    int l = (299 * r + 587 * g + 114 * b + 500) / 1000, dg = abs(l - gray[i]);
+    if (dg > worst_g) worst_g = dg;
+  }
+  CHECK(worst <= 6 && worst_g <= 6, "CMYK -> RGB off by %d, gray by %d (JPEG error at quality 98)", worst, worst_g);
+  vl_jpeg_decoder_free(d);
+  tjFree(jpeg);
+  free(cmyk);
+  free(px);
+  free(gray);
 }
 
 static void test_scale_choice(void) {
@@ -332,6 +377,7 @@ int main(void) {
     return 2;
   }
   test_round_trip();
+  test_cmyk();
   test_scale_choice();
   test_corrupt();
   test_rrc();
