@@ -51,7 +51,8 @@ static vl_status storage_new(const char *op, size_t nbytes, vl_device dev, vl_st
 static void storage_release(vl_storage *st) {
   if (!st || --st->refcount > 0) return;
   if (st->device.type == VL_CPU) {
-    free(st->data);
+    if (!st->block) free(st->data);
+    else if (vl_ctx()->host_pool) vl_alloc_free(vl_ctx()->host_pool, st->block); /* pinned */
   } else if (st->block) {
     /* After vl_shutdown the pool (and every block in it) is gone: nothing left to return. */
     vl_alloc *pool = vl_ctx()->pool[st->device.index];
@@ -120,6 +121,26 @@ static vl_status tensor_empty_op(const char *op, int ndim, const int64_t *size, 
 
 vl_status vl_tensor_empty(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl_tensor **out) {
   return tensor_empty_op("empty", ndim, size, dt, dev, out);
+}
+
+vl_status vl_tensor_empty_pinned(int ndim, const int64_t *size, vl_dtype dt, vl_tensor **out) {
+  vl_tensor *t = NULL;
+  VL_TRY(tensor_empty_op("empty_pinned", ndim, size, dt, vl_cpu_device(), &t));
+  /* Swap the aligned_alloc bytes for a block of the pinned host pool (same size). */
+  vl_storage *st = t->storage;
+  vl_alloc *pool;
+  vl_block *block = NULL;
+  vl_status s = vl_host_alloc(&pool);
+  if (s == VL_OK) s = vl_alloc_malloc(pool, st->nbytes, NULL, &block);
+  if (s != VL_OK) {
+    vl_tensor_release(t);
+    return vl_fail_prefix(s, "empty_pinned: ");
+  }
+  free(st->data);
+  st->data = vl_block_ptr(block);
+  st->block = block;
+  *out = t;
+  return VL_OK;
 }
 
 vl_tensor *vl_tensor_retain(vl_tensor *t) {

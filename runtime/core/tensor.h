@@ -30,7 +30,8 @@ typedef struct vl_storage {
   vl_device device;
   void *data;              /* base address; NULL for a zero-byte storage */
   size_t nbytes;
-  struct vl_block *block;  /* CUDA: the pool block that owns `data`; NULL on the CPU */
+  struct vl_block *block;  /* the pool block that owns `data`: the device's on CUDA, the pinned host
+                            * pool's on the CPU (vl_tensor_empty_pinned); NULL for plain host memory */
   uint32_t version;        /* bumped by every in-place write (autograd checks saved tensors) */
 } vl_storage;
 
@@ -58,6 +59,10 @@ vl_status vl_shape_check(const char *op, int ndim, const int64_t *size, vl_dtype
  * from the device's caching pool on the device's current stream (VL_EOOM with a message naming
  * requested/free/reserved/allocated bytes when even a GC and retry cannot satisfy it). */
 vl_status vl_tensor_empty(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl_tensor **out);
+/* The same on the CPU in page-locked memory from the pinned host pool (runtime/core/cuda.h), for
+ * fast host-to-device copies; the storage's block is the pool's, returned to it on release.
+ * Needs CUDA (VL_EUNSUPPORTED / VL_EDEVICE otherwise); like the pool, main thread only. */
+vl_status vl_tensor_empty_pinned(int ndim, const int64_t *size, vl_dtype dt, vl_tensor **out);
 vl_tensor *vl_tensor_retain(vl_tensor *t);     /* returns t */
 void vl_tensor_release(vl_tensor *t);          /* NULL is fine */
 /* Makes the tensor object t a view of src's data (storage, offset, sizes, strides, dtype),

@@ -1,0 +1,419 @@
+/* runtime/data/loader.c: the worker pool and batch ring of v100.data.ImageLoader (see loader.h).
+ *
+ * One mutex guards the shared state; workers copy what a sample needs under it and decode with it
+ * released. The batch that a worker writes into belongs to the generation (`gen`) of its epoch:
+ * starting a new epoch bumps gen, removes the queued work and waits for the samples in flight, so
+ * no worker touches a buffer or the order of an abandoned epoch afterwards. */
+#define _POSIX_C_SOURCE 200809L
+#include "runtime/data/loader.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/data/image.h"
+
+enum { SLOT_IDLE, SLOT_FILLING, SLOT_FULL, SLOT_OUT };
+
+typedef struct slot {
+  vl_tensor *x, *y;
+  int64_t batch;
+  int len, taken, done, state;
+} slot;
+
+typedef struct worker {
+  struct vl_loader *l;
+  pthread_t thread;
+  bool started;
+  vl_jpeg_decoder *dec;
+  uint8_t *file, *pixels;
+  size_t file_cap, pixels_cap;
+} worker;
+
+struct vl_loader {
+  vl_folder *f;
+  vl_loader_opts o;
+  size_t sample_bytes;
+  int nworkers;
+  worker *w;
+  slot *slots;
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv, done_cv;
+  bool stop;
+  uint64_t gen;
+  int64_t *order, norder;
+  uint32_t epoch;
+  int64_t nbatches, next_out, fill_next, assigned_upto, out_batch;
+  int inflight;
+  uint8_t *bad;              /* per dataset index: found unreadable */
+  int64_t skipped;
+  char **skip_msgs;
+  vl_status err;
+  char errmsg[1024];
+};
+
+/* ---- one sample ---- */
+
+/* Decodes and transforms dataset sample idx into out (one sample's rows of the batch). */
+static vl_status process(vl_loader *l, worker *w, int64_t idx, void *out) {
+  const vl_tf_opts *t = &l->o.tf;
+  const char *path = l->f->paths[idx];
+  size_t len = 0;
+  VL_TRY(vl_read_file("decode_jpeg", path, &w->file, &w->file_cap, &len));
+  int W, H, stored;
+  VL_TRY(vl_jpeg_header(w->dec, w->file, len, path, &W, &H, &stored));
+  vl_box box = {0, 0, H, W};
+  bool flip = false;
+  int num = 1, denom = 1;
+  if (t->kind == VL_TF_NONE) {
+    if (W != t->size || H != t->size)
+      return vl_fail(VL_EIO, "decode_jpeg: %s: the image is %dx%d but transform 'none' needs %dx%d (size)", path, H,
+                     W, t->size, t->size);
+  } else {
+    if (t->kind == VL_TF_TRAIN) {
+      vl_rrc_box(t->seed, l->epoch, (uint64_t)idx, H, W, t->scale, t->ratio, &box);
+      flip = vl_flip_draw(t->seed, l->epoch, (uint64_t)idx, t->flip_p);
+    } else {
+      vl_center_crop_box(H, W, t->resize, t->size, &box);
+    }
+    /* Conservative (floor): the scaled box then has at least size pixels per side. */
+    int bw = (int)box.w, bh = (int)box.h;
+    vl_jpeg_pick_scale(bw > 0 ? bw : 1, bh > 0 ? bh : 1, t->size, t->size, &num, &denom);
+  }
+  int sw, sh;
+  VL_TRY(vl_jpeg_decode(w->dec, w->file, len, path, t->channels, num, denom, &w->pixels, &w->pixels_cap, &sw, &sh));
+  double fy = (double)sh / H, fx = (double)sw / W;
+  vl_box sb = {box.y * fy, box.x * fx, box.h * fy, box.w * fx};
+  return vl_resample(w->pixels, sh, sw, t->channels, &sb, t->size, t->size, flip, t->mean, t->std, t->dtype, t->nhwc,
+                     out);
+}
+
+/* Remembers idx as unreadable with the current thread's message (its "decode_jpeg: " prefix dropped). */
+static void mark_bad(vl_loader *l, int64_t idx) {
+  const char *m = vl_errmsg();
+  if (strncmp(m, "decode_jpeg: ", 13) == 0) m += 13;
+  const char *path = l->f->paths[idx];
+  size_t pl = strlen(path);
+  char *msg = NULL;
+  if (strncmp(m, path, pl) == 0 && strncmp(m + pl, ": ", 2) == 0) msg = strdup(m);
+  else if ((msg = malloc(pl + strlen(m) + 3)) != NULL) sprintf(msg, "%s: %s", path, m);
+  pthread_mutex_lock(&l->mu);
+  if (!l->bad[idx]) {
+    l->bad[idx] = 1;
+    char **v = realloc(l->skip_msgs, sizeof(char *) * (size_t)(l->skipped + 1));
+    if (v) {
+      l->skip_msgs = v;
+      v[l->skipped++] = msg;
+      msg = NULL;
+    }
+  }
+  pthread_mutex_unlock(&l->mu);
+  free(msg);
+}
+
+static bool is_bad(vl_loader *l, int64_t idx) {
+  pthread_mutex_lock(&l->mu);
+  bool b = l->bad[idx];
+  pthread_mutex_unlock(&l->mu);
+  return b;
+}
+
+/* Shard position pos (0-based), or the next readable one after it. */
+static vl_status do_sample(vl_loader *l, worker *w, int64_t pos, void *xout, int64_t *yout) {
+  for (int64_t a = 0; a < l->norder; a++) {
+    int64_t idx = l->order[(pos + a) % l->norder];
+    if (is_bad(l, idx)) continue;
+    vl_status s = process(l, w, idx, xout);
+    if (s == VL_OK) {
+      *yout = l->f->labels[idx];
+      return VL_OK;
+    }
+    if (s == VL_EOOM || s == VL_EINTERNAL) return s;
+    mark_bad(l, idx);
+  }
+  return vl_fail(VL_EIO, "ImageLoader: no readable image in this shard of %lld samples (%s ...)",
+                 (long long)l->norder, l->f->root);
+}
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  vl_loader *l = w->l;
+  pthread_mutex_lock(&l->mu);
+  for (;;) {
+    while (!l->stop && !(l->err == VL_OK && l->fill_next < l->assigned_upto)) pthread_cond_wait(&l->work_cv, &l->mu);
+    if (l->stop) break;
+    int64_t b = l->fill_next;
+    slot *s = &l->slots[b % l->o.prefetch];
+    int j = s->taken++;
+    if (s->taken == s->len) l->fill_next++;
+    uint64_t gen = l->gen;
+    char *xout = (char *)vl_tensor_data(s->x) + (size_t)j * l->sample_bytes;
+    int64_t *yout = (int64_t *)vl_tensor_data(s->y) + j;
+    int64_t pos = b * l->o.batch_size + j;
+    l->inflight++;
+    pthread_mutex_unlock(&l->mu);
+    vl_status st = do_sample(l, w, pos, xout, yout);
+    pthread_mutex_lock(&l->mu);
+    l->inflight--;
+    if (gen == l->gen) {
+      if (st != VL_OK && l->err == VL_OK) {
+        l->err = st;
+        snprintf(l->errmsg, sizeof l->errmsg, "%s", vl_errmsg());
+        pthread_cond_broadcast(&l->done_cv);
+      }
+      if (++s->done == s->len) {
+        s->state = SLOT_FULL;
+        pthread_cond_broadcast(&l->done_cv);
+      }
+    }
+    if (l->inflight == 0) pthread_cond_broadcast(&l->done_cv);
+  }
+  pthread_mutex_unlock(&l->mu);
+  return NULL;
+}
+
+/* ---- the ring (owning thread) ---- */
+
+static vl_status alloc_slot(vl_loader *l, slot *s) {
+  const vl_tf_opts *t = &l->o.tf;
+  int64_t B = l->o.batch_size, S = t->size, C = t->channels;
+  int64_t xs[4] = {B, C, S, S}, xh[4] = {B, S, S, C}, ys[1] = {B};
+  vl_tensor *x = NULL, *y = NULL;
+  vl_status st;
+  if (l->o.pinned) {
+    st = vl_tensor_empty_pinned(4, t->nhwc ? xh : xs, t->dtype, &x);
+    if (st == VL_OK) st = vl_tensor_empty_pinned(1, ys, VL_I64, &y);
+  } else {
+    st = vl_tensor_empty(4, t->nhwc ? xh : xs, t->dtype, vl_cpu_device(), &x);
+    if (st == VL_OK) st = vl_tensor_empty(1, ys, VL_I64, vl_cpu_device(), &y);
+  }
+  if (st != VL_OK) {
+    vl_tensor_release(x);
+    return vl_fail_prefix(st, "ImageLoader: batch buffer: ");
+  }
+  s->x = x;
+  s->y = y;
+  return VL_OK;
+}
+
+static bool held_elsewhere(const vl_tensor *t) { return t && (t->refcount > 1 || t->storage->refcount > 1); }
+
+/* Gives slot i batch b (b == assigned_upto); a buffer the caller still holds is left to it. */
+static vl_status assign(vl_loader *l, int i, int64_t b) {
+  slot *s = &l->slots[i];
+  if (held_elsewhere(s->x) || held_elsewhere(s->y)) {
+    vl_tensor_release(s->x);
+    vl_tensor_release(s->y);
+    s->x = s->y = NULL;
+  }
+  if (!s->x) VL_TRY(alloc_slot(l, s));
+  int64_t left = l->norder - b * l->o.batch_size;
+  pthread_mutex_lock(&l->mu);
+  s->batch = b;
+  s->len = (int)(left < l->o.batch_size ? left : l->o.batch_size);
+  s->taken = s->done = 0;
+  s->state = SLOT_FILLING;
+  l->assigned_upto = b + 1;
+  pthread_cond_broadcast(&l->work_cv);
+  pthread_mutex_unlock(&l->mu);
+  return VL_OK;
+}
+
+static void cancel(vl_loader *l) {
+  pthread_mutex_lock(&l->mu);
+  l->gen++;
+  l->fill_next = l->assigned_upto = 0;
+  while (l->inflight > 0) pthread_cond_wait(&l->done_cv, &l->mu);
+  for (int i = 0; i < l->o.prefetch; i++) l->slots[i].state = SLOT_IDLE;
+  l->err = VL_OK;
+  pthread_mutex_unlock(&l->mu);
+  l->nbatches = l->next_out = 0;
+  l->out_batch = -1;
+}
+
+static vl_status check_opts(const vl_loader_opts *o) {
+  const vl_tf_opts *t = &o->tf;
+  if (o->batch_size < 1) return vl_fail(VL_EINVAL, "ImageLoader: batch_size must be >= 1, got %d", o->batch_size);
+  if (o->workers < 0 || o->workers > VL_LOADER_MAX_WORKERS)
+    return vl_fail(VL_EINVAL, "ImageLoader: workers must be in 1..%d, got %d", VL_LOADER_MAX_WORKERS, o->workers);
+  if (o->prefetch < 1) return vl_fail(VL_EINVAL, "ImageLoader: prefetch must be >= 1, got %d", o->prefetch);
+  if (t->kind != VL_TF_NONE && t->kind != VL_TF_TRAIN && t->kind != VL_TF_VAL)
+    return vl_fail(VL_EINVAL, "ImageLoader: unknown transform %d", (int)t->kind);
+  if (t->size < 1 || t->size > 16384) return vl_fail(VL_EINVAL, "ImageLoader: size must be in 1..16384, got %d", t->size);
+  if (t->kind == VL_TF_VAL && (t->resize < t->size || t->resize > 65535))
+    return vl_fail(VL_EINVAL, "ImageLoader: resize (%d) must be at least size (%d) for transform 'val'", t->resize,
+                   t->size);
+  if (t->channels != 1 && t->channels != 3)
+    return vl_fail(VL_EINVAL, "ImageLoader: channels must be 1 or 3, got %d", t->channels);
+  if (t->dtype != VL_F32 && t->dtype != VL_F16 && t->dtype != VL_BF16)
+    return vl_fail(VL_EINVAL, "ImageLoader: dtype must be f32, f16 or bf16, got %s", vl_dtype_name(t->dtype));
+  for (int c = 0; c < t->channels; c++)
+    if (!(t->std[c] > 0)) return vl_fail(VL_EINVAL, "ImageLoader: std[%d] must be > 0, got %g", c + 1, t->std[c]);
+  if (t->kind == VL_TF_TRAIN &&
+      !(t->scale[0] > 0 && t->scale[0] <= t->scale[1] && t->ratio[0] > 0 && t->ratio[0] <= t->ratio[1]))
+    return vl_fail(VL_EINVAL, "ImageLoader: scale (%g, %g) and ratio (%g, %g) must be positive, low <= high",
+                   t->scale[0], t->scale[1], t->ratio[0], t->ratio[1]);
+  return VL_OK;
+}
+
+vl_status vl_loader_create(vl_folder *f, const vl_loader_opts *o, vl_loader **out) {
+  VL_TRY(check_opts(o));
+  vl_loader *l = calloc(1, sizeof *l);
+  if (!l) return vl_fail(VL_EOOM, "ImageLoader: out of host memory");
+  l->o = *o;
+  if (l->o.workers == 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    l->o.workers = n < 1 ? 1 : n > 16 ? 16 : (int)n;
+  }
+  l->sample_bytes = (size_t)o->tf.channels * o->tf.size * o->tf.size * vl_dtype_size(o->tf.dtype);
+  l->out_batch = -1;
+  l->slots = calloc((size_t)o->prefetch, sizeof(slot));
+  l->w = calloc((size_t)l->o.workers, sizeof(worker));
+  l->bad = calloc((size_t)(f->n > 0 ? f->n : 1), 1);
+  vl_status s = VL_OK;
+  if (!l->slots || !l->w || !l->bad) s = vl_fail(VL_EOOM, "ImageLoader: out of host memory");
+  pthread_mutex_init(&l->mu, NULL);
+  pthread_cond_init(&l->work_cv, NULL);
+  pthread_cond_init(&l->done_cv, NULL);
+  l->f = vl_folder_retain(f);
+  for (int i = 0; s == VL_OK && i < o->prefetch; i++) s = alloc_slot(l, &l->slots[i]);
+  for (int i = 0; s == VL_OK && i < l->o.workers; i++) {
+    worker *w = &l->w[i];
+    w->l = l;
+    s = vl_jpeg_decoder_new(&w->dec);
+    if (s == VL_OK) {
+      if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
+        s = vl_fail(VL_EINTERNAL, "ImageLoader: could not start worker thread %d of %d", i + 1, l->o.workers);
+      else w->started = true;
+    }
+  }
+  l->nworkers = l->o.workers;
+  if (s != VL_OK) {
+    vl_loader_close(l);
+    return s;
+  }
+  *out = l;
+  return VL_OK;
+}
+
+int vl_loader_workers(const vl_loader *l) { return l->nworkers; }
+
+int64_t vl_loader_batches(const vl_loader *l, int64_t n) {
+  int64_t B = l->o.batch_size;
+  return l->o.drop_last ? n / B : (n + B - 1) / B;
+}
+
+vl_status vl_loader_epoch(vl_loader *l, const int64_t *order, int64_t n, uint32_t epoch, int64_t start) {
+  for (int64_t i = 0; i < n; i++)
+    if (order[i] < 0 || order[i] >= l->f->n)
+      return vl_fail(VL_EINVAL, "ImageLoader: epoch order holds index %lld at %lld, outside 0..%lld", (long long)order[i],
+                     (long long)i + 1, (long long)l->f->n - 1);
+  int64_t nb = vl_loader_batches(l, n);
+  if (start < 0 || start > nb)
+    return vl_fail(VL_EINVAL, "ImageLoader: start batch %lld is outside 0..%lld", (long long)start, (long long)nb);
+  int64_t *copy = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+  if (!copy) return vl_fail(VL_EOOM, "ImageLoader: out of host memory for an order of %lld", (long long)n);
+  memcpy(copy, order, sizeof(int64_t) * (size_t)n);
+  cancel(l);
+  free(l->order);
+  l->order = copy;
+  l->norder = n;
+  l->epoch = epoch;
+  l->nbatches = nb;
+  l->next_out = start;
+  pthread_mutex_lock(&l->mu);
+  l->fill_next = l->assigned_upto = start;
+  pthread_mutex_unlock(&l->mu);
+  for (int64_t b = start; b < nb && b < start + l->o.prefetch; b++) VL_TRY(assign(l, (int)(b % l->o.prefetch), b));
+  return VL_OK;
+}
+
+vl_status vl_loader_next(vl_loader *l, vl_tensor **x, vl_tensor **y) {
+  if (l->out_batch >= 0) {
+    int64_t b = l->out_batch + l->o.prefetch;
+    int i = (int)(l->out_batch % l->o.prefetch);
+    l->out_batch = -1;
+    if (b < l->nbatches) VL_TRY(assign(l, i, b));
+    else l->slots[i].state = SLOT_IDLE;
+  }
+  if (l->next_out >= l->nbatches) {
+    *x = *y = NULL;
+    return VL_OK;
+  }
+  slot *s = &l->slots[l->next_out % l->o.prefetch];
+  pthread_mutex_lock(&l->mu);
+  while (s->state != SLOT_FULL && l->err == VL_OK) pthread_cond_wait(&l->done_cv, &l->mu);
+  if (l->err != VL_OK) {
+    vl_status e = l->err;
+    char msg[sizeof l->errmsg];
+    memcpy(msg, l->errmsg, sizeof msg);
+    pthread_mutex_unlock(&l->mu);
+    return vl_fail(e, "%s", msg);
+  }
+  s->state = SLOT_OUT;
+  int len = s->len;
+  pthread_mutex_unlock(&l->mu);
+  vl_tensor *xo = NULL, *yo = NULL;
+  if (len == l->o.batch_size) {
+    xo = vl_tensor_retain(s->x);
+    yo = vl_tensor_retain(s->y);
+  } else {
+    VL_TRY(vl_narrow(s->x, 0, 0, len, &xo));
+    vl_status st = vl_narrow(s->y, 0, 0, len, &yo);
+    if (st != VL_OK) {
+      vl_tensor_release(xo);
+      return st;
+    }
+  }
+  l->out_batch = l->next_out++;
+  *x = xo;
+  *y = yo;
+  return VL_OK;
+}
+
+int64_t vl_loader_skipped(vl_loader *l) {
+  pthread_mutex_lock(&l->mu);
+  int64_t n = l->skipped;
+  pthread_mutex_unlock(&l->mu);
+  return n;
+}
+
+bool vl_loader_skip_message(vl_loader *l, int64_t i, char *buf, size_t n) {
+  pthread_mutex_lock(&l->mu);
+  bool ok = i >= 0 && i < l->skipped;
+  if (ok) snprintf(buf, n, "%s", l->skip_msgs[i] ? l->skip_msgs[i] : "(out of memory for the message)");
+  pthread_mutex_unlock(&l->mu);
+  return ok;
+}
+
+void vl_loader_close(vl_loader *l) {
+  if (!l) return;
+  pthread_mutex_lock(&l->mu);
+  l->stop = true;
+  pthread_cond_broadcast(&l->work_cv);
+  pthread_mutex_unlock(&l->mu);
+  for (int i = 0; l->w && i < l->o.workers; i++) {
+    worker *w = &l->w[i];
+    if (w->started) pthread_join(w->thread, NULL);
+    vl_jpeg_decoder_free(w->dec);
+    free(w->file);
+    free(w->pixels);
+  }
+  for (int i = 0; l->slots && i < l->o.prefetch; i++) {
+    vl_tensor_release(l->slots[i].x);
+    vl_tensor_release(l->slots[i].y);
+  }
+  for (int64_t i = 0; i < l->skipped; i++) free(l->skip_msgs[i]);
+  free(l->skip_msgs);
+  pthread_mutex_destroy(&l->mu);
+  pthread_cond_destroy(&l->work_cv);
+  pthread_cond_destroy(&l->done_cv);
+  vl_folder_release(l->f);
+  free(l->order);
+  free(l->bad);
+  free(l->slots);
+  free(l->w);
+  free(l);
+}
