@@ -66,8 +66,8 @@ local opts, parser = recipe.options{
   { '--log-dir', 'none', 'write metrics.jsonl and TensorBoard event files here (rank 0)', argname = '<DIR>' },
   { '--log-interval', 50, 'steps between logged training metrics', recipe.integer{ min = 1 } },
   { '--device', 'auto', 'cpu, cuda or cuda:N; auto: this rank\'s GPU when there is one, else cpu', recipe.device_auto },
-  { '--train-subset', 'auto', 'train on the first N images (0: all); auto: 12000 for fashion-mnist on a CPU, else all', recipe.integer{ min = 0, auto = true } },
-  { '--val-subset', 'auto', 'validate on the first N images (0: all); auto: 2000 for fashion-mnist on a CPU, else all', recipe.integer{ min = 0, auto = true } },
+  { '--train-subset', 'auto', 'fashion-mnist: train on the first N images (0: all); auto: 12000 on a CPU, else all', recipe.integer{ min = 0, auto = true } },
+  { '--val-subset', 'auto', 'fashion-mnist: validate on the first N images (0: all); auto: 2000 on a CPU, else all', recipe.integer{ min = 0, auto = true } },
   { '--steps-per-epoch', 'auto', 'cap on the steps of an epoch; auto: 100 for synthetic, else all', recipe.integer{ min = 1, auto = true } },
   { '--eval-every', 1, 'validate every N epochs (and after the last)', recipe.integer{ min = 1 } },
   { '--tf32', 'on', 'f32 convolutions and GEMMs on TF32 tensor cores (cuda only)', { 'on', 'off' } },
@@ -152,16 +152,20 @@ local function folder_source()
   local root = opts.data
   local train_ds = data.ImageFolder(root .. '/train')
   local val_ds = data.ImageFolder(root .. '/val')
+  if opts.train_subset > 0 or opts.val_subset > 0 then
+    parser:error("options '--train-subset' and '--val-subset' are for fashion-mnist; for an ImageFolder make a smaller folder")
+  end
   local common = { batch_size = B, workers = opts.workers, prefetch = opts.prefetch, device = dev,
-    rank = RANK, world_size = WORLD, seed = opts.seed, layout = opts.layout, limit = nil }
+    rank = RANK, world_size = WORLD, seed = opts.seed, layout = opts.layout }
   local function loader(ds, o)
     for k, v in pairs(common) do if o[k] == nil then o[k] = v end end
     return data.ImageLoader(ds, o)
   end
-  local tl = loader(train_ds, { transform = 'train', shuffle = true, drop_last = true, limit = opts.train_subset,
-    size = opts.image_size })
-  local vl = loader(val_ds, { transform = 'val', shuffle = false, drop_last = false, limit = opts.val_subset,
-    size = opts.image_size, resize = opts.val_resize })
+  local tl = loader(train_ds, { transform = 'train', shuffle = true, drop_last = true, size = opts.image_size })
+  -- Validation shards are padded to equal length across ranks (the distributed sampler's rule), so
+  -- with several ranks a few images count twice, as in torchvision's reference scripts.
+  local vl = loader(val_ds, { transform = 'val', shuffle = false, drop_last = false, size = opts.image_size,
+    resize = opts.val_resize })
   -- Images of 64 pixels or less (CIFAR-sized, the Fashion-MNIST folder) take the 3x3 stem.
   local src = { classes = #train_ds.classes, channels = 3, small_input = opts.image_size <= 64, ntrain = train_ds.n,
     nval = val_ds.n, steps = tl.batches_per_epoch, loaders = { tl, vl } }

@@ -128,16 +128,17 @@ T.test('an ImageFolder of JPEGs (tools/fashion_to_imagefolder.lua): trains, logs
   local out, ok = T.run_binary('tools/fashion_to_imagefolder.lua ' .. q(d .. '/fm') .. ' --limit 640')
   T.ok(ok, 'fashion_to_imagefolder failed:\n' .. out)
   out, ok = run('--data ' .. q(d .. '/fm') .. ' --arch resnet18 --width 8 --image-size 28 --val-resize 28 ' ..
-    '--epochs 1 --batch-size 32 --workers 2 --lr 0.4 --log-interval 5 --log-dir ' .. q(d .. '/log'))
+    '--epochs 3 --warmup-epochs 0.2 --batch-size 32 --workers 2 --lr 0.4 --log-interval 5 --log-dir ' .. q(d .. '/log'))
   T.ok(ok, 'ImageFolder run failed:\n' .. out)
   T.ok(out:find('10 classes', 1, true), 'the ten class folders: ' .. out)
   local acc = tonumber(out:match('\ntest accuracy: (0%.%d+)\n'))
-  T.ok(acc and acc > 0.2, 'learns something from 640 JPEGs (untrained: 0.1): ' .. tostring(acc))
+  -- Measured: 0.47 after 3 epochs (0.19 after 2); an untrained net scores 0.1.
+  T.ok(acc and acc > 0.25, 'learns from 640 JPEGs: ' .. tostring(acc))
   local train = metrics(d .. '/log/metrics.jsonl', 'train')
   local val = metrics(d .. '/log/metrics.jsonl', 'val')
   T.ok(#train >= 3, 'train records: ' .. #train)
-  T.eq(#val, 1, 'one validation record')
-  T.near(val[1].top1, acc, 1e-4, 'the logged top-1 is the printed one')
+  T.eq(#val, 3, 'one validation record per epoch')
+  T.near(val[3].top1, acc, 1e-4, 'the logged top-1 is the printed one')
   local p = io.popen('ls ' .. q(d .. '/log') .. ' | grep tfevents')
   local ev = p:read('l')
   p:close()
@@ -146,7 +147,7 @@ T.test('an ImageFolder of JPEGs (tools/fashion_to_imagefolder.lua): trains, logs
   local tags = {}
   for _, e in ipairs(events) do tags[e.tag] = (tags[e.tag] or 0) + 1 end
   T.eq(tags['train/loss'], #train, 'every logged train loss is a scalar event')
-  T.eq(tags['val/top1'], 1, 'val/top1')
+  T.eq(tags['val/top1'], 3, 'val/top1')
   os.execute('rm -rf ' .. q(d))
 end)
 
