@@ -155,8 +155,11 @@ local function folder_source()
   if opts.train_subset > 0 or opts.val_subset > 0 then
     parser:error("options '--train-subset' and '--val-subset' are for fashion-mnist; for an ImageFolder make a smaller folder")
   end
+  -- With AMP the loader writes half batches (half the bytes to assemble and copy; O1's autocast
+  -- casts the input of the first convolution to half anyway).
   local common = { batch_size = B, workers = opts.workers, prefetch = opts.prefetch, device = dev,
-    rank = RANK, world_size = WORLD, seed = opts.seed, layout = opts.layout }
+    rank = RANK, world_size = WORLD, seed = opts.seed, layout = opts.layout,
+    dtype = opts.amp == 'O0' and 'f32' or policy.dtype }
   local function loader(ds, o)
     for k, v in pairs(common) do if o[k] == nil then o[k] = v end end
     return data.ImageLoader(ds, o)
@@ -182,7 +185,10 @@ end
 
 local function synthetic_source()
   local size = 224
+  -- Made once in the step's layout and input dtype, so to_input has nothing to convert.
   local x = v100.randn({ B, 3, size, size }, { device = dev })
+  if opts.layout == 'nhwc' then x = x:to_channels_last() end
+  if half_input then x = x:to(policy.dtype) end
   local y = (v100.rand({ B }, { device = dev }) * 1000):floor():long()
   local src = { classes = 1000, channels = 3, small_input = false, ntrain = B * opts.steps_per_epoch, nval = 0,
     steps = opts.steps_per_epoch }

@@ -255,7 +255,7 @@ function data.ImageLoader(ds, opts)
   local rank = check_int(F, 'rank', opts.rank or 0, 0, world - 1, 2)
   if ds.n == 0 then fail('ImageLoader: the ImageFolder ' .. ds.root .. ' is empty', 2) end
   local l = _data.loader(ds._f, o)
-  local self = setmetatable({ds = ds, device = device, batch_size = o.batch_size, rank = rank, world_size = world,
+  local self = setmetatable({ds = ds, device = device, layout = o.layout, batch_size = o.batch_size, rank = rank, world_size = world,
     shuffle = opts.shuffle ~= false, seed = o.seed, _l = l, _printed = 0}, Loader)
   -- DistributedSampler without drop_last: every rank gets ceil(n / world) samples (padded).
   self.shard_size = (ds.n + world - 1) // world
@@ -309,6 +309,9 @@ function Loader:epoch(e, opts)
       y:free()
       x, y = xd, yd
     end
+    -- The buffer is N x H x W x C for nhwc: handed out as the logical N x C x H x W view with
+    -- channels-last strides, the layout convention of every op (t:is_channels_last()).
+    if self.layout == 'nhwc' then x = x:permute(1, 4, 2, 3) end
     return k, x, y
   end
 end
