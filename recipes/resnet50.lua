@@ -270,6 +270,7 @@ io.stdout:flush()
 -- ---- validation: top-1, top-5 and loss over every validation image, across the ranks ----
 local function validate()
   if not src.val then return nil end
+  if dp then dp:broadcast_buffers() end -- every rank evaluates with rank 0's batch norm statistics
   model:eval()
   local tot = v100.no_grad(function()
     local loss_sum = v100.zeros({}, { device = dev })

@@ -87,10 +87,8 @@ function M.DataParallel(model, opts)
   -- Every rank starts from rank 0's parameters (and buffers: running statistics).
   v100.no_grad(function()
     for _, e in ipairs(named) do dist.broadcast(e[2], {src = 0}) end
-    if model.named_buffers then
-      for _, e in ipairs(model:named_buffers()) do dist.broadcast(e[2], {src = 0}) end
-    end
   end)
+  self:broadcast_buffers()
   self.buckets = make_buckets(named, math.max(1, math.floor(mb * 1024 * 1024)), zero and self.world or 1)
   if zero then require('v100.dist_zero').setup(self) end
   for bi, b in ipairs(self.buckets) do
@@ -180,6 +178,18 @@ DP.sync = DP.finish
 
 -- ZeRO-1 (DataParallel(model, {zero = 1})): the optimizer over this rank's shards, kind 'SGD' or
 -- 'AdamW' with that optimizer's options; its step() all-gathers the parameters.
+-- Rank 0's buffers (batch norm running statistics) on every rank. Each rank's statistics follow
+-- its own batches during training; call this before evaluating on several ranks (or saving what
+-- other ranks will read), as PyTorch DDP's broadcast_buffers does before every forward.
+function DP:broadcast_buffers()
+  local m = self.module
+  if not m.named_buffers then return self end
+  v100.no_grad(function()
+    for _, e in ipairs(m:named_buffers()) do dist.broadcast(e[2], {src = 0}) end
+  end)
+  return self
+end
+
 function DP:zero_optimizer(kind, opts) return require('v100.dist_zero').optimizer(self, kind, opts) end
 
 -- no_sync(fn, ...): runs fn (forward and backward of micro-batches) without any all-reduce; the

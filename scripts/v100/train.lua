@@ -1,5 +1,5 @@
 -- v100.train: the epoch loop the recipes share (recipes/fashion_cnn.lua, fashion_resnet.lua and
--- resnet50.lua's MLP stand-in): batches, one optimiser step each, the mean loss, evaluation,
+-- other Fashion-MNIST loops): batches, one optimiser step each, the mean loss, evaluation,
 -- timing, and the lines tests and tools/device-run.sh parse:
 --
 --   epoch 1/2  loss 1.1448  test acc 0.7180  time 3.4 s  images/s 581
@@ -22,7 +22,7 @@ local train = {}
 --                 step is zero_grad, backward, sched:step(opt) when sched is given, opt:step()
 --   opt, sched    the optimiser and the learning-rate schedule (sched optional)
 --   step          instead of loss/opt/sched: function(xb, yb) -> the batch's loss after a step
---                 written out by hand (resnet50.lua's MLP); it must not keep xb, yb or the loss
+--                 written out by hand (train.stepper's); it must not keep xb, yb or the loss
 --   test          { x = images, y = labels, forward = function(xb) -> logits }: the accuracy of
 --                 argmax(forward(x)) against y, in batches of test.batch (1000), without recording
 --   model         optional module: train() before each epoch, eval() while testing
