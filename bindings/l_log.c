@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bindings/vl_lua.h"
+#include "runtime/io/fsutil.h"
 #include "runtime/io/tfevents.h"
 
 #define EVENT_WRITER_MT "v100.io.EventWriter"
@@ -179,7 +180,7 @@ static int l_unix_time(lua_State *L) {
 }
 
 static int l_makedirs(lua_State *L) {
-  vl_status s = vl_make_dirs("makedirs", check_path(L, 1, "makedirs"));
+  vl_status s = vl_fs_mkdir("makedirs", check_path(L, 1, "makedirs"));
   if (s != VL_OK) return vl_lua_error(L, s);
   return 0;
 }

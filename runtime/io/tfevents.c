@@ -10,11 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "runtime/io/file_io.h"
+#include "runtime/io/fsutil.h"
 
 /* ---- CRC32C ---- */
 
@@ -138,33 +138,7 @@ void vl_tfrecord_frame(vl_pbuf *b, const void *data, size_t n) {
   pb_append(b, tail, 4);
 }
 
-/* ---- directories and time ---- */
-
-vl_status vl_make_dirs(const char *what, const char *path) {
-  size_t n = strlen(path);
-  if (n == 0) return vl_fail(VL_EINVAL, "%s: the directory name is empty", what);
-  char *p = malloc(n + 1);
-  if (!p) return vl_fail(VL_EOOM, "%s: out of memory", what);
-  memcpy(p, path, n + 1);
-  /* Each prefix that ends before a '/', then the whole path. */
-  for (size_t i = 1; i <= n; i++) {
-    if (i < n && p[i] != '/') continue;
-    char c = p[i];
-    p[i] = '\0';
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-      int e = errno;
-      vl_status s = vl_fail(VL_EIO, "%s: %s: cannot create directory %s: %s", what, path, p, strerror(e));
-      free(p);
-      return s;
-    }
-    p[i] = c;
-  }
-  struct stat st;
-  int ok = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-  free(p);
-  if (!ok) return vl_fail(VL_EIO, "%s: %s: exists and is not a directory", what, path);
-  return VL_OK;
-}
+/* ---- time ---- */
 
 double vl_unix_time(void) {
   struct timespec ts;
@@ -203,7 +177,7 @@ static vl_status write_bytes(vl_tfevents *w, const void *p, size_t n) {
 }
 
 vl_status vl_tfevents_open(const char *dir, vl_tfevents **out) {
-  VL_TRY(vl_make_dirs("EventWriter", dir));
+  VL_TRY(vl_fs_mkdir("EventWriter", dir));
   char host[128];
   host_part(host, sizeof host);
   double now = vl_unix_time();

@@ -29,7 +29,7 @@ dist.broadcast(pid, { src = 0 })
 local ROOT = string.format('%s/v100lua_mpi_checkpoint_%d_np%d', os.getenv('TMPDIR') or '/tmp', math.tointeger(pid:item()), n)
 if r == 0 then
   fs.remove_tree(ROOT)
-  fs.mkdir(ROOT)
+  v100.io.makedirs(ROOT)
 end
 dist.barrier()
 
