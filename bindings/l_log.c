@@ -202,18 +202,7 @@ static const luaL_Reg log_funcs[] = {
 };
 
 void l_io_register_log(lua_State *L) {
-  if (luaL_newmetatable(L, EVENT_WRITER_MT)) {
-    luaL_newlib(L, writer_methods);
-    lua_pushcclosure(L, w_index, 1);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, w_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, w_close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, w_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
+  vl_lua_class(L, EVENT_WRITER_MT, writer_methods, w_index, w_gc, w_close, w_tostring);
   if (luaL_newmetatable(L, EVENTS_BOX_MT)) {
     lua_pushcfunction(L, box_gc);
     lua_setfield(L, -2, "__gc");
