@@ -20,15 +20,11 @@ function M.mlp(name, d1, d2, d3, d4)
   return MLP
 end
 
--- The start every DataParallel test under mpirun shares: dist.init(), a check that there are 2
--- or more ranks, the test's MLP class d1 -> d2 -> d3 -> d4 (named name) and, for a global batch
+-- The start every DataParallel test under mpirun shares: T.mpi_start(), the test's MLP class d1 -> d2 -> d3 -> d4 (named name) and, for a global batch
 -- of B rows, setup(seed) (M.setup for this rank) and copy_of(model) (M.copy_of).
 -- Returns rank, size, MLP, setup, copy_of.
 function M.start(T, name, B, d1, d2, d3, d4)
-  local dist = require 'v100.dist'
-  dist.init()
-  local r, n = dist.rank(), dist.size()
-  T.ok(n >= 2, 'run under mpirun with 2 or more ranks (got ' .. n .. ')')
+  local r, n = T.mpi_start()
   local MLP = M.mlp(name, d1, d2, d3, d4)
   local function setup(seed) return M.setup(MLP, seed, r, B, d1, d4) end
   local function copy_of(model) return M.copy_of(MLP, model) end

@@ -374,6 +374,19 @@ function T.cuda_or_skip()
 end
 
 -- ---------------------------------------------------------------------------------------------
+-- Under mpirun (tests/mpi)
+
+-- The start of an MPI test: dist.init() and a check that there are 2 or more ranks (the test
+-- runs on; every rank still issues the same collectives). Returns this rank and the world size.
+function T.mpi_start()
+  local dist = require 'v100.dist'
+  dist.init()
+  local r, n = dist.rank(), dist.size()
+  T.ok(n >= 2, 'run under mpirun with 2 or more ranks (got ' .. n .. ')')
+  return r, n
+end
+
+-- ---------------------------------------------------------------------------------------------
 -- Files
 
 -- A new empty directory of its own (under $TMPDIR or /tmp), made with v100.io.makedirs; the
