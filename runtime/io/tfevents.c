@@ -70,22 +70,24 @@ static void put_le(unsigned char *dst, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; i++) dst[i] = (unsigned char)(v >> (8 * i));
 }
 
+/* A fixed-width field: wire type 1 (8 bytes) or 5 (4 bytes), little-endian. */
+static void pb_fixed(vl_pbuf *b, int field, int wire, uint64_t u, int bytes) {
+  unsigned char tmp[8];
+  put_le(tmp, u, bytes);
+  vl_pb_key(b, field, wire);
+  pb_append(b, tmp, (size_t)bytes);
+}
+
 void vl_pb_double(vl_pbuf *b, int field, double v) {
   uint64_t u;
   memcpy(&u, &v, 8);
-  unsigned char tmp[8];
-  put_le(tmp, u, 8);
-  vl_pb_key(b, field, 1);
-  pb_append(b, tmp, 8);
+  pb_fixed(b, field, 1, u, 8);
 }
 
 void vl_pb_float(vl_pbuf *b, int field, float v) {
   uint32_t u;
   memcpy(&u, &v, 4);
-  unsigned char tmp[4];
-  put_le(tmp, u, 4);
-  vl_pb_key(b, field, 5);
-  pb_append(b, tmp, 4);
+  pb_fixed(b, field, 5, u, 4);
 }
 
 void vl_pb_int64(vl_pbuf *b, int field, int64_t v) {
