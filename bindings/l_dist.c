@@ -298,16 +298,7 @@ static const luaL_Reg dist_funcs[] = {
 };
 
 int luaopen_v100_dist(lua_State *L) {
-  luaL_newmetatable(L, WORK_MT);
-  luaL_newlib(L, work_methods);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, w_close);
-  lua_setfield(L, -2, "__gc");
-  lua_pushcfunction(L, w_close);
-  lua_setfield(L, -2, "__close");
-  lua_pushcfunction(L, w_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pop(L, 1);
+  vl_lua_class(L, WORK_MT, work_methods, NULL, w_close, w_close, w_tostring);
   luaL_newlib(L, dist_funcs);
   return 1;
 }

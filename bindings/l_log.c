@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bindings/vl_lua.h"
+#include "runtime/io/fsutil.h"
 #include "runtime/io/tfevents.h"
 
 #define EVENT_WRITER_MT "v100.io.EventWriter"
@@ -179,7 +180,7 @@ static int l_unix_time(lua_State *L) {
 }
 
 static int l_makedirs(lua_State *L) {
-  vl_status s = vl_make_dirs("makedirs", check_path(L, 1, "makedirs"));
+  vl_status s = vl_fs_mkdir("makedirs", check_path(L, 1, "makedirs"));
   if (s != VL_OK) return vl_lua_error(L, s);
   return 0;
 }
@@ -201,18 +202,7 @@ static const luaL_Reg log_funcs[] = {
 };
 
 void l_io_register_log(lua_State *L) {
-  if (luaL_newmetatable(L, EVENT_WRITER_MT)) {
-    luaL_newlib(L, writer_methods);
-    lua_pushcclosure(L, w_index, 1);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, w_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, w_close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, w_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
+  vl_lua_class(L, EVENT_WRITER_MT, writer_methods, w_index, w_gc, w_close, w_tostring);
   if (luaL_newmetatable(L, EVENTS_BOX_MT)) {
     lua_pushcfunction(L, box_gc);
     lua_setfield(L, -2, "__gc");

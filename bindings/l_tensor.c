@@ -75,6 +75,24 @@ int vl_lua_error(lua_State *L, vl_status s) {
   return lua_error(L);
 }
 
+void vl_lua_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction index, lua_CFunction gc,
+                  lua_CFunction close, lua_CFunction tostring) {
+  if (luaL_newmetatable(L, mt)) {
+    lua_newtable(L); /* not luaL_newlib: it sizes the table from an array, not a pointer */
+    luaL_setfuncs(L, methods, 0);
+    if (index) lua_pushcclosure(L, index, 1);
+    lua_setfield(L, -2, "__index");
+    const char *names[] = {"__gc", "__close", "__tostring"};
+    lua_CFunction fns[] = {gc, close, tostring};
+    for (int i = 0; i < 3; i++)
+      if (fns[i]) {
+        lua_pushcfunction(L, fns[i]);
+        lua_setfield(L, -2, names[i]);
+      }
+  }
+  lua_pop(L, 1);
+}
+
 vl_lua_tensor *l_checkud(lua_State *L, int idx) {
   return (vl_lua_tensor *)luaL_checkudata(L, idx, VL_LUA_TENSOR_MT);
 }

@@ -21,6 +21,12 @@ vl_tensor *vl_lua_testtensor(lua_State *L, int idx);
 void vl_lua_pushtensor(lua_State *L, vl_tensor *t);
 /* Raises the runtime's last error message as a Lua error; never returns. */
 int vl_lua_error(lua_State *L, vl_status s);
+/* Makes the metatable `mt` of a userdata class once (a second call leaves it as it is): __index
+ * the methods table, or index (a C closure with that table as its upvalue) where index is given
+ * (for fields as well as methods); __gc, __close and __tostring from the functions that are not
+ * NULL. Leaves the stack as it was. */
+void vl_lua_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction index, lua_CFunction gc,
+                  lua_CFunction close, lua_CFunction tostring);
 
 /* bindings/l_io.c: the `v100.io` module table. */
 int luaopen_v100_io(lua_State *L);

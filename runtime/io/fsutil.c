@@ -15,15 +15,30 @@
 
 #include "runtime/io/replace.h"
 
-vl_status vl_fs_mkdir(const char *path) {
-  if (mkdir(path, 0777) == 0) return VL_OK;
-  int err = errno;
-  struct stat st;
-  if (err == EEXIST && stat(path, &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return VL_OK;
-    return vl_fail(VL_EIO, "mkdir: %s: exists and is not a directory", path);
+vl_status vl_fs_mkdir(const char *what, const char *path) {
+  size_t n = strlen(path);
+  if (n == 0) return vl_fail(VL_EINVAL, "%s: the directory name is empty", what);
+  char *p = malloc(n + 1);
+  if (!p) return vl_fail(VL_EOOM, "%s: out of memory", what);
+  memcpy(p, path, n + 1);
+  /* Each prefix that ends before a '/', then the whole path; an existing one must be a
+   * directory (the message names the one that is not, a file where a parent should be). */
+  vl_status s = VL_OK;
+  for (size_t i = 1; i <= n && s == VL_OK; i++) {
+    if (i < n && p[i] != '/') continue;
+    char c = p[i];
+    p[i] = '\0';
+    struct stat st;
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+      s = vl_fail(VL_EIO, "%s: %s: cannot create directory %s: %s", what, path, p, strerror(errno));
+    } else if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) { /* existed (or raced away) */
+      if (i == n) s = vl_fail(VL_EIO, "%s: %s: exists and is not a directory", what, path);
+      else s = vl_fail(VL_EIO, "%s: %s: %s exists and is not a directory", what, path, p);
+    }
+    p[i] = c;
   }
-  return vl_fail(VL_EIO, "mkdir: %s: %s", path, strerror(err));
+  free(p);
+  return s;
 }
 
 vl_status vl_fs_fsync_dir(const char *path) {

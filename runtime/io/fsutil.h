@@ -13,9 +13,11 @@
 
 #include "runtime/core/status.h"
 
-/* mkdir(path, 0777 less the umask); an existing directory is fine, an existing non-directory
- * is an error. */
-vl_status vl_fs_mkdir(const char *path);
+/* Creates path and its missing parents (mode 0777 less the umask), as `mkdir -p`; an existing
+ * directory is fine, an existing non-directory is an error. "<what>: <path>: <reason>" on
+ * failure (what: the caller's name, "makedirs", "EventWriter"). The one mkdir of the runtime:
+ * checkpoints (through v100.io.makedirs) and the logger's directories. */
+vl_status vl_fs_mkdir(const char *what, const char *path);
 
 /* Opens the directory and fsyncs it, making the creations, renames and removals in it durable. */
 vl_status vl_fs_fsync_dir(const char *path);

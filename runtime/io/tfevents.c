@@ -10,11 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "runtime/io/file_io.h"
+#include "runtime/io/fsutil.h"
 
 /* ---- CRC32C ---- */
 
@@ -70,22 +70,24 @@ static void put_le(unsigned char *dst, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; i++) dst[i] = (unsigned char)(v >> (8 * i));
 }
 
+/* A fixed-width field: wire type 1 (8 bytes) or 5 (4 bytes), little-endian. */
+static void pb_fixed(vl_pbuf *b, int field, int wire, uint64_t u, int bytes) {
+  unsigned char tmp[8];
+  put_le(tmp, u, bytes);
+  vl_pb_key(b, field, wire);
+  pb_append(b, tmp, (size_t)bytes);
+}
+
 void vl_pb_double(vl_pbuf *b, int field, double v) {
   uint64_t u;
   memcpy(&u, &v, 8);
-  unsigned char tmp[8];
-  put_le(tmp, u, 8);
-  vl_pb_key(b, field, 1);
-  pb_append(b, tmp, 8);
+  pb_fixed(b, field, 1, u, 8);
 }
 
 void vl_pb_float(vl_pbuf *b, int field, float v) {
   uint32_t u;
   memcpy(&u, &v, 4);
-  unsigned char tmp[4];
-  put_le(tmp, u, 4);
-  vl_pb_key(b, field, 5);
-  pb_append(b, tmp, 4);
+  pb_fixed(b, field, 5, u, 4);
 }
 
 void vl_pb_int64(vl_pbuf *b, int field, int64_t v) {
@@ -138,33 +140,7 @@ void vl_tfrecord_frame(vl_pbuf *b, const void *data, size_t n) {
   pb_append(b, tail, 4);
 }
 
-/* ---- directories and time ---- */
-
-vl_status vl_make_dirs(const char *what, const char *path) {
-  size_t n = strlen(path);
-  if (n == 0) return vl_fail(VL_EINVAL, "%s: the directory name is empty", what);
-  char *p = malloc(n + 1);
-  if (!p) return vl_fail(VL_EOOM, "%s: out of memory", what);
-  memcpy(p, path, n + 1);
-  /* Each prefix that ends before a '/', then the whole path. */
-  for (size_t i = 1; i <= n; i++) {
-    if (i < n && p[i] != '/') continue;
-    char c = p[i];
-    p[i] = '\0';
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-      int e = errno;
-      vl_status s = vl_fail(VL_EIO, "%s: %s: cannot create directory %s: %s", what, path, p, strerror(e));
-      free(p);
-      return s;
-    }
-    p[i] = c;
-  }
-  struct stat st;
-  int ok = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-  free(p);
-  if (!ok) return vl_fail(VL_EIO, "%s: %s: exists and is not a directory", what, path);
-  return VL_OK;
-}
+/* ---- time ---- */
 
 double vl_unix_time(void) {
   struct timespec ts;
@@ -203,7 +179,7 @@ static vl_status write_bytes(vl_tfevents *w, const void *p, size_t n) {
 }
 
 vl_status vl_tfevents_open(const char *dir, vl_tfevents **out) {
-  VL_TRY(vl_make_dirs("EventWriter", dir));
+  VL_TRY(vl_fs_mkdir("EventWriter", dir));
   char host[128];
   host_part(host, sizeof host);
   double now = vl_unix_time();

@@ -50,17 +50,13 @@ void vl_tfevents_encode_version(vl_pbuf *b, double wall_time, const char *versio
 /* Appends data framed as one TFRecord. */
 void vl_tfrecord_frame(vl_pbuf *b, const void *data, size_t n);
 
-/* Creates path and its missing parents (mode 0777 less the umask), as `mkdir -p`; an existing
- * directory is fine. "<what>: <path>: <reason>" on failure. */
-vl_status vl_make_dirs(const char *what, const char *path);
-
 /* Seconds since the Unix epoch (CLOCK_REALTIME), the wall_time TensorBoard expects. */
 double vl_unix_time(void);
 
 /* ---- the writer ---- */
 typedef struct vl_tfevents vl_tfevents;
 
-/* Creates dir (as vl_make_dirs) and a new file
+/* Creates dir (runtime/io/fsutil.h: vl_fs_mkdir) and a new file
  *   <dir>/events.out.tfevents.<unix secs>.<host>.<pid>.v100lua
  * (".<pid>.<k>.v100lua" when that name is taken, so two writers never share a file), writes
  * the file_version record and flushes it, so TensorBoard sees the run at once. */

@@ -38,7 +38,12 @@
 -- generator state is saved; restore gives each rank its own when the rank count is the same,
 -- rank 0's otherwise.
 local v100 = require 'v100'
-local fs = require('v100.core')._ckpt
+local core = require 'v100.core'
+local fs, cio = core._ckpt, core.io
+-- meta.json and the training file's metadata: non-finite numbers raise instead of turning into
+-- null, and a table with integer keys (the caller's state) is written as an object.
+local JSON = { nonfinite = 'error', int_keys = true }
+local JSON_PRETTY = { nonfinite = 'error', int_keys = true, pretty = true }
 
 local M = {}
 
@@ -81,15 +86,6 @@ end
 local function is_zero(opt) return rawget(opt, 'inner') ~= nil and type(opt.load_full_state_dict) == 'function' end
 
 local function is_half(t) return t.dtype == 'f16' or t.dtype == 'bf16' end
-
-local function mkdir_p(path)
-  local at = path:sub(1, 1) == '/' and '/' or ''
-  for part in path:gmatch('[^/]+') do
-    at = at .. part
-    fs.mkdir(at)
-    at = at .. '/'
-  end
-end
 
 -- ---------------------------------------------------------------------------------------------
 -- save
@@ -191,12 +187,12 @@ local function write(dir, name, o, m, osd, rngs)
       error(string.format('checkpoint.save: injected failure after %d steps (%s written; V100LUA_CHECKPOINT_FAIL_AFTER)', done, what), 0)
     end
   end
-  mkdir_p(dir)
+  cio.makedirs(dir)
   remove_stale(dir)
   local final = join(dir, name)
   local tmp = hidden_name(dir, name)
   fs.remove_tree(tmp)
-  fs.mkdir(tmp)
+  cio.makedirs(tmp)
   local ok, err = pcall(function()
     -- the model: f32 for floating tensors (the writer copies device and strided ones)
     local mt = {}
@@ -208,7 +204,7 @@ local function write(dir, name, o, m, osd, rngs)
     if osd then
       local rest = flatten_optimizer(osd, tt)
       rest.kind, rest.zero = o.optimizer.kind, is_zero(o.optimizer)
-      tmeta.optimizer = fs.json_encode(rest)
+      tmeta.optimizer = cio.json_encode(rest, JSON)
     end
     if o.scaler then
       local keys = {}
@@ -217,7 +213,7 @@ local function write(dir, name, o, m, osd, rngs)
         keys[#keys + 1] = k
       end
       table.sort(keys)
-      tmeta.scaler = fs.json_encode({ keys = keys })
+      tmeta.scaler = cio.json_encode({ keys = keys }, JSON)
     end
     v100.save_safetensors(join(tmp, TRAINING), tt, tmeta)
     step_done(TRAINING)
@@ -226,7 +222,7 @@ local function write(dir, name, o, m, osd, rngs)
       rng = rngs[1], rng_ranks = rngs, world_size = #rngs, versions = v100.versions(),
       created = os.date('!%Y-%m-%dT%H:%M:%SZ'), files = { MODEL, TRAINING },
       optimizer = osd and o.optimizer.name or nil, scaler = o.scaler ~= nil }
-    fs.write_atomic(join(tmp, META), fs.json_encode(meta, true) .. '\n')
+    fs.write_atomic(join(tmp, META), cio.json_encode(meta, JSON_PRETTY) .. '\n')
     step_done(META)
 
     if fs.is_dir(final) then
@@ -304,7 +300,7 @@ local function optimizer_state(c)
   local text = c.training_meta.optimizer
   if text == nil then return nil end
   local file = join(c.path, TRAINING)
-  local rest = fs.json_decode(text, file .. ' metadata "optimizer"')
+  local rest = cio.json_decode(text, file .. ' metadata "optimizer"')
   local sd = { state = {} }
   for k, v in pairs(rest) do if k ~= 'state' and k ~= 'kind' and k ~= 'zero' then sd[k] = v end end
   for key, e in pairs(rest.state or {}) do
@@ -336,7 +332,7 @@ function M.load(path)
     fail('load: %s: not a checkpoint (no %s) nor a checkpoint directory (no %s)', path, META, LATEST)
   end
   local mp = join(path, META)
-  local ok, meta = pcall(fs.json_decode, read_file(mp) or '', mp)
+  local ok, meta = pcall(cio.json_decode, read_file(mp) or '', mp)
   if not ok then fail('load: %s', meta) end
   if type(meta) ~= 'table' or meta.format ~= FORMAT then fail('load: %s: not a v100lua checkpoint (format is %s, expected %s)', mp, tostring(type(meta) == 'table' and meta.format), FORMAT) end
   if math.type(meta.version) ~= 'integer' or meta.version > VERSION then
@@ -353,7 +349,7 @@ function M.load(path)
   c.optimizer_state, c.optimizer_kind = optimizer_state(c)
   c.scaler_state = nil
   if tmeta.scaler then
-    local keys = fs.json_decode(tmeta.scaler, join(path, TRAINING) .. ' metadata "scaler"').keys or {}
+    local keys = cio.json_decode(tmeta.scaler, join(path, TRAINING) .. ' metadata "scaler"').keys or {}
     c.scaler_state = {}
     for _, k in ipairs(keys) do
       c.scaler_state[k] = training['scaler.' .. k]

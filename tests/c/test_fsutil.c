@@ -40,8 +40,8 @@ int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(root, sizeof root, "%s/v100lua_test_fsutil_%ld", tmp ? tmp : "/tmp", (long)getpid());
   CHECK_OK(vl_fs_remove_tree(root));
-  CHECK_OK(vl_fs_mkdir(root));
-  CHECK_OK(vl_fs_mkdir(root)); /* again: fine */
+  CHECK_OK(vl_fs_mkdir("mkdir", root));
+  CHECK_OK(vl_fs_mkdir("mkdir", root)); /* again: fine */
   CHECK(vl_fs_is_dir(root));
 
   /* atomic writes: content, replacement, nothing else left in the directory */
@@ -50,11 +50,20 @@ int main(void) {
   CHECK_OK(vl_fs_write_atomic(path_of("latest"), "epoch3-step4\n", 13));
   CHECK(file_is(path_of("latest"), "epoch3-step4\n"));
   CHECK(!vl_fs_is_dir(path_of("latest")));
-  CHECK_ERR(vl_fs_mkdir(path_of("latest")), VL_EIO, "exists and is not a directory");
+  CHECK_ERR(vl_fs_mkdir("mkdir", path_of("latest")), VL_EIO, "mkdir: ");
+  CHECK_ERR(vl_fs_mkdir("mkdir", path_of("latest")), VL_EIO, "exists and is not a directory");
+  CHECK_ERR(vl_fs_mkdir("ckpt", path_of("latest/sub")), VL_EIO, "ckpt: ");
+  CHECK_ERR(vl_fs_mkdir("ckpt", path_of("latest/sub/x")), VL_EIO, "latest exists and is not a directory");
+  CHECK_ERR(vl_fs_mkdir("mkdir", ""), VL_EINVAL, "the directory name is empty");
+  /* recursive, as mkdir -p (v100.io.makedirs and checkpoint directories) */
+  CHECK_OK(vl_fs_mkdir("mkdir", path_of("deep/er/dir/")));
+  CHECK(vl_fs_is_dir(path_of("deep/er/dir")));
+  CHECK_OK(vl_fs_mkdir("mkdir", path_of("deep/er")));
+  CHECK_OK(vl_fs_remove_tree(path_of("deep")));
   CHECK_ERR(vl_fs_write_atomic(path_of("no/such/dir/x"), "x", 1), VL_EIO, "no/such/dir/x");
 
-  CHECK_OK(vl_fs_mkdir(path_of("b")));
-  CHECK_OK(vl_fs_mkdir(path_of("a")));
+  CHECK_OK(vl_fs_mkdir("mkdir", path_of("b")));
+  CHECK_OK(vl_fs_mkdir("mkdir", path_of("a")));
   put(path_of("a/one"), "A");
   put(path_of("b/two"), "B");
   char **names = NULL;

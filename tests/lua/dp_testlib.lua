@@ -1,7 +1,8 @@
--- tests/lua/dp_testlib.lua: what the DataParallel tests share (tests/mpi/test_data_parallel.lua
--- and tests/mpi/test_zero.lua): a 3-layer tanh MLP class, a setup whose initial parameters
--- differ between ranks (DataParallel must broadcast rank 0's) on data that is the same on every
--- rank, a reference copy of a model, and a rank's shard of a batch.
+-- tests/lua/dp_testlib.lua: what the DataParallel tests share (tests/mpi/test_data_parallel.lua,
+-- tests/mpi/test_zero.lua, tests/mpi/test_checkpoint.lua): their start (M.start), a 3-layer
+-- tanh MLP class, a setup whose initial parameters differ between ranks (DataParallel must
+-- broadcast rank 0's) on data that is the same on every rank, a reference copy of a model, and a
+-- rank's shard of a batch.
 local v100 = require 'v100'
 local nn = require 'v100.nn'
 
@@ -17,6 +18,17 @@ function M.mlp(name, d1, d2, d3, d4)
   end
   function MLP:forward(x) return self.fc3(self.fc2(self.fc1(x):tanh()):tanh()) end
   return MLP
+end
+
+-- The start every DataParallel test under mpirun shares: T.mpi_start(), the test's MLP class d1 -> d2 -> d3 -> d4 (named name) and, for a global batch
+-- of B rows, setup(seed) (M.setup for this rank) and copy_of(model) (M.copy_of).
+-- Returns rank, size, MLP, setup, copy_of.
+function M.start(T, name, B, d1, d2, d3, d4)
+  local r, n = T.mpi_start()
+  local MLP = M.mlp(name, d1, d2, d3, d4)
+  local function setup(seed) return M.setup(MLP, seed, r, B, d1, d4) end
+  local function copy_of(model) return M.copy_of(MLP, model) end
+  return r, n, MLP, setup, copy_of
 end
 
 -- model (seeded per rank), x [B, d_in] and y [B, d_out] (seeded alike on every rank)

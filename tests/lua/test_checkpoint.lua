@@ -4,7 +4,8 @@
 -- generator), torchvision's names and dtypes against tests/data/resnet18_ref.safetensors.gz,
 -- load_pretrained, interrupted saves (an injected failure after each step, and SIGKILL of a
 -- child during saves of a large model), keep=N pruning, and the errors of bad files. The
--- JSON primitives of bindings/l_ckpt.c first.
+-- JSON of checkpoints (v100.io.json_encode/json_decode with the checkpoint's options, and the
+-- meta.json of a checkpoint written before the codecs were merged) first.
 local v100 = require 'v100'
 local nn = require 'v100.nn'
 local optim = require 'v100.optim'
@@ -12,13 +13,12 @@ local amp = require 'v100.amp'
 local resnet = require 'v100.models.resnet'
 local ckpt = require 'v100.checkpoint'
 local fs = require('v100.core')._ckpt
+local vio = v100.io
 local T = require 'testlib'
 
 local here = debug.getinfo(1, 'S').source:match('^@(.*[/\\])') or './'
 local REF = here .. '../data/resnet18_ref.safetensors.gz'
-local ROOT = string.format('%s/v100lua_test_checkpoint_%d', os.getenv('TMPDIR') or '/tmp', fs.pid())
-fs.remove_tree(ROOT)
-fs.mkdir(ROOT)
+local ROOT = T.tmpdir()
 local ndirs = 0
 local function fresh_dir()
   ndirs = ndirs + 1
@@ -27,11 +27,7 @@ end
 
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
-local function write_file(path, s)
-  local f = assert(io.open(path, 'wb'))
-  f:write(s)
-  f:close()
-end
+local write_file = T.write_file
 
 local function tensors_eq(a, b, what)
   local na = 0
@@ -49,9 +45,10 @@ end
 T.test('JSON: exact numbers, 64-bit integers, sorted keys, clear errors', function()
   local v = { lr = 0.1, betas = { 0.9, 0.999 }, seed = (1 << 62) + 12345, neg = -(1 << 60), n = 3, on = true, s = 'x"y',
     e = {}, [7] = 'seven' }
-  local text = fs.json_encode(v)
+  local CK = { nonfinite = 'error', int_keys = true } -- scripts/v100/checkpoint.lua's options
+  local text = vio.json_encode(v, CK)
   T.eq(text:sub(1, 12), '{"7":"seven"', 'keys in order')
-  local w = fs.json_decode(text)
+  local w = vio.json_decode(text)
   T.eq(w.lr, 0.1)
   T.eq(w.betas[2], 0.999)
   T.eq(w.seed, (1 << 62) + 12345, 'an integer beyond 2^53 is exact')
@@ -61,13 +58,45 @@ T.test('JSON: exact numbers, 64-bit integers, sorted keys, clear errors', functi
   T.eq(w.on, true)
   T.eq(w.s, 'x"y')
   T.eq(w['7'], 'seven', 'integer keys come back as strings')
-  T.eq(fs.json_encode(w), text, 'the same text again')
-  T.raises(function() fs.json_encode({ a = { b = print } }) end, 'json_encode: a.b: a function cannot be written as JSON')
-  T.raises(function() fs.json_encode({ x = 0 / 0 }) end, 'json_encode: x:')
+  T.eq(vio.json_encode(w, CK), text, 'the same text again')
+  T.raises(function() vio.json_encode({ a = { b = print } }, CK) end, 'json_encode: a function has no JSON form at $.a.b')
+  T.raises(function() vio.json_encode({ x = 0 / 0 }, CK) end, "json_encode: NaN has no JSON form (nonfinite = 'error') at $.x")
+  T.raises(function() vio.json_encode({ x = { -math.huge } }, CK) end, 'json_encode: -inf has no JSON form')
+  T.eq(vio.json_encode({ x = 0 / 0 }), '{"x":null}', "nonfinite = 'null' is the default (the logger's)")
+  T.raises(function() vio.json_encode({ [7] = 1, ['7'] = 2 }, CK) end, 'the integer key 7 and the string key')
+  T.raises(function() vio.json_encode({ [7] = 1 }) end, 'an integer key that does not make the table an array 1..n')
+  T.raises(function() vio.json_encode(1, { nonfinite = 'zero' }) end, "opts.nonfinite must be 'null' or 'error'")
+  T.raises(function() vio.json_encode(1, { prety = true }) end, "unknown option 'prety'")
+  T.eq(vio.json_encode({ b = { 1 }, a = 1.0 }, { pretty = true }), '{\n\t"a":\t1.0,\n\t"b":\t[1]\n}', 'pretty: cJSON\'s form')
   local cyc = {}
   cyc.self = cyc
-  T.raises(function() fs.json_encode(cyc) end, 'nested deeper than')
-  T.raises(function() fs.json_decode('{"a": [1, 2', 'meta.json') end, 'json_decode: meta.json: not valid JSON')
+  T.raises(function() vio.json_encode(cyc, CK) end, 'nested deeper than')
+  T.raises(function() vio.json_decode('{"a": [1, 2', 'meta.json') end, 'json_decode: meta.json: invalid JSON')
+  T.raises(function() vio.json_decode('', 'meta.json') end, 'json_decode: meta.json: the input is empty')
+  T.raises(function() vio.json_decode('{"__int64__": "1e3"}') end, 'is not a 64-bit integer')
+end)
+
+-- What the checkpoint codec of bindings/l_ckpt.c wrote (cJSON's pretty form: every integer
+-- beyond 2^53 as {"__int64__": "<decimal>"}, whole floats without a '.') still reads back.
+T.test('JSON: a meta.json written before the codecs were merged', function()
+  local old = '{\n\t"epoch":\t1,\n\t"files":\t["model.safetensors", "training.safetensors"],\n' ..
+    '\t"rng":\t{\n\t\t"offset":\t6,\n\t\t"seed":\t5\n\t},\n\t"state":\t{\n\t\t"big":\t{\n' ..
+    '\t\t\t"__int64__":\t"4611686018427400249"\n\t\t},\n\t\t"list":\t[1, 2, 3],\n\t\t"lr":\t0.1,\n' ..
+    '\t\t"neg":\t{\n\t\t\t"__int64__":\t"-1152921504606846976"\n\t\t},\n\t\t"whole":\t2\n\t},\n' ..
+    '\t"version":\t1\n}\n'
+  local m = vio.json_decode(old, 'meta.json')
+  T.eq(m.state.big, (1 << 62) + 12345)
+  T.eq(math.type(m.state.big), 'integer')
+  T.eq(m.state.neg, -(1 << 60))
+  T.eq(m.state.list, { 1, 2, 3 })
+  T.eq(m.state.lr, 0.1)
+  T.eq(m.state.whole, 2)
+  T.eq(math.type(m.version), 'integer')
+  T.eq(m.rng, { offset = 6, seed = 5 })
+  -- written now: the same values, integers as their digits
+  local again = vio.json_decode(vio.json_encode(m, { pretty = true, nonfinite = 'error' }))
+  T.ok(T.deep_eq(again, m), 'the same table again')
+  T.ok(vio.json_encode(m.state):find('"big":4611686018427400249', 1, true), 'an int64 as its digits')
 end)
 
 -- A small ResNet (resnet18 on 3x16x16), SGD with momentum and a scaler, after two scaled steps
@@ -126,7 +155,7 @@ T.test('round trip: ResNet + SGD momentum + AMP scaler, bitwise', function()
   T.eq(opt2.param_groups[1].weight_decay, 1e-4)
   T.ok(T.deep_eq(scaler2:counters(), scaler:counters()), 'scaler counters')
   T.eq(scaler2.growth_interval, 3)
-  local meta = fs.json_decode(io.open(path .. '/meta.json'):read('a'))
+  local meta = vio.json_decode(T.read_file(path .. '/meta.json'))
   T.eq(meta.format, 'v100lua-checkpoint')
   T.eq(meta.world_size, 1)
   T.eq(meta.optimizer, opt.name)
@@ -403,7 +432,7 @@ T.test('bad files: the message names the file and what is wrong', function()
   T.raises(function() ckpt.load(path) end, 'lists model.safetensors, which is missing')
   -- meta.json: not JSON, another format
   write_file(path .. '/meta.json', '{"format": "v100lua-checkpoint", ')
-  T.raises(function() ckpt.load(path) end, { path .. '/meta.json', 'not valid JSON' })
+  T.raises(function() ckpt.load(path) end, { path .. '/meta.json', 'invalid JSON' })
   write_file(path .. '/meta.json', '{"format": "something-else"}')
   T.raises(function() ckpt.load(dir) end, { path .. '/meta.json', 'not a v100lua checkpoint' })
   -- the pointer

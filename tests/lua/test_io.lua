@@ -5,22 +5,10 @@
 local v100 = require 'v100'
 local T = require 'testlib'
 
-local dir = os.tmpname()
-os.remove(dir)
-assert(os.execute("mkdir -p '" .. dir .. "'"))
+local dir = T.tmpdir()
 local function path(name) return dir .. '/' .. name end
 local function sh(cmd) assert(os.execute(cmd), cmd) end
-local function read(p)
-  local f = assert(io.open(p, 'rb'))
-  local s = f:read('a')
-  f:close()
-  return s
-end
-local function write(p, s)
-  local f = assert(io.open(p, 'wb'))
-  f:write(s)
-  f:close()
-end
+local read, write = T.read_file, T.write_file
 local function exists(p)
   local f = io.open(p, 'rb')
   if f then f:close() end

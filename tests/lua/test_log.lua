@@ -7,20 +7,8 @@ local log = require 'v100.log'
 local T = require 'testlib'
 local vio = v100.io
 
-local root = os.tmpname()
-os.remove(root)
-assert(os.execute("mkdir -p '" .. root .. "'"))
-local function read(p)
-  local f = assert(io.open(p, 'rb'))
-  local s = f:read('a')
-  f:close()
-  return s
-end
-local function write(p, s)
-  local f = assert(io.open(p, 'wb'))
-  f:write(s)
-  f:close()
-end
+local root = T.tmpdir()
+local read, write = T.read_file, T.write_file
 local function ls(dir)
   local p = assert(io.popen("ls -A '" .. dir .. "' 2>/dev/null"))
   local names = {}

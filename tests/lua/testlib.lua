@@ -378,6 +378,46 @@ function T.cuda_or_skip()
 end
 
 -- ---------------------------------------------------------------------------------------------
+-- Under mpirun (tests/mpi)
+
+-- The start of an MPI test: dist.init() and a check that there are 2 or more ranks (the test
+-- runs on; every rank still issues the same collectives). Returns this rank and the world size.
+function T.mpi_start()
+  local dist = require 'v100.dist'
+  dist.init()
+  local r, n = dist.rank(), dist.size()
+  T.ok(n >= 2, 'run under mpirun with 2 or more ranks (got ' .. n .. ')')
+  return r, n
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- Files
+
+-- A new empty directory of its own (under $TMPDIR or /tmp), made with v100.io.makedirs; the
+-- test removes it when it wants to.
+function T.tmpdir()
+  local dir = os.tmpname() -- a new unique name (an empty file), replaced by the directory
+  os.remove(dir)
+  require('v100.core').io.makedirs(dir)
+  return dir
+end
+
+-- The bytes of a file (raises when it cannot be read).
+function T.read_file(path)
+  local f = assert(io.open(path, 'rb'))
+  local s = f:read('a')
+  f:close()
+  return s
+end
+
+-- Writes s as the whole of the file (raises when it cannot).
+function T.write_file(path, s)
+  local f = assert(io.open(path, 'wb'))
+  assert(f:write(s))
+  assert(f:close())
+end
+
+-- ---------------------------------------------------------------------------------------------
 -- Running the binary (recipes as a user runs them)
 
 -- The v100lua running this test (arg[-1]); the environment variable V100LUA overrides it.

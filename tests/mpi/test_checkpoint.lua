@@ -14,13 +14,9 @@ local dist = require 'v100.dist'
 local ckpt = require 'v100.checkpoint'
 local fs = require('v100.core')._ckpt
 
-dist.init()
-local r, n = dist.rank(), dist.size()
-T.ok(n >= 2, 'run under mpirun with 2 or more ranks (got ' .. n .. ')')
-
 local DPT = require 'dp_testlib'
-local MLP = DPT.mlp('CkMLP', 5, 7, 4, 3)
 local B = 12
+local r, n, MLP = DPT.start(T, 'CkMLP', B, 5, 7, 4, 3)
 local SGD = { lr = 0.1, momentum = 0.9 }
 
 -- one directory for all ranks: rank 0's pid
@@ -29,7 +25,7 @@ dist.broadcast(pid, { src = 0 })
 local ROOT = string.format('%s/v100lua_mpi_checkpoint_%d_np%d', os.getenv('TMPDIR') or '/tmp', math.tointeger(pid:item()), n)
 if r == 0 then
   fs.remove_tree(ROOT)
-  fs.mkdir(ROOT)
+  v100.io.makedirs(ROOT)
 end
 dist.barrier()
 

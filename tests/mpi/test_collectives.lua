@@ -6,9 +6,7 @@ local T = require 'testlib'
 local v100 = require 'v100'
 local dist = require 'v100.dist'
 
-dist.init()
-local r, n = dist.rank(), dist.size()
-T.ok(n >= 2, 'run under mpirun with 2 or more ranks (got ' .. n .. ')')
+local r, n = T.mpi_start()
 
 local dtypes = {'f64', 'f32', 'f16', 'bf16', 'i64', 'i32', 'u8', 'bool'}
 local floats = {f64 = true, f32 = true, f16 = true, bf16 = true}

@@ -10,19 +10,11 @@ local F = nn.F
 local optim = require 'v100.optim'
 local dist = require 'v100.dist'
 
-dist.init()
-local r, n = dist.rank(), dist.size()
-T.ok(n >= 2, 'run under mpirun with 2 or more ranks (got ' .. n .. ')')
-
 local DPT = require 'dp_testlib'
-local MLP = DPT.mlp('MLP', 5, 7, 6, 3)
-
 local B = 12 -- the global batch: 12 splits into 2 and 3 shards (and 2 micro-batches of those)
-
--- A model whose initial parameters differ between ranks (DataParallel must broadcast rank 0's),
--- the data (the same on every rank), and a reference copy of rank 0's initial model.
-local function setup(seed) return DPT.setup(MLP, seed, r, B, 5, 3) end
-local function copy_of(model) return DPT.copy_of(MLP, model) end
+-- setup(seed): a model whose initial parameters differ between ranks (DataParallel must
+-- broadcast rank 0's) and the data (the same on every rank); copy_of: a reference copy.
+local r, n, _, setup, copy_of = DPT.start(T, 'MLP', B, 5, 7, 6, 3)
 local shard = DPT.shard
 
 local function train(dp_opts, steps)

@@ -6,9 +6,7 @@ local v100 = require 'v100'
 local dist = require 'v100.dist'
 local log = require 'v100.log'
 
-dist.init()
-local r, n = dist.rank(), dist.size()
-T.ok(n >= 2, 'run under mpirun with 2 or more ranks (got ' .. n .. ')')
+local r, n = T.mpi_start()
 
 -- One directory for the job: rank 0's random number, broadcast.
 local id = v100.tensor({r == 0 and math.random(1, 1 << 40) or 0}, {dtype = 'i64'})

@@ -11,17 +11,9 @@ local F = nn.F
 local optim = require 'v100.optim'
 local dist = require 'v100.dist'
 
-dist.init()
-local r, n = dist.rank(), dist.size()
-T.ok(n >= 2, 'run under mpirun with 2 or more ranks (got ' .. n .. ')')
-
 local DPT = require 'dp_testlib'
-local MLP = DPT.mlp('ZMLP', 5, 7, 4, 3) -- 35 + 7, 28 + 4, 12 + 3: 89 parameters in all
-
 local B = 12
-
-local function setup(seed) return DPT.setup(MLP, seed, r, B, 5, 3) end
-local function copy_of(model) return DPT.copy_of(MLP, model) end
+local r, n, _, setup, copy_of = DPT.start(T, 'ZMLP', B, 5, 7, 4, 3) -- 35 + 7, 28 + 4, 12 + 3: 89 parameters
 local shard = DPT.shard
 
 -- k steps of the ZeRO-1 pair (dp, opt) on this rank's shard and of the reference (ref, ropt) on
