@@ -10,7 +10,9 @@ T.cuda_or_skip()
 local dir = os.tmpname()
 os.remove(dir)
 assert(os.execute("mkdir -p '" .. dir .. "'"))
-local out, ok = T.run_binary(string.format("tools/fashion_to_imagefolder.lua '%s' --limit 300 --size 64", dir))
+-- FASHION_MNIST_ROOT: the IDX folder where the Debian package is not installed (the GPU machine).
+local root = os.getenv('FASHION_MNIST_ROOT') or data.FASHION_MNIST_ROOT
+local out, ok = T.run_binary(string.format("tools/fashion_to_imagefolder.lua '%s' --limit 300 --size 64 --root '%s'", dir, root))
 assert(ok, 'fashion_to_imagefolder failed:\n' .. out)
 local ds = data.ImageFolder(dir .. '/train')
 
