@@ -350,11 +350,12 @@ for epoch = first_epoch, opts.epochs do
   local line = string.format('epoch %d/%d  loss %.4f', epoch, opts.epochs, train_loss)
   if src.val and (epoch % opts.eval_every == 0 or epoch == opts.epochs) then
     last = validate()
-    line = line .. string.format('  val top-1 %.4f  top-5 %.4f', last.top1, last.top5)
+    line = line .. string.format('  val loss %.4f  top-1 %.4f  top-5 %.4f', last.loss, last.top1, last.top5)
     logger:log(step, { top1 = last.top1, top5 = last.top5, loss = last.loss, epoch = epoch }, { split = 'val' })
   end
   local ips = n_done * global_batch / dt
   local eta = (opts.epochs - epoch) * steps_per_epoch * global_batch / math.max(ips, 1e-9)
+  line = line .. string.format('  lr %.4g', sched:get_lr()[1]) .. (scaler and string.format('  scale %g', scaler:get_scale()) or '')
   dist.print(string.format('%s  time %.1f s  images/s %.0f  eta %s', line, dt, ips, log.format_eta(eta)))
   io.stdout:flush()
   checkpoint(epoch, steps_per_epoch)

@@ -60,5 +60,22 @@ T.test('a checkpoint written by 2 ranks is evaluated by one process', function()
   T.eq(out:match('\ntest accuracy: (0%.%d+)'), acc2, 'the same weights, the same 200 images, the same top-1:\n' .. out)
 end)
 
+T.test('a 2-rank checkpoint resumed by one process trains on (another rank count)', function()
+  local out, ok = T.run_binary('recipes/resnet50.lua ' .. ARGS:gsub('%-%-epochs 1', '--epochs 2') ..
+    ' --resume --checkpoint-dir ' .. q(d .. '/ck') .. ' --log-dir ' .. q(d .. '/log1'))
+  T.ok(ok, 'resume on 1 rank failed:\n' .. out)
+  T.ok(out:find('1 rank,', 1, true) and out:find('resumed at epoch 2 batch 0', 1, true), out)
+  T.ok(out:find('2 epochs x 40 steps', 1, true), '640 / 16 = 40 steps on one rank:\n' .. out)
+  T.ok(not out:find('epoch 1/2', 1, true) and out:find('\nepoch 2/2', 1, true), 'only epoch 2 runs:\n' .. out)
+  local f = assert(io.open(d .. '/log1/metrics.jsonl'))
+  local first
+  for line in f:lines() do
+    local r = v100.io.json_decode(line)
+    if r.split == 'train' then first = first or r.step end
+  end
+  f:close()
+  T.eq(first, 21, 'the step count goes on from the checkpoint (20 steps on 2 ranks)')
+end)
+
 os.execute('rm -rf ' .. q(d))
 T.run()
