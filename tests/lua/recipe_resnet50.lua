@@ -25,19 +25,12 @@ end
 
 local exe = T.binary()
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-local function tmpdir()
-  local p = io.popen('mktemp -d /tmp/v100-recipe-XXXXXX')
-  local d = p:read('l')
-  p:close()
-  return d
-end
+local tmpdir = T.tmpdir
 local function run(args) return T.run_binary('recipes/resnet50.lua ' .. args) end
+-- The file's bytes, or nil when it is not there (yet).
 local function read_file(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local s = f:read('a')
-  f:close()
-  return s
+  local ok, s = pcall(T.read_file, path)
+  return ok and s or nil
 end
 -- The JSON lines of a metrics file, decoded; split = 'train' or 'val' keeps those only.
 local function metrics(path, split)
