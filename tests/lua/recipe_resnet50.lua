@@ -71,7 +71,7 @@ T.test('SIGKILL mid-epoch, then --resume: the same loss curve and weights as an 
 pid=$!
 for i in $(seq 1 1200); do
   n=$(cat %s 2>/dev/null | grep -c '"split":"train"')
-  [ "$n" -ge 30 ] && { kill -9 $pid; wait $pid; echo "killed at $n"; exit 0; }
+  [ "$n" -ge 30 ] && { kill -9 $pid; wait $pid 2>/dev/null; echo "killed at $n"; exit 0; }
   kill -0 $pid 2>/dev/null || { echo "ended by itself"; exit 1; }
   sleep 0.05
 done
