@@ -8,8 +8,21 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 B="${1:-$ROOT/build-dev}"
+# nvJPEG (v100.data's decoder = 'nvjpeg'): the GPU machine has libnvjpeg, this one has no header.
+# NVJPEG_ROOT names a folder with include/nvjpeg.h; else PyPI's nvidia-nvjpeg wheel is fetched
+# into .dev/nvjpeg once (the build then links the GPU machine's libnvjpeg.so.13 at run time).
+nvj=()
+if [ -z "${NVJPEG_ROOT:-}" ] && [ ! -f /usr/local/cuda/include/nvjpeg.h ]; then
+  if [ ! -f "$ROOT/.dev/nvjpeg/nvidia/cu13/include/nvjpeg.h" ] && command -v pip >/dev/null 2>&1; then
+    mkdir -p "$ROOT/.dev/nvjpeg"
+    (cd "$ROOT/.dev/nvjpeg" && pip download -q --no-deps nvidia-nvjpeg && python3 -m zipfile -e nvidia_nvjpeg-*.whl .) ||
+      echo "device-pack.sh: no nvJPEG headers (pip download nvidia-nvjpeg failed): built without nvJPEG" >&2
+  fi
+  [ -f "$ROOT/.dev/nvjpeg/nvidia/cu13/include/nvjpeg.h" ] && NVJPEG_ROOT="$ROOT/.dev/nvjpeg/nvidia/cu13"
+fi
+[ -n "${NVJPEG_ROOT:-}" ] && nvj=(-DNVJPEG_ROOT="$NVJPEG_ROOT")
 cmake -S "$ROOT" -B "$B" -G Ninja -DV100LUA_CUDA=ON -DV100LUA_READLINE=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCMAKE_BUILD_TYPE=Release >/dev/null
+  -DCMAKE_BUILD_TYPE=Release "${nvj[@]}" >/dev/null
 ninja -C "$B" -j2 v100lua bench_alloc
 rm -rf "$ROOT/.dev/bin" "$ROOT/.dev/lib" "$ROOT/.dev/lua"
 mkdir -p "$ROOT/.dev/bin" "$ROOT/.dev/lib" "$ROOT/.dev/lua"
@@ -18,7 +31,7 @@ for b in v100lua bench_alloc; do
   gzip -9f "$ROOT/.dev/bin/$b"
 done
 # Libraries outside the CUDA toolkit and Open MPI that the GPU image may not have.
-for lib in $(ldd "$B/v100lua" | awk '/libcjson|libturbojpeg|libisal/ {print $3}'); do cp -L "$lib" "$ROOT/.dev/lib/"; done
+for lib in $(ldd "$B/v100lua" | awk '/libcjson|libturbojpeg|libisal|libutf8proc/ {print $3}'); do cp -L "$lib" "$ROOT/.dev/lib/"; done
 # Lua modules from the system Lua path (the same folders the host searches, first match wins).
 for mod in argparse; do
   src=""
