@@ -5,6 +5,7 @@
  *   encode(u8 HxWxC tensor, path, quality)
  *   resize(u8 HxWxC tensor, h, w) -> u8 h x w x C (bilinear)
  *   loader(folder, opts) -> Loader: l:epoch(order_i64, epoch, start), l:next() -> x, y | nil,
+ *     l:next_to(device) -> x, y | nil (new tensors on device; async copy on CUDA),
  *     l:batches(n), l:skipped(), l:skip_message(i), l:workers(), l:close() (also __gc, __close)
  * Options arrive checked for type by data.lua; the runtime checks their values. */
 #include <lauxlib.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "bindings/vl_lua.h"
+#include "runtime/core/device.h"
 #include "runtime/data/folder.h"
 #include "runtime/data/image.h"
 #include "runtime/data/loader.h"
@@ -243,6 +245,19 @@ static int loader_next(lua_State *L) {
   return 2;
 }
 
+static int loader_next_to(lua_State *L) {
+  vl_loader *l = checkloader(L, 1);
+  vl_device dev;
+  vl_status s = vl_device_parse(luaL_checkstring(L, 2), &dev);
+  vl_tensor *x = NULL, *y = NULL;
+  if (s == VL_OK) s = vl_loader_next_to(l, dev, &x, &y);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  if (!x) return 0;
+  vl_lua_pushtensor(L, x);
+  vl_lua_pushtensor(L, y);
+  return 2;
+}
+
 static int loader_batches(lua_State *L) {
   lua_pushinteger(L, vl_loader_batches(checkloader(L, 1), luaL_checkinteger(L, 2)));
   return 1;
@@ -269,6 +284,7 @@ static const luaL_Reg folder_methods[] = {
     {"n", folder_n}, {"classes", folder_classes}, {"path", folder_path}, {"label", folder_label}, {NULL, NULL}};
 
 static const luaL_Reg loader_methods[] = {{"epoch", loader_epoch},     {"next", loader_next},
+                                          {"next_to", loader_next_to},
                                           {"batches", loader_batches}, {"skipped", loader_skipped},
                                           {"skip_message", loader_skip_message}, {"workers", loader_workers},
                                           {"close", loader_close},     {NULL, NULL}};

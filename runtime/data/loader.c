@@ -11,8 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "runtime/core/cuda.h"
 #include "runtime/data/image.h"
 
 enum { SLOT_IDLE, SLOT_FILLING, SLOT_FULL, SLOT_OUT };
@@ -21,6 +23,11 @@ typedef struct slot {
   vl_tensor *x, *y;
   int64_t batch;
   int len, taken, done, state;
+  /* vl_loader_next_to: `ev` (of cuda:ev_dev) was recorded after the async copy out of this
+   * buffer; while copy_pending, no worker writes into it (one of them polls the event). */
+  void *ev;
+  int ev_dev;
+  bool copy_pending, copy_waiting;
 } slot;
 
 typedef struct worker {
@@ -137,6 +144,32 @@ static vl_status do_sample(vl_loader *l, worker *w, int64_t pos, void *xout, int
                  (long long)l->norder, l->f->root);
 }
 
+/* With l->mu held: returns once the copy out of slot s (vl_loader_next_to) has completed. One
+ * worker polls the event (a blocking cudaEventSynchronize would spin a core with the default
+ * scheduling), the others of the slot wait on work_cv. */
+static vl_status wait_copy(vl_loader *l, slot *s) {
+  while (s->copy_pending) {
+    if (s->copy_waiting) {
+      pthread_cond_wait(&l->work_cv, &l->mu);
+      continue;
+    }
+    s->copy_waiting = true;
+    void *ev = s->ev;
+    int dev = s->ev_dev;
+    pthread_mutex_unlock(&l->mu);
+    bool done = false;
+    vl_status st;
+    struct timespec pause = {0, 50 * 1000};
+    while ((st = vl_event_query(dev, ev, &done)) == VL_OK && !done) nanosleep(&pause, NULL);
+    pthread_mutex_lock(&l->mu);
+    s->copy_waiting = false;
+    s->copy_pending = false;
+    pthread_cond_broadcast(&l->work_cv);
+    if (st != VL_OK) return vl_fail_prefix(st, "ImageLoader: waiting for the copy of a batch to the device: ");
+  }
+  return VL_OK;
+}
+
 static void *worker_main(void *arg) {
   worker *w = arg;
   vl_loader *l = w->l;
@@ -153,8 +186,9 @@ static void *worker_main(void *arg) {
     int64_t *yout = (int64_t *)vl_tensor_data(s->y) + j;
     int64_t pos = b * l->o.batch_size + j;
     l->inflight++;
+    vl_status st = wait_copy(l, s);
     pthread_mutex_unlock(&l->mu);
-    vl_status st = do_sample(l, w, pos, xout, yout);
+    if (st == VL_OK) st = do_sample(l, w, pos, xout, yout);
     pthread_mutex_lock(&l->mu);
     l->inflight--;
     if (gen == l->gen) {
@@ -330,7 +364,10 @@ vl_status vl_loader_epoch(vl_loader *l, const int64_t *order, int64_t n, uint32_
   return VL_OK;
 }
 
-vl_status vl_loader_next(vl_loader *l, vl_tensor **x, vl_tensor **y) {
+/* Gives back the slot handed out last (refilled with batch out + prefetch), then waits for the
+ * next batch: *sp = its slot, or NULL after the last one. */
+static vl_status take(vl_loader *l, slot **sp) {
+  *sp = NULL;
   if (l->out_batch >= 0) {
     int64_t b = l->out_batch + l->o.prefetch;
     int i = (int)(l->out_batch % l->o.prefetch);
@@ -338,10 +375,7 @@ vl_status vl_loader_next(vl_loader *l, vl_tensor **x, vl_tensor **y) {
     if (b < l->nbatches) VL_TRY(assign(l, i, b));
     else l->slots[i].state = SLOT_IDLE;
   }
-  if (l->next_out >= l->nbatches) {
-    *x = *y = NULL;
-    return VL_OK;
-  }
+  if (l->next_out >= l->nbatches) return VL_OK;
   slot *s = &l->slots[l->next_out % l->o.prefetch];
   pthread_mutex_lock(&l->mu);
   while (s->state != SLOT_FULL && l->err == VL_OK) pthread_cond_wait(&l->done_cv, &l->mu);
@@ -353,8 +387,19 @@ vl_status vl_loader_next(vl_loader *l, vl_tensor **x, vl_tensor **y) {
     return vl_fail(e, "%s", msg);
   }
   s->state = SLOT_OUT;
-  int len = s->len;
   pthread_mutex_unlock(&l->mu);
+  *sp = s;
+  return VL_OK;
+}
+
+vl_status vl_loader_next(vl_loader *l, vl_tensor **x, vl_tensor **y) {
+  slot *s;
+  VL_TRY(take(l, &s));
+  if (!s) {
+    *x = *y = NULL;
+    return VL_OK;
+  }
+  int len = s->len;
   vl_tensor *xo = NULL, *yo = NULL;
   if (len == l->o.batch_size) {
     xo = vl_tensor_retain(s->x);
@@ -368,6 +413,86 @@ vl_status vl_loader_next(vl_loader *l, vl_tensor **x, vl_tensor **y) {
     }
   }
   l->out_batch = l->next_out++;
+  *x = xo;
+  *y = yo;
+  return VL_OK;
+}
+
+/* The slot's event on cuda:dev (created on first use, remade for another device). */
+static vl_status slot_event(slot *s, int dev) {
+  if (s->ev && s->ev_dev == dev) return VL_OK;
+  if (s->ev) {
+    /* Only reached between copies of different devices: the old copy must be over first. */
+    VL_TRY(vl_event_synchronize(s->ev_dev, s->ev));
+    VL_TRY(vl_event_destroy(s->ev_dev, s->ev));
+    s->ev = NULL;
+  }
+  VL_TRY(vl_event_create(dev, false, &s->ev));
+  s->ev_dev = dev;
+  return VL_OK;
+}
+
+vl_status vl_loader_next_to(vl_loader *l, vl_device dev, vl_tensor **x, vl_tensor **y) {
+  if (dev.type == VL_CUDA && !l->o.pinned)
+    return vl_fail(VL_EINVAL, "ImageLoader: next_to(cuda:%d) needs a loader with pinned buffers", dev.index);
+  slot *s;
+  VL_TRY(take(l, &s));
+  if (!s) {
+    *x = *y = NULL;
+    return VL_OK;
+  }
+  /* The batch is handed out now; the buffer stays in the ring (out_batch) until the next call,
+   * as for vl_loader_next, so an error below leaves the loader consistent. */
+  l->out_batch = l->next_out++;
+  int len = s->len;
+  int64_t xs[4];
+  for (int d = 0; d < 4; d++) xs[d] = s->x->size[d];
+  xs[0] = len;
+  int64_t ys[1] = {len};
+  vl_tensor *xo = NULL, *yo = NULL;
+  vl_status st = vl_tensor_empty(4, xs, s->x->dtype, dev, &xo);
+  if (st == VL_OK) st = vl_tensor_empty(1, ys, VL_I64, dev, &yo);
+  /* The first len rows of a batch buffer are contiguous (row = sample, NCHW or NHWC alike). */
+  size_t xb = (size_t)len * l->sample_bytes, yb = (size_t)len * sizeof(int64_t);
+  if (dev.type != VL_CUDA) {
+    if (st == VL_OK) {
+      memcpy(vl_tensor_data(xo), vl_tensor_data(s->x), xb);
+      memcpy(vl_tensor_data(yo), vl_tensor_data(s->y), yb);
+    }
+  } else {
+    /* Asynchronous on the current stream: whatever uses the batch is queued behind the copy. */
+    if (st == VL_OK) st = slot_event(s, dev.index);
+    if (st == VL_OK) st = vl_memcpy(vl_tensor_data(xo), dev, vl_tensor_data(s->x), vl_cpu_device(), xb, NULL, false);
+    if (st == VL_OK) st = vl_memcpy(vl_tensor_data(yo), dev, vl_tensor_data(s->y), vl_cpu_device(), yb, NULL, false);
+    if (st == VL_OK) st = vl_event_record(dev.index, s->ev, NULL);
+    if (st == VL_OK) {
+      pthread_mutex_lock(&l->mu);
+      s->copy_pending = true;
+      pthread_mutex_unlock(&l->mu);
+    } else if (s->ev) {
+      /* A copy may be queued without its event: wait for the stream before the buffer is reused. */
+      vl_status keep = st;
+      void *stream = NULL;
+      if (vl_cuda_current_stream(dev.index, &stream) == VL_OK) (void)vl_stream_synchronize(dev.index, stream);
+      st = keep;
+    }
+  }
+  if (st != VL_OK) {
+    vl_tensor_release(xo);
+    vl_tensor_release(yo);
+    return vl_fail_prefix(st, "ImageLoader: next_to: ");
+  }
+  /* The slot can be refilled at once: its workers wait for the event first. */
+  int64_t b = l->out_batch + l->o.prefetch;
+  int i = (int)(l->out_batch % l->o.prefetch);
+  l->out_batch = -1;
+  if (b < l->nbatches) st = assign(l, i, b);
+  else l->slots[i].state = SLOT_IDLE;
+  if (st != VL_OK) {
+    vl_tensor_release(xo);
+    vl_tensor_release(yo);
+    return st;
+  }
   *x = xo;
   *y = yo;
   return VL_OK;
@@ -402,6 +527,12 @@ void vl_loader_close(vl_loader *l) {
     free(w->pixels);
   }
   for (int i = 0; l->slots && i < l->o.prefetch; i++) {
+    slot *s = &l->slots[i];
+    /* A copy still reading the pinned buffer must end before the pool may hand it out again. */
+    if (s->ev) {
+      if (s->copy_pending) (void)vl_event_synchronize(s->ev_dev, s->ev);
+      (void)vl_event_destroy(s->ev_dev, s->ev);
+    }
     vl_tensor_release(l->slots[i].x);
     vl_tensor_release(l->slots[i].y);
   }

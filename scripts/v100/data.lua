@@ -286,9 +286,10 @@ end
 
 -- loader:epoch(e, {start = 0}) -> iterator of k, x, y for the batches of epoch e from batch
 -- start + 1 on (k counts from 1 across the epoch, so a resumed epoch continues the count).
--- x and y are on the loader's device; on a CUDA device the pinned batch is copied there and freed
--- (its buffer goes back to the ring), on the CPU x and y are the batch buffers themselves (kept
--- valid while referenced: the loader allocates another buffer rather than overwrite them).
+-- x and y are on the loader's device; on a CUDA device the pinned batch is copied there
+-- asynchronously on the current stream (no host wait; an event keeps the workers off the buffer
+-- until the copy is done), on the CPU x and y are the batch buffers themselves (kept valid while
+-- referenced: the loader allocates another buffer rather than overwrite them).
 function Loader:epoch(e, opts)
   local l = rawget(self, '_l')
   if not l then fail('ImageLoader: used after close', 2) end
@@ -299,16 +300,11 @@ function Loader:epoch(e, opts)
   l:epoch(order, e, start)
   local k = start
   return function()
-    local x, y = l:next()
+    local x, y
+    if self.device ~= 'cpu' then x, y = l:next_to(self.device) else x, y = l:next() end
     self:_report()
     if not x then return nil end
     k = k + 1
-    if self.device ~= 'cpu' then
-      local xd, yd = x:to(self.device), y:to(self.device)
-      x:free()
-      y:free()
-      x, y = xd, yd
-    end
     -- The buffer is N x H x W x C for nhwc: handed out as the logical N x C x H x W view with
     -- channels-last strides, the layout convention of every op (t:is_channels_last()).
     if self.layout == 'nhwc' then x = x:permute(1, 4, 2, 3) end

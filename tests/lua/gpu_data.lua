@@ -1,7 +1,7 @@
 -- tests/lua/gpu_data.lua: v100.data's ImageLoader with a CUDA device: batches assembled in pinned
--- host memory and copied to the GPU equal the CPU loader's bitwise (train augmentation, val,
--- NHWC, f16), several epochs leave the device pool flat, and a loader closed mid-epoch or left
--- open at exit is fine. Needs a GPU (label gpu).
+-- host memory and copied to the GPU (asynchronously: l:next_to) equal the CPU loader's bitwise
+-- (train augmentation, val, NHWC, f16), also while the stream lags behind; several epochs leave
+-- the device pool flat, and a loader closed mid-epoch or left open at exit is fine. Needs a GPU (label gpu).
 local v100 = require 'v100'
 local data = require 'v100.data'
 local T = require 'testlib'
@@ -50,6 +50,32 @@ for _, case in ipairs{
     T.eq(n, #cx, 'as many batches')
   end)
 end
+
+T.test('the async copy: batches stay right while the stream lags behind (prefetch 1, slow kernels queued)', function()
+  -- With prefetch 1 the ring has one pinned buffer, handed back to the workers right after its
+  -- copy was queued. Queuing ~50 ms of matmuls in front of every copy keeps the copy pending
+  -- while the workers are ready: only the slot's event keeps them from overwriting the buffer
+  -- before the GPU has read it, so equal batches show the guard works.
+  local o = { batch_size = 32, workers = 4, seed = 3, size = 32, prefetch = 1, device = 'cpu' }
+  local cx, cy = batches(o, 1)
+  o.device = 'cuda'
+  local l <close> = data.ImageLoader(ds, o)
+  local a = v100.randn({ 4096, 4096 }, { device = 'cuda' })
+  local got = {}
+  local t0 = v100.io.time()
+  for k, x, y in l:epoch(1) do
+    for _ = 1, 20 do a = a:matmul(a):mul(1e-3) end -- queued, not waited for
+    got[k] = { x, y }
+  end
+  local dt_enqueue = v100.io.time() - t0
+  v100.cuda.synchronize()
+  T.eq(#got, #cx)
+  for k = 1, #cx do
+    T.tensor_eq(got[k][1]:to('cpu'), cx[k], 'batch ' .. k)
+    T.tensor_eq(got[k][2]:to('cpu'), cy[k], 'labels ' .. k)
+  end
+  io.write(string.format('# %d batches handed out in %.3f s\n', #got, dt_enqueue))
+end)
 
 T.test('five epochs on CUDA keep the device pool flat; close mid-epoch', function()
   local l = data.ImageLoader(ds, { batch_size = 50, workers = 4, size = 32, device = 'cuda', prefetch = 3 })
