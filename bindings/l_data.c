@@ -6,6 +6,8 @@
  *   resize(u8 HxWxC tensor, h, w) -> u8 h x w x C (bilinear)
  *   loader(folder, opts) -> Loader: l:epoch(order_i64, epoch, start), l:next() -> x, y | nil,
  *     l:next_to(device) -> x, y | nil (new tensors on device; async copy on CUDA),
+ *     l:cpu_fallbacks(), l:nvjpeg_backend() (decoder 'nvjpeg': images decoded on the CPU instead; backend)
+ *   have_nvjpeg() -> boolean (built with nvJPEG)
  *     l:batches(n), l:skipped(), l:skip_message(i), l:workers(), l:close() (also __gc, __close)
  * Options arrive checked for type by data.lua; the runtime checks their values. */
 #include <lauxlib.h>
@@ -17,6 +19,7 @@
 #include "runtime/data/folder.h"
 #include "runtime/data/image.h"
 #include "runtime/data/loader.h"
+#include "runtime/data/nvjpeg.h"
 #include "runtime/data/transform.h"
 
 #define FOLDER_MT "v100.data.Folder"
@@ -198,7 +201,10 @@ static int l_loader_new(lua_State *L) {
   o.drop_last = lua_toboolean(L, -1);
   lua_getfield(L, 2, "pinned");
   o.pinned = lua_toboolean(L, -1);
-  lua_pop(L, 2);
+  lua_getfield(L, 2, "decoder");
+  const char *dec = luaL_optstring(L, -1, "cpu");
+  o.decoder = strcmp(dec, "nvjpeg") == 0 ? VL_DECODER_NVJPEG : VL_DECODER_CPU;
+  lua_pop(L, 3);
   l_loader *u = lua_newuserdatauv(L, sizeof *u, 1);
   u->l = NULL;
   luaL_setmetatable(L, LOADER_MT);
@@ -258,6 +264,21 @@ static int loader_next_to(lua_State *L) {
   return 2;
 }
 
+static int loader_cpu_fallbacks(lua_State *L) {
+  lua_pushinteger(L, vl_loader_cpu_fallbacks(checkloader(L, 1)));
+  return 1;
+}
+
+static int loader_nvjpeg_backend(lua_State *L) {
+  lua_pushstring(L, vl_loader_nvjpeg_backend(checkloader(L, 1)));
+  return 1;
+}
+
+static int l_have_nvjpeg(lua_State *L) {
+  lua_pushboolean(L, vl_have_nvjpeg());
+  return 1;
+}
+
 static int loader_batches(lua_State *L) {
   lua_pushinteger(L, vl_loader_batches(checkloader(L, 1), luaL_checkinteger(L, 2)));
   return 1;
@@ -285,12 +306,15 @@ static const luaL_Reg folder_methods[] = {
 
 static const luaL_Reg loader_methods[] = {{"epoch", loader_epoch},     {"next", loader_next},
                                           {"next_to", loader_next_to},
+                                          {"cpu_fallbacks", loader_cpu_fallbacks},
+                                          {"nvjpeg_backend", loader_nvjpeg_backend},
                                           {"batches", loader_batches}, {"skipped", loader_skipped},
                                           {"skip_message", loader_skip_message}, {"workers", loader_workers},
                                           {"close", loader_close},     {NULL, NULL}};
 
 static const luaL_Reg data_funcs[] = {{"folder", l_folder}, {"decode", l_decode}, {"encode", l_encode},
-                                      {"resize", l_resize}, {"loader", l_loader_new}, {NULL, NULL}};
+                                      {"resize", l_resize}, {"loader", l_loader_new},
+                                      {"have_nvjpeg", l_have_nvjpeg}, {NULL, NULL}};
 
 static void new_mt(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc) {
   luaL_newmetatable(L, name);

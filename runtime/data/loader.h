@@ -48,7 +48,15 @@ typedef struct vl_loader_opts {
   int prefetch;       /* batch buffers in the ring, >= 1 */
   bool drop_last;     /* drop a last batch shorter than batch_size */
   bool pinned;        /* buffers in pinned host memory (for a CUDA target) */
+  int decoder;        /* VL_DECODER_CPU, or VL_DECODER_NVJPEG (needs pinned; batches via next_to) */
 } vl_loader_opts;
+
+/* Decoders. NVJPEG: the workers only read the files and their headers and compute the crop
+ * boxes (the same Philox draws); vl_loader_next_to(cuda) decodes the batch with nvJPEG and crops
+ * it on the GPU (runtime/data/nvjpeg.h), an image nvJPEG does not take through the CPU path on
+ * the owning thread (vl_loader_cpu_fallbacks counts them). Values differ from the CPU decoder's
+ * by the IDCT and DCT scaling only; the order, labels and skipped files are the same. */
+enum { VL_DECODER_CPU = 0, VL_DECODER_NVJPEG = 1 };
 
 typedef struct vl_loader vl_loader;
 
@@ -74,6 +82,10 @@ vl_status vl_loader_next_to(vl_loader *l, vl_device dev, vl_tensor **x, vl_tenso
 int64_t vl_loader_skipped(vl_loader *l);
 bool vl_loader_skip_message(vl_loader *l, int64_t i, char *buf, size_t n);
 int vl_loader_workers(const vl_loader *l);
+/* Images of the nvJPEG decoder decoded on the CPU instead, so far; and the nvJPEG backend in use
+ * ("hardware", "default", or "none" before the first batch / for the CPU decoder). */
+int64_t vl_loader_cpu_fallbacks(const vl_loader *l);
+const char *vl_loader_nvjpeg_backend(const vl_loader *l);
 /* Stops and joins the workers, frees the ring (tensors handed out stay valid). NULL is fine. */
 void vl_loader_close(vl_loader *l);
 

@@ -3,7 +3,8 @@
 -- plain copy: these tests check what does not depend on CUDA - the batches equal next()'s in
 -- order, values and shape (full and short last batch, NCHW/NHWC, f32/f16), the copies are new
 -- tensors the ring never overwrites (prefetch 1), next and next_to interleave, and a CUDA device
--- on a build or machine without one is refused. tests/lua/gpu_data.lua covers the CUDA copy.
+-- on a build or machine without one is refused; the decoder option's values and refusals.
+-- tests/lua/gpu_data.lua covers the CUDA copy and decoder = 'nvjpeg'.
 local v100 = require 'v100'
 local data = require 'v100.data'
 local T = require 'testlib'
@@ -103,6 +104,27 @@ T.test('next_to a CUDA device without one, and a bad device string', function()
     -- A loader made for the CPU has no pinned buffers: next_to(cuda) is refused, not slow.
     T.raises(function() l:next_to('cuda') end, 'pinned')
   end
+end)
+
+T.test("the decoder option: 'cpu' by default, 'auto' resolves, bad values and missing nvJPEG refused", function()
+  local a <close> = data.ImageLoader(ds, {batch_size = 16, size = 16, workers = 1})
+  T.eq(a.decoder, 'cpu')
+  local b <close> = data.ImageLoader(ds, {batch_size = 16, size = 16, workers = 1, decoder = 'auto'})
+  T.eq(b.decoder, 'cpu', "'auto' on the CPU device")
+  T.raises(function() data.ImageLoader(ds, {decoder = 'gpu'}) end, "decoder must be 'cpu', 'nvjpeg' or 'auto', got gpu")
+  T.eq(type(data.have_nvjpeg()), 'boolean')
+  if not data.have_nvjpeg() then
+    T.raises(function() data.ImageLoader(ds, {decoder = 'nvjpeg', device = 'cpu'}) end, 'built without nvJPEG')
+    -- The runtime refuses it too (the binding's own check, under data.lua's).
+    T.raises(function() v100._data.loader(ds._f, {decoder = 'nvjpeg', pinned = true, batch_size = 4, size = 16}) end,
+      "decoder 'nvjpeg': v100lua was built without nvJPEG")
+  else
+    T.raises(function() data.ImageLoader(ds, {decoder = 'nvjpeg', device = 'cpu'}) end, 'needs a CUDA device')
+  end
+  T.raises(function() v100._data.loader(ds._f, {decoder = 'nvjpeg', pinned = false, batch_size = 4, size = 16}) end,
+    "decoder 'nvjpeg'")
+  T.eq(a:cpu_fallbacks(), 0)
+  T.eq(a:nvjpeg_backend(), 'none')
 end)
 
 os.execute("rm -rf '" .. dir .. "'")
