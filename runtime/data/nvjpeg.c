@@ -141,7 +141,9 @@ vl_status vl_nvjpeg_create(int dev, int max_batch, int channels, vl_nvjpeg **out
   nj->dev = dev;
   nj->max_batch = max_batch;
   nj->channels = channels;
-  vl_status s = create(nj);
+  int cur = -1;
+  vl_status s = cudaGetDevice(&cur) == cudaSuccess ? create(nj) : vl_fail(VL_ECUDA, "cudaGetDevice failed");
+  if (cur >= 0 && cur != dev) (void)cudaSetDevice(cur); /* the caller's device stays current */
   if (s != VL_OK) {
     vl_nvjpeg_destroy(nj);
     return vl_fail_prefix(s, "ImageLoader: nvJPEG: ");

@@ -64,7 +64,7 @@ T.test('the async copy: batches stay right while the stream lags behind (prefetc
   local got = {}
   local t0 = v100.io.time()
   for k, x, y in l:epoch(1) do
-    for _ = 1, 20 do a = a:matmul(a):mul(1e-3) end -- queued, not waited for
+    for _ = 1, 20 do a = a:matmul(a) * 1e-3 end -- queued, not waited for
     got[k] = { x, y }
   end
   local dt_enqueue = v100.io.time() - t0
