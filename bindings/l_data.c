@@ -5,6 +5,9 @@
  *   encode(u8 HxWxC tensor, path, quality)
  *   resize(u8 HxWxC tensor, h, w) -> u8 h x w x C (bilinear)
  *   loader(folder, opts) -> Loader: l:epoch(order_i64, epoch, start), l:next() -> x, y | nil,
+ *     l:next_to(device) -> x, y | nil (new tensors on device; async copy on CUDA),
+ *     l:cpu_fallbacks(), l:nvjpeg_backend() (decoder 'nvjpeg': images decoded on the CPU instead; backend)
+ *   have_nvjpeg() -> boolean (built with nvJPEG)
  *     l:batches(n), l:skipped(), l:skip_message(i), l:workers(), l:close() (also __gc, __close)
  * Options arrive checked for type by data.lua; the runtime checks their values. */
 #include <lauxlib.h>
@@ -12,9 +15,11 @@
 #include <string.h>
 
 #include "bindings/vl_lua.h"
+#include "runtime/core/device.h"
 #include "runtime/data/folder.h"
 #include "runtime/data/image.h"
 #include "runtime/data/loader.h"
+#include "runtime/data/nvjpeg.h"
 #include "runtime/data/transform.h"
 
 #define FOLDER_MT "v100.data.Folder"
@@ -196,7 +201,10 @@ static int l_loader_new(lua_State *L) {
   o.drop_last = lua_toboolean(L, -1);
   lua_getfield(L, 2, "pinned");
   o.pinned = lua_toboolean(L, -1);
-  lua_pop(L, 2);
+  lua_getfield(L, 2, "decoder");
+  const char *dec = luaL_optstring(L, -1, "cpu");
+  o.decoder = strcmp(dec, "nvjpeg") == 0 ? VL_DECODER_NVJPEG : VL_DECODER_CPU;
+  lua_pop(L, 3);
   l_loader *u = lua_newuserdatauv(L, sizeof *u, 1);
   u->l = NULL;
   luaL_setmetatable(L, LOADER_MT);
@@ -243,6 +251,34 @@ static int loader_next(lua_State *L) {
   return 2;
 }
 
+static int loader_next_to(lua_State *L) {
+  vl_loader *l = checkloader(L, 1);
+  vl_device dev;
+  vl_status s = vl_device_parse(luaL_checkstring(L, 2), &dev);
+  vl_tensor *x = NULL, *y = NULL;
+  if (s == VL_OK) s = vl_loader_next_to(l, dev, &x, &y);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  if (!x) return 0;
+  vl_lua_pushtensor(L, x);
+  vl_lua_pushtensor(L, y);
+  return 2;
+}
+
+static int loader_cpu_fallbacks(lua_State *L) {
+  lua_pushinteger(L, vl_loader_cpu_fallbacks(checkloader(L, 1)));
+  return 1;
+}
+
+static int loader_nvjpeg_backend(lua_State *L) {
+  lua_pushstring(L, vl_loader_nvjpeg_backend(checkloader(L, 1)));
+  return 1;
+}
+
+static int l_have_nvjpeg(lua_State *L) {
+  lua_pushboolean(L, vl_have_nvjpeg());
+  return 1;
+}
+
 static int loader_batches(lua_State *L) {
   lua_pushinteger(L, vl_loader_batches(checkloader(L, 1), luaL_checkinteger(L, 2)));
   return 1;
@@ -269,12 +305,16 @@ static const luaL_Reg folder_methods[] = {
     {"n", folder_n}, {"classes", folder_classes}, {"path", folder_path}, {"label", folder_label}, {NULL, NULL}};
 
 static const luaL_Reg loader_methods[] = {{"epoch", loader_epoch},     {"next", loader_next},
+                                          {"next_to", loader_next_to},
+                                          {"cpu_fallbacks", loader_cpu_fallbacks},
+                                          {"nvjpeg_backend", loader_nvjpeg_backend},
                                           {"batches", loader_batches}, {"skipped", loader_skipped},
                                           {"skip_message", loader_skip_message}, {"workers", loader_workers},
                                           {"close", loader_close},     {NULL, NULL}};
 
 static const luaL_Reg data_funcs[] = {{"folder", l_folder}, {"decode", l_decode}, {"encode", l_encode},
-                                      {"resize", l_resize}, {"loader", l_loader_new}, {NULL, NULL}};
+                                      {"resize", l_resize}, {"loader", l_loader_new},
+                                      {"have_nvjpeg", l_have_nvjpeg}, {NULL, NULL}};
 
 static void new_mt(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc) {
   luaL_newmetatable(L, name);

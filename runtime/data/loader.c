@@ -11,9 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "runtime/core/cuda.h"
 #include "runtime/data/image.h"
+#include "runtime/data/nvjpeg.h"
 
 enum { SLOT_IDLE, SLOT_FILLING, SLOT_FULL, SLOT_OUT };
 
@@ -21,6 +24,15 @@ typedef struct slot {
   vl_tensor *x, *y;
   int64_t batch;
   int len, taken, done, state;
+  /* vl_loader_next_to: `ev` (of cuda:ev_dev) was recorded after the async copy out of this
+   * buffer; while copy_pending, no worker writes into it (one of them polls the event). */
+  void *ev;
+  int ev_dev;
+  bool copy_pending, copy_waiting;
+  /* decoder 'nvjpeg': per sample, the file's bytes (bytes[j], bcap[j] bytes) and its box. */
+  vl_nvjpeg_item *items;
+  uint8_t **bytes;
+  size_t *bcap;
 } slot;
 
 typedef struct worker {
@@ -52,18 +64,27 @@ struct vl_loader {
   char **skip_msgs;
   vl_status err;
   char errmsg[1024];
+  /* decoder 'nvjpeg', owning thread: the GPU decoder, the CPU fallback's decoder and buffers. */
+  vl_nvjpeg *nj;
+  int nj_dev;
+  worker mw;
+  bool *cpu;
+  int64_t fallbacks;
 };
 
 /* ---- one sample ---- */
 
-/* Decodes and transforms dataset sample idx into out (one sample's rows of the batch). */
-static vl_status process(vl_loader *l, worker *w, int64_t idx, void *out) {
+/* Decodes and transforms dataset sample idx into out (one sample's rows of the batch); with nv
+ * (decoder 'nvjpeg'), only reads the file into *nvbuf and fills *nv (size, box, flip). */
+static vl_status process(vl_loader *l, worker *w, int64_t idx, void *out, vl_nvjpeg_item *nv, uint8_t **nvbuf,
+                         size_t *nvcap) {
   const vl_tf_opts *t = &l->o.tf;
   const char *path = l->f->paths[idx];
   size_t len = 0;
-  VL_TRY(vl_read_file("decode_jpeg", path, &w->file, &w->file_cap, &len));
+  uint8_t **buf = nv ? nvbuf : &w->file;
+  VL_TRY(vl_read_file("decode_jpeg", path, buf, nv ? nvcap : &w->file_cap, &len));
   int W, H, stored;
-  VL_TRY(vl_jpeg_header(w->dec, w->file, len, path, &W, &H, &stored));
+  VL_TRY(vl_jpeg_header(w->dec, *buf, len, path, &W, &H, &stored));
   vl_box box = {0, 0, H, W};
   bool flip = false;
   int num = 1, denom = 1;
@@ -81,6 +102,11 @@ static vl_status process(vl_loader *l, worker *w, int64_t idx, void *out) {
     /* Conservative (floor): the scaled box then has at least size pixels per side. */
     int bw = (int)box.w, bh = (int)box.h;
     vl_jpeg_pick_scale(bw > 0 ? bw : 1, bh > 0 ? bh : 1, t->size, t->size, &num, &denom);
+  }
+  if (nv) {
+    /* nvJPEG decodes at full size: the box stays in full-size coordinates. */
+    *nv = (vl_nvjpeg_item){.data = *buf, .len = len, .h = H, .w = W, .box = box, .flip = flip};
+    return VL_OK;
   }
   int sw, sh;
   VL_TRY(vl_jpeg_decode(w->dec, w->file, len, path, t->channels, num, denom, &w->pixels, &w->pixels_cap, &sw, &sh));
@@ -121,11 +147,12 @@ static bool is_bad(vl_loader *l, int64_t idx) {
 }
 
 /* Shard position pos (0-based), or the next readable one after it. */
-static vl_status do_sample(vl_loader *l, worker *w, int64_t pos, void *xout, int64_t *yout) {
+static vl_status do_sample(vl_loader *l, worker *w, int64_t pos, void *xout, int64_t *yout, vl_nvjpeg_item *nv,
+                           uint8_t **nvbuf, size_t *nvcap) {
   for (int64_t a = 0; a < l->norder; a++) {
     int64_t idx = l->order[(pos + a) % l->norder];
     if (is_bad(l, idx)) continue;
-    vl_status s = process(l, w, idx, xout);
+    vl_status s = process(l, w, idx, xout, nv, nvbuf, nvcap);
     if (s == VL_OK) {
       *yout = l->f->labels[idx];
       return VL_OK;
@@ -135,6 +162,32 @@ static vl_status do_sample(vl_loader *l, worker *w, int64_t pos, void *xout, int
   }
   return vl_fail(VL_EIO, "ImageLoader: no readable image in this shard of %lld samples (%s ...)",
                  (long long)l->norder, l->f->root);
+}
+
+/* With l->mu held: returns once the copy out of slot s (vl_loader_next_to) has completed. One
+ * worker polls the event (a blocking cudaEventSynchronize would spin a core with the default
+ * scheduling), the others of the slot wait on work_cv. */
+static vl_status wait_copy(vl_loader *l, slot *s) {
+  while (s->copy_pending) {
+    if (s->copy_waiting) {
+      pthread_cond_wait(&l->work_cv, &l->mu);
+      continue;
+    }
+    s->copy_waiting = true;
+    void *ev = s->ev;
+    int dev = s->ev_dev;
+    pthread_mutex_unlock(&l->mu);
+    bool done = false;
+    vl_status st;
+    struct timespec pause = {0, 50 * 1000};
+    while ((st = vl_event_query(dev, ev, &done)) == VL_OK && !done) nanosleep(&pause, NULL);
+    pthread_mutex_lock(&l->mu);
+    s->copy_waiting = false;
+    s->copy_pending = false;
+    pthread_cond_broadcast(&l->work_cv);
+    if (st != VL_OK) return vl_fail_prefix(st, "ImageLoader: waiting for the copy of a batch to the device: ");
+  }
+  return VL_OK;
 }
 
 static void *worker_main(void *arg) {
@@ -153,8 +206,12 @@ static void *worker_main(void *arg) {
     int64_t *yout = (int64_t *)vl_tensor_data(s->y) + j;
     int64_t pos = b * l->o.batch_size + j;
     l->inflight++;
+    vl_status st = wait_copy(l, s);
     pthread_mutex_unlock(&l->mu);
-    vl_status st = do_sample(l, w, pos, xout, yout);
+    if (st == VL_OK) {
+      if (l->o.decoder == VL_DECODER_NVJPEG) st = do_sample(l, w, pos, NULL, yout, &s->items[j], &s->bytes[j], &s->bcap[j]);
+      else st = do_sample(l, w, pos, xout, yout, NULL, NULL, NULL);
+    }
     pthread_mutex_lock(&l->mu);
     l->inflight--;
     if (gen == l->gen) {
@@ -195,6 +252,12 @@ static vl_status alloc_slot(vl_loader *l, slot *s) {
   }
   s->x = x;
   s->y = y;
+  if (l->o.decoder == VL_DECODER_NVJPEG && !s->items) {
+    s->items = calloc((size_t)B, sizeof *s->items);
+    s->bytes = calloc((size_t)B, sizeof *s->bytes);
+    s->bcap = calloc((size_t)B, sizeof *s->bcap);
+    if (!s->items || !s->bytes || !s->bcap) return vl_fail(VL_EOOM, "ImageLoader: out of host memory for a batch of %lld", (long long)B);
+  }
   return VL_OK;
 }
 
@@ -247,6 +310,12 @@ static vl_status check_opts(const vl_loader_opts *o) {
                    t->size);
   if (t->channels != 1 && t->channels != 3)
     return vl_fail(VL_EINVAL, "ImageLoader: channels must be 1 or 3, got %d", t->channels);
+  if (o->decoder != VL_DECODER_CPU && o->decoder != VL_DECODER_NVJPEG)
+    return vl_fail(VL_EINVAL, "ImageLoader: unknown decoder %d", o->decoder);
+  if (o->decoder == VL_DECODER_NVJPEG && !vl_have_nvjpeg())
+    return vl_fail(VL_EUNSUPPORTED, "ImageLoader: decoder 'nvjpeg': v100lua was built without nvJPEG");
+  if (o->decoder == VL_DECODER_NVJPEG && !o->pinned)
+    return vl_fail(VL_EINVAL, "ImageLoader: decoder 'nvjpeg' needs a CUDA device (pinned batch buffers)");
   if (t->dtype != VL_F32 && t->dtype != VL_F16 && t->dtype != VL_BF16)
     return vl_fail(VL_EINVAL, "ImageLoader: dtype must be f32, f16 or bf16, got %s", vl_dtype_name(t->dtype));
   for (int c = 0; c < t->channels; c++)
@@ -330,7 +399,10 @@ vl_status vl_loader_epoch(vl_loader *l, const int64_t *order, int64_t n, uint32_
   return VL_OK;
 }
 
-vl_status vl_loader_next(vl_loader *l, vl_tensor **x, vl_tensor **y) {
+/* Gives back the slot handed out last (refilled with batch out + prefetch), then waits for the
+ * next batch: *sp = its slot, or NULL after the last one. */
+static vl_status take(vl_loader *l, slot **sp) {
+  *sp = NULL;
   if (l->out_batch >= 0) {
     int64_t b = l->out_batch + l->o.prefetch;
     int i = (int)(l->out_batch % l->o.prefetch);
@@ -338,10 +410,7 @@ vl_status vl_loader_next(vl_loader *l, vl_tensor **x, vl_tensor **y) {
     if (b < l->nbatches) VL_TRY(assign(l, i, b));
     else l->slots[i].state = SLOT_IDLE;
   }
-  if (l->next_out >= l->nbatches) {
-    *x = *y = NULL;
-    return VL_OK;
-  }
+  if (l->next_out >= l->nbatches) return VL_OK;
   slot *s = &l->slots[l->next_out % l->o.prefetch];
   pthread_mutex_lock(&l->mu);
   while (s->state != SLOT_FULL && l->err == VL_OK) pthread_cond_wait(&l->done_cv, &l->mu);
@@ -353,8 +422,21 @@ vl_status vl_loader_next(vl_loader *l, vl_tensor **x, vl_tensor **y) {
     return vl_fail(e, "%s", msg);
   }
   s->state = SLOT_OUT;
-  int len = s->len;
   pthread_mutex_unlock(&l->mu);
+  *sp = s;
+  return VL_OK;
+}
+
+vl_status vl_loader_next(vl_loader *l, vl_tensor **x, vl_tensor **y) {
+  if (l->o.decoder == VL_DECODER_NVJPEG)
+    return vl_fail(VL_EINVAL, "ImageLoader: decoder 'nvjpeg' hands batches out on the GPU only (next_to)");
+  slot *s;
+  VL_TRY(take(l, &s));
+  if (!s) {
+    *x = *y = NULL;
+    return VL_OK;
+  }
+  int len = s->len;
   vl_tensor *xo = NULL, *yo = NULL;
   if (len == l->o.batch_size) {
     xo = vl_tensor_retain(s->x);
@@ -368,6 +450,123 @@ vl_status vl_loader_next(vl_loader *l, vl_tensor **x, vl_tensor **y) {
     }
   }
   l->out_batch = l->next_out++;
+  *x = xo;
+  *y = yo;
+  return VL_OK;
+}
+
+/* decoder 'nvjpeg': the slot's images decoded and cropped into xo on the current stream; the
+ * ones nvJPEG does not take go through the CPU path here (into the slot's pinned rows, then
+ * copied over their rows of xo, after the kernel in stream order). */
+static vl_status gpu_decode(vl_loader *l, slot *s, vl_device dev, vl_tensor *xo) {
+  const int B = l->o.batch_size;
+  if (l->nj && l->nj_dev != dev.index) {
+    vl_nvjpeg_destroy(l->nj);
+    l->nj = NULL;
+  }
+  if (!l->nj) {
+    VL_TRY(vl_nvjpeg_create(dev.index, B, l->o.tf.channels, &l->nj));
+    l->nj_dev = dev.index;
+  }
+  if (!l->cpu && !(l->cpu = calloc((size_t)B, sizeof *l->cpu)))
+    return vl_fail(VL_EOOM, "ImageLoader: out of host memory");
+  VL_TRY(vl_nvjpeg_decode(l->nj, s->len, s->items, &l->o.tf, vl_tensor_data(xo), NULL, l->cpu));
+  for (int j = 0; j < s->len; j++) {
+    if (!l->cpu[j]) continue;
+    if (!l->mw.dec) VL_TRY(vl_jpeg_decoder_new(&l->mw.dec));
+    char *row = (char *)vl_tensor_data(s->x) + (size_t)j * l->sample_bytes;
+    int64_t *lab = (int64_t *)vl_tensor_data(s->y) + j;
+    VL_TRY(do_sample(l, &l->mw, s->batch * B + j, row, lab, NULL, NULL, NULL));
+    VL_TRY(vl_memcpy((char *)vl_tensor_data(xo) + (size_t)j * l->sample_bytes, dev, row, vl_cpu_device(),
+                     l->sample_bytes, NULL, false));
+    l->fallbacks++;
+  }
+  return VL_OK;
+}
+
+int64_t vl_loader_cpu_fallbacks(const vl_loader *l) { return l->fallbacks; }
+
+const char *vl_loader_nvjpeg_backend(const vl_loader *l) { return l->nj ? vl_nvjpeg_backend(l->nj) : "none"; }
+
+/* The slot's event on cuda:dev (created on first use, remade for another device). */
+static vl_status slot_event(slot *s, int dev) {
+  if (s->ev && s->ev_dev == dev) return VL_OK;
+  if (s->ev) {
+    /* Only reached between copies of different devices: the old copy must be over first. */
+    VL_TRY(vl_event_synchronize(s->ev_dev, s->ev));
+    VL_TRY(vl_event_destroy(s->ev_dev, s->ev));
+    s->ev = NULL;
+  }
+  VL_TRY(vl_event_create(dev, false, &s->ev));
+  s->ev_dev = dev;
+  return VL_OK;
+}
+
+vl_status vl_loader_next_to(vl_loader *l, vl_device dev, vl_tensor **x, vl_tensor **y) {
+  if (dev.type == VL_CUDA && !l->o.pinned)
+    return vl_fail(VL_EINVAL, "ImageLoader: next_to(cuda:%d) needs a loader with pinned buffers", dev.index);
+  if (dev.type != VL_CUDA && l->o.decoder == VL_DECODER_NVJPEG)
+    return vl_fail(VL_EINVAL, "ImageLoader: decoder 'nvjpeg' hands batches out on the GPU only, not on %s",
+                   dev.type == VL_CPU ? "cpu" : "this device");
+  slot *s;
+  VL_TRY(take(l, &s));
+  if (!s) {
+    *x = *y = NULL;
+    return VL_OK;
+  }
+  /* The batch is handed out now; the buffer stays in the ring (out_batch) until the next call,
+   * as for vl_loader_next, so an error below leaves the loader consistent. */
+  l->out_batch = l->next_out++;
+  int len = s->len;
+  int64_t xs[4];
+  for (int d = 0; d < 4; d++) xs[d] = s->x->size[d];
+  xs[0] = len;
+  int64_t ys[1] = {len};
+  vl_tensor *xo = NULL, *yo = NULL;
+  vl_status st = vl_tensor_empty(4, xs, s->x->dtype, dev, &xo);
+  if (st == VL_OK) st = vl_tensor_empty(1, ys, VL_I64, dev, &yo);
+  /* The first len rows of a batch buffer are contiguous (row = sample, NCHW or NHWC alike). */
+  size_t xb = (size_t)len * l->sample_bytes, yb = (size_t)len * sizeof(int64_t);
+  if (dev.type != VL_CUDA) {
+    if (st == VL_OK) {
+      memcpy(vl_tensor_data(xo), vl_tensor_data(s->x), xb);
+      memcpy(vl_tensor_data(yo), vl_tensor_data(s->y), yb);
+    }
+  } else {
+    /* Asynchronous on the current stream: whatever uses the batch is queued behind the copy. */
+    if (st == VL_OK) st = slot_event(s, dev.index);
+    if (st == VL_OK && l->o.decoder == VL_DECODER_NVJPEG) st = gpu_decode(l, s, dev, xo);
+    else if (st == VL_OK) st = vl_memcpy(vl_tensor_data(xo), dev, vl_tensor_data(s->x), vl_cpu_device(), xb, NULL, false);
+    if (st == VL_OK) st = vl_memcpy(vl_tensor_data(yo), dev, vl_tensor_data(s->y), vl_cpu_device(), yb, NULL, false);
+    if (st == VL_OK) st = vl_event_record(dev.index, s->ev, NULL);
+    if (st == VL_OK) {
+      pthread_mutex_lock(&l->mu);
+      s->copy_pending = true;
+      pthread_mutex_unlock(&l->mu);
+    } else if (s->ev) {
+      /* A copy may be queued without its event: wait for the stream before the buffer is reused. */
+      vl_status keep = st;
+      void *stream = NULL;
+      if (vl_cuda_current_stream(dev.index, &stream) == VL_OK) (void)vl_stream_synchronize(dev.index, stream);
+      st = keep;
+    }
+  }
+  if (st != VL_OK) {
+    vl_tensor_release(xo);
+    vl_tensor_release(yo);
+    return vl_fail_prefix(st, "ImageLoader: next_to: ");
+  }
+  /* The slot can be refilled at once: its workers wait for the event first. */
+  int64_t b = l->out_batch + l->o.prefetch;
+  int i = (int)(l->out_batch % l->o.prefetch);
+  l->out_batch = -1;
+  if (b < l->nbatches) st = assign(l, i, b);
+  else l->slots[i].state = SLOT_IDLE;
+  if (st != VL_OK) {
+    vl_tensor_release(xo);
+    vl_tensor_release(yo);
+    return st;
+  }
   *x = xo;
   *y = yo;
   return VL_OK;
@@ -401,9 +600,24 @@ void vl_loader_close(vl_loader *l) {
     free(w->file);
     free(w->pixels);
   }
+  vl_nvjpeg_destroy(l->nj);
+  vl_jpeg_decoder_free(l->mw.dec);
+  free(l->mw.file);
+  free(l->mw.pixels);
+  free(l->cpu);
   for (int i = 0; l->slots && i < l->o.prefetch; i++) {
+    slot *s = &l->slots[i];
+    /* A copy still reading the pinned buffer must end before the pool may hand it out again. */
+    if (s->ev) {
+      if (s->copy_pending) (void)vl_event_synchronize(s->ev_dev, s->ev);
+      (void)vl_event_destroy(s->ev_dev, s->ev);
+    }
     vl_tensor_release(l->slots[i].x);
     vl_tensor_release(l->slots[i].y);
+    for (int j = 0; s->bytes && j < l->o.batch_size; j++) free(s->bytes[j]);
+    free(s->items);
+    free(s->bytes);
+    free(s->bcap);
   }
   for (int64_t i = 0; i < l->skipped; i++) free(l->skip_msgs[i]);
   free(l->skip_msgs);

@@ -21,7 +21,8 @@
  * ring buffer; when the ring needs that buffer again while the caller still holds a reference to
  * it (any view of it), the loader gives the buffer up to the caller and allocates a new one, so a
  * handed-out tensor is never overwritten. Freeing the tensor (t:free()) after copying it to the
- * device lets the buffer be reused. Every function here is for the owning thread. */
+ * device lets the buffer be reused; vl_loader_next_to copies it to the device itself, without a
+ * host wait. Every function here is for the owning thread. */
 #ifndef VL_LOADER_H
 #define VL_LOADER_H
 
@@ -47,7 +48,15 @@ typedef struct vl_loader_opts {
   int prefetch;       /* batch buffers in the ring, >= 1 */
   bool drop_last;     /* drop a last batch shorter than batch_size */
   bool pinned;        /* buffers in pinned host memory (for a CUDA target) */
+  int decoder;        /* VL_DECODER_CPU, or VL_DECODER_NVJPEG (needs pinned; batches via next_to) */
 } vl_loader_opts;
+
+/* Decoders. NVJPEG: the workers only read the files and their headers and compute the crop
+ * boxes (the same Philox draws); vl_loader_next_to(cuda) decodes the batch with nvJPEG and crops
+ * it on the GPU (runtime/data/nvjpeg.h), an image nvJPEG does not take through the CPU path on
+ * the owning thread (vl_loader_cpu_fallbacks counts them). Values differ from the CPU decoder's
+ * by the IDCT and DCT scaling only; the order, labels and skipped files are the same. */
+enum { VL_DECODER_CPU = 0, VL_DECODER_NVJPEG = 1 };
 
 typedef struct vl_loader vl_loader;
 
@@ -62,11 +71,21 @@ vl_status vl_loader_epoch(vl_loader *l, const int64_t *order, int64_t n, uint32_
 /* The next batch of the epoch: *x (B x C x S x S, or B x S x S x C for NHWC, of the transform's
  * dtype) and *y (i64 labels, B), new references; *x = *y = NULL after the last one. */
 vl_status vl_loader_next(vl_loader *l, vl_tensor **x, vl_tensor **y);
+/* The next batch as new tensors on `dev` (same shapes, dtype and values as vl_loader_next's).
+ * On a CUDA device (a loader with pinned buffers) the copy is asynchronous on dev's current
+ * stream, with no host wait: an event recorded after it guards the ring buffer, which goes back
+ * to the workers at once, and they write into it only after the event has completed. On the CPU
+ * a plain copy (the buffer is reusable at once). *x = *y = NULL after the last batch. */
+vl_status vl_loader_next_to(vl_loader *l, vl_device dev, vl_tensor **x, vl_tensor **y);
 /* Distinct files found unreadable so far, and the message of the i-th of them (0-based) copied
  * into buf; false when i is out of range. */
 int64_t vl_loader_skipped(vl_loader *l);
 bool vl_loader_skip_message(vl_loader *l, int64_t i, char *buf, size_t n);
 int vl_loader_workers(const vl_loader *l);
+/* Images of the nvJPEG decoder decoded on the CPU instead, so far; and the nvJPEG backend in use
+ * ("hardware", "default", or "none" before the first batch / for the CPU decoder). */
+int64_t vl_loader_cpu_fallbacks(const vl_loader *l);
+const char *vl_loader_nvjpeg_backend(const vl_loader *l);
 /* Stops and joins the workers, frees the ring (tensors handed out stay valid). NULL is fine. */
 void vl_loader_close(vl_loader *l);
 

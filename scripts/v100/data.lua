@@ -185,11 +185,14 @@ function data.resize_image(img, h, w)
   return _data.resize(img, check_int('resize_image', 'h', h, 1, 65535, 2), check_int('resize_image', 'w', w, 1, 65535, 2))
 end
 
+-- data.have_nvjpeg() -> whether this build has nvJPEG (ImageLoader's decoder = 'nvjpeg').
+function data.have_nvjpeg() return _data.have_nvjpeg() end
+
 local IMAGENET_MEAN, IMAGENET_STD = {0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}
 
 local LOADER_OPTS = {batch_size = true, transform = true, size = true, resize = true, mean = true, std = true,
   channels = true, layout = true, dtype = true, workers = true, prefetch = true, device = true, shuffle = true,
-  seed = true, drop_last = true, rank = true, world_size = true}
+  seed = true, drop_last = true, rank = true, world_size = true, decoder = true}
 
 local Loader = {}
 Loader.__name = 'v100.data.ImageLoader'
@@ -208,7 +211,11 @@ end
 --   channels (3; 1 = gray), mean/std (ImageNet's for 3 channels, {0}/{1} for 1), layout ('nchw' or
 --   'nhwc'), dtype ('f32', 'f16', 'bf16'), workers (the cores, at most 16), prefetch (4 batches),
 --   device ('cpu'; 'cuda...' assembles batches in pinned memory and copies them there), shuffle
---   (true), seed (0), drop_last (true), rank (0), world_size (1).
+--   (true), seed (0), drop_last (true), rank (0), world_size (1), decoder ('cpu': libjpeg-turbo in
+--   the workers; 'nvjpeg': the workers read the files and draw the crops, nvJPEG decodes on the
+--   GPU and a CUDA kernel crops (a CUDA device only; images nvJPEG cannot take go through the CPU
+--   decoder, counted by loader:cpu_fallbacks()); 'auto': nvjpeg when built with it and the device
+--   is CUDA, else cpu). loader.decoder is the one in use.
 function data.ImageLoader(ds, opts)
   if getmetatable(ds) ~= Folder then fail('ImageLoader: the first argument must be a data.ImageFolder', 2) end
   opts = opts or {}
@@ -249,6 +256,16 @@ function data.ImageLoader(ds, opts)
     fail("ImageLoader: device must be 'cpu', 'cuda' or 'cuda:<n>', got " .. tostring(device), 2)
   end
   o.pinned = device ~= 'cpu'
+  local decoder = opts.decoder or 'cpu'
+  if decoder ~= 'cpu' and decoder ~= 'nvjpeg' and decoder ~= 'auto' then
+    fail("ImageLoader: decoder must be 'cpu', 'nvjpeg' or 'auto', got " .. tostring(decoder), 2)
+  end
+  if decoder == 'auto' then decoder = (_data.have_nvjpeg() and device ~= 'cpu') and 'nvjpeg' or 'cpu' end
+  if decoder == 'nvjpeg' and not _data.have_nvjpeg() then
+    fail("ImageLoader: decoder 'nvjpeg': v100lua was built without nvJPEG", 2)
+  end
+  if decoder == 'nvjpeg' and device == 'cpu' then fail("ImageLoader: decoder 'nvjpeg' needs a CUDA device", 2) end
+  o.decoder = decoder
   o.seed = check_int(F, 'seed', opts.seed or 0, 0, math.maxinteger, 2)
   o.drop_last = opts.drop_last ~= false
   local world = check_int(F, 'world_size', opts.world_size or 1, 1, 1 << 20, 2)
@@ -256,7 +273,7 @@ function data.ImageLoader(ds, opts)
   if ds.n == 0 then fail('ImageLoader: the ImageFolder ' .. ds.root .. ' is empty', 2) end
   local l = _data.loader(ds._f, o)
   local self = setmetatable({ds = ds, device = device, layout = o.layout, batch_size = o.batch_size, rank = rank, world_size = world,
-    shuffle = opts.shuffle ~= false, seed = o.seed, _l = l, _printed = 0}, Loader)
+    shuffle = opts.shuffle ~= false, seed = o.seed, decoder = decoder, _l = l, _printed = 0}, Loader)
   -- DistributedSampler without drop_last: every rank gets ceil(n / world) samples (padded).
   self.shard_size = (ds.n + world - 1) // world
   self.batches_per_epoch = l:batches(self.shard_size)
@@ -286,9 +303,10 @@ end
 
 -- loader:epoch(e, {start = 0}) -> iterator of k, x, y for the batches of epoch e from batch
 -- start + 1 on (k counts from 1 across the epoch, so a resumed epoch continues the count).
--- x and y are on the loader's device; on a CUDA device the pinned batch is copied there and freed
--- (its buffer goes back to the ring), on the CPU x and y are the batch buffers themselves (kept
--- valid while referenced: the loader allocates another buffer rather than overwrite them).
+-- x and y are on the loader's device; on a CUDA device the pinned batch is copied there
+-- asynchronously on the current stream (no host wait; an event keeps the workers off the buffer
+-- until the copy is done), on the CPU x and y are the batch buffers themselves (kept valid while
+-- referenced: the loader allocates another buffer rather than overwrite them).
 function Loader:epoch(e, opts)
   local l = rawget(self, '_l')
   if not l then fail('ImageLoader: used after close', 2) end
@@ -299,21 +317,28 @@ function Loader:epoch(e, opts)
   l:epoch(order, e, start)
   local k = start
   return function()
-    local x, y = l:next()
+    local x, y
+    if self.device ~= 'cpu' then x, y = l:next_to(self.device) else x, y = l:next() end
     self:_report()
     if not x then return nil end
     k = k + 1
-    if self.device ~= 'cpu' then
-      local xd, yd = x:to(self.device), y:to(self.device)
-      x:free()
-      y:free()
-      x, y = xd, yd
-    end
     -- The buffer is N x H x W x C for nhwc: handed out as the logical N x C x H x W view with
     -- channels-last strides, the layout convention of every op (t:is_channels_last()).
     if self.layout == 'nhwc' then x = x:permute(1, 4, 2, 3) end
     return k, x, y
   end
+end
+
+-- Images of decoder 'nvjpeg' decoded on the CPU instead (nvJPEG refused them), and the nvJPEG
+-- backend ('hardware', 'default'; 'none' before the first batch or with decoder 'cpu').
+function Loader:cpu_fallbacks()
+  local l = rawget(self, '_l')
+  return l and l:cpu_fallbacks() or 0
+end
+
+function Loader:nvjpeg_backend()
+  local l = rawget(self, '_l')
+  return l and l:nvjpeg_backend() or 'none'
 end
 
 function Loader:close()
