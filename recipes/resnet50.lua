@@ -54,6 +54,7 @@ local opts, parser = recipe.options{
   { '--graph', 'auto', 'the training step as one replayed CUDA graph; auto: on with one GPU rank, else off', { 'auto', 'on', 'off' } },
   { '--workers', 'auto', 'JPEG decoding threads per rank; auto: the cores / local ranks, at most 16', recipe.integer{ min = 1, auto = true } },
   { '--prefetch', 4, 'batches decoded ahead of use (ImageFolder)', recipe.integer{ min = 1 } },
+  { '--decoder', 'cpu', 'JPEG decoding: cpu (libjpeg-turbo in the workers), nvjpeg (on the GPU), auto (nvjpeg when built with it and on a GPU)', { 'cpu', 'nvjpeg', 'auto' } },
   { '--image-size', 224, 'training crop and validation centre crop, pixels (ImageFolder)', recipe.integer{ min = 8 } },
   { '--val-resize', 256, 'validation: the shorter side is resized to this before the centre crop', recipe.integer{ min = 8 } },
   { '--checkpoint-dir', 'none', 'write checkpoints here (every epoch, and every --checkpoint-every steps)', argname = '<DIR>' },
@@ -158,7 +159,7 @@ local function folder_source()
   -- With AMP the loader writes half batches (half the bytes to assemble and copy; O1's autocast
   -- casts the input of the first convolution to half anyway).
   local common = { batch_size = B, workers = opts.workers, prefetch = opts.prefetch, device = dev,
-    rank = RANK, world_size = WORLD, seed = opts.seed, layout = opts.layout,
+    rank = RANK, world_size = WORLD, seed = opts.seed, layout = opts.layout, decoder = opts.decoder,
     dtype = opts.amp == 'O0' and 'f32' or policy.dtype }
   local function loader(ds, o)
     for k, v in pairs(common) do if o[k] == nil then o[k] = v end end

@@ -153,7 +153,21 @@ vl_status vl_nvjpeg_create(int dev, int max_batch, int channels, vl_nvjpeg **out
 }
 
 /* Whether this backend takes the image (0 when it does). */
+/* Whether the stream ends with its EOI marker (FF D9), allowing padding after it. nvJPEG decodes a
+ * truncated file without an error (the rest of the image grey; measured on the H200's hardware
+ * decoder), where libjpeg-turbo reports a premature end: such files go to the CPU path, which
+ * skips them as unreadable. */
+static bool has_eoi(const uint8_t *p, size_t n) {
+  size_t end = n, floor = n > 64 ? n - 64 : 0;
+  while (end > floor && (p[end - 1] == 0x00 || p[end - 1] == 0xFF || p[end - 1] == '\n' || p[end - 1] == '\r'))
+    end--;
+  for (size_t i = end; i >= floor + 2; i--)
+    if (p[i - 2] == 0xFF && p[i - 1] == 0xD9) return true;
+  return false;
+}
+
 static bool supported(vl_nvjpeg *nj, const vl_nvjpeg_item *it) {
+  if (!has_eoi(it->data, it->len)) return false;
   if (nvjpegJpegStreamParse(nj->h, it->data, it->len, 0, 0, nj->js) != NVJPEG_STATUS_SUCCESS) return false;
   unsigned int nc = 0, w = 0, h = 0;
   if (nvjpegJpegStreamGetComponentsNum(nj->js, &nc) != NVJPEG_STATUS_SUCCESS || (nc != 1 && nc != 3)) return false;

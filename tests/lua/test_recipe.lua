@@ -57,7 +57,7 @@ end
 local RECIPE_OPTIONS = {
   ['recipes/resnet50.lua'] = { 'data', 'fashion-root', 'arch', 'width', 'epochs', 'batch-size', 'lr', 'warmup-epochs',
     'label-smoothing', 'weight-decay', 'momentum', 'optimizer', 'amp', 'dtype', 'layout', 'graph', 'workers',
-    'prefetch', 'image-size', 'val-resize', 'checkpoint-dir', 'checkpoint-every', 'keep', 'resume', 'evaluate', 'pretrained', 'seed', 'log-dir',
+    'prefetch', 'decoder', 'image-size', 'val-resize', 'checkpoint-dir', 'checkpoint-every', 'keep', 'resume', 'evaluate', 'pretrained', 'seed', 'log-dir',
     'log-interval', 'device', 'train-subset', 'val-subset', 'steps-per-epoch', 'eval-every', 'tf32' },
   ['recipes/fashion_cnn.lua'] = { 'epochs', 'batch', 'lr', 'momentum', 'width', 'dropout', 'train-subset',
     'test-subset', 'schedule', 'device', 'seed', 'root' },
