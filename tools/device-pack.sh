@@ -18,7 +18,7 @@ for b in v100lua bench_alloc; do
   gzip -9f "$ROOT/.dev/bin/$b"
 done
 # Libraries outside the CUDA toolkit and Open MPI that the GPU image may not have.
-for lib in $(ldd "$B/v100lua" | awk '/libcjson|libturbojpeg|libisal/ {print $3}'); do cp -L "$lib" "$ROOT/.dev/lib/"; done
+for lib in $(ldd "$B/v100lua" | awk '/libcjson|libturbojpeg|libisal|libutf8proc/ {print $3}'); do cp -L "$lib" "$ROOT/.dev/lib/"; done
 # Lua modules from the system Lua path (the same folders the host searches, first match wins).
 for mod in argparse; do
   src=""
