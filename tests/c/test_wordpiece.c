@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <utf8proc.h>
+
 #include "runtime/text/wordpiece.h"
 #include "vl_test.h"
 
@@ -201,6 +203,48 @@ static void test_load_errors(void) {
   CHECK(tok == (vl_wordpiece *)&tok);
 }
 
+/* Random byte strings and random codepoints: tokenize either succeeds with ids in the vocab or
+ * fails with VL_EINVAL (invalid UTF-8), and the ids of valid text decode without error. */
+static void test_random_input(void) {
+  vl_wordpiece *tok = NULL;
+  CHECK_OK(vl_wordpiece_load(write_vocab("v.txt", VOCAB, NV), NULL, &tok));
+  if (!tok) return;
+  uint64_t seed = vl_test_seed();
+  int bad = 0, valid = 0;
+  char buf[256];
+  for (int iter = 0; iter < 2000; iter++) {
+    size_t len = 0;
+    int n = 1 + (int)(vl_test_urand() * 60);
+    for (int k = 0; k < n && len < sizeof buf - 4; k++) {
+      if (iter % 2) { /* raw bytes */
+        buf[len++] = (char)(int)(vl_test_urand() * 256);
+      } else { /* a codepoint from ASCII, Latin, CJK or the whole range (surrogates excluded) */
+        double u = vl_test_urand();
+        int32_t c = u < 0.4 ? (int32_t)(vl_test_urand() * 128) : u < 0.7 ? 0xc0 + (int32_t)(vl_test_urand() * 0x200)
+                    : u < 0.85 ? 0x4e00 + (int32_t)(vl_test_urand() * 0x100) : (int32_t)(vl_test_urand() * 0x110000);
+        if (c >= 0xd800 && c < 0xe000) c = 'x';
+        len += (size_t)utf8proc_encode_char(c, (unsigned char *)buf + len);
+      }
+    }
+    int64_t *ids = NULL;
+    size_t m = 0;
+    vl_status st = vl_wordpiece_tokenize(tok, buf, len, &ids, &m);
+    if (st == VL_OK) {
+      for (size_t i = 0; i < m; i++) bad += ids[i] < 0 || ids[i] >= (int64_t)NV;
+      char *text = NULL;
+      bad += vl_wordpiece_decode(tok, ids, m, false, &text) != VL_OK;
+      free(text);
+      free(ids);
+      valid++;
+    } else {
+      bad += st != VL_EINVAL || iter % 2 == 0; /* generated codepoints are always valid UTF-8 */
+    }
+  }
+  CHECK(bad == 0, "seed %llu: %d bad results", (unsigned long long)seed, bad);
+  CHECK(valid >= 1000, "seed %llu: only %d valid texts", (unsigned long long)seed, valid);
+  vl_wordpiece_free(tok);
+}
+
 int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(dir, sizeof dir, "%s/test_wordpiece.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -212,6 +256,7 @@ int main(void) {
   test_encode();
   test_decode();
   test_load_errors();
+  test_random_input();
   const char *names[] = {"v.txt", "bare.txt", "nounk.txt", "empty.txt"};
   char p[300];
   for (size_t i = 0; i < 4; i++) {
