@@ -111,6 +111,7 @@ T.test('encode without truncation keeps everything; padding only lengthens', fun
   T.eq(r.attention_mask, { 1, 0, 0, 0 })
   r = tok:encode('', { as = 'table' })
   T.eq(r.ids, { tok:token_to_id('[CLS]'), tok:token_to_id('[SEP]') })
+  T.eq(tok:encode('word', nil, { as = 'table' }), tok:encode('word', { as = 'table' })) -- a nil pair is no pair
   T.eq(tok:tokenize(''), {})
   T.eq(tok:decode({}), '')
 end)
