@@ -42,7 +42,8 @@ v100.isatty = core.io.isatty
 -- JSON (cJSON, bindings/l_json.c) under the name issue 11 and config.json loaders use.
 v100.json = { encode = core.io.json_encode, decode = core.io.json_decode }
 
--- v100.text.WordPiece (bindings/l_text.c): the BERT tokenizer, comes from the core table above.
+-- The BERT WordPiece tokenizer (bindings/l_text.c): v100.text.WordPiece(vocab_path, opts).
+v100.text = core.text
 
 -- cuDNN convolution algorithms: by cuDNN's heuristics (default) or, with benchmark on, by timing
 -- the candidates once per shape (cached; that first call synchronises). Returns the old setting.
