@@ -39,6 +39,12 @@ v100.dist = require 'v100.dist'
 -- v100.isatty(fd): whether fd (0, 1, 2) is a terminal, for progress bars (scripts/v100/log.lua).
 v100.isatty = core.io.isatty
 
+-- JSON (cJSON, bindings/l_json.c) under the name issue 11 and config.json loaders use.
+v100.json = { encode = core.io.json_encode, decode = core.io.json_decode }
+
+-- The BERT WordPiece tokenizer (bindings/l_text.c): v100.text.WordPiece(vocab_path, opts).
+v100.text = core.text
+
 -- cuDNN convolution algorithms: by cuDNN's heuristics (default) or, with benchmark on, by timing
 -- the candidates once per shape (cached; that first call synchronises). Returns the old setting.
 v100.set_cudnn_benchmark = function(on) return core._nn.set_cudnn_benchmark(on) end
