@@ -93,7 +93,7 @@ opts.weight_decay = default(opts.weight_decay, fashion and 5e-4 or 1e-4)
 opts.amp = default(opts.amp, gpu and 'O1' or 'O0')
 opts.layout = default(opts.layout, gpu and 'nhwc' or 'nchw')
 opts.graph = default(opts.graph, (gpu and WORLD == 1) and 'on' or 'off')
-opts.workers = default(opts.workers, nil)
+opts.workers = default(opts.workers, nil) -- the loader's default: the cores / local ranks, <= 16
 opts.train_subset = default(opts.train_subset, cpu_fashion and 12000 or 0)
 opts.val_subset = default(opts.val_subset, cpu_fashion and 2000 or 0)
 opts.steps_per_epoch = default(opts.steps_per_epoch, kind == 'synthetic' and 100 or false)

@@ -209,7 +209,7 @@ end
 --   batch_size (256), transform ('train': RandomResizedCrop + flip; 'val': Resize(resize) +
 --   CenterCrop(size); 'none': images as they are, all size x size), size (224), resize (256),
 --   channels (3; 1 = gray), mean/std (ImageNet's for 3 channels, {0}/{1} for 1), layout ('nchw' or
---   'nhwc'), dtype ('f32', 'f16', 'bf16'), workers (the cores, at most 16), prefetch (4 batches),
+--   'nhwc'), dtype ('f32', 'f16', 'bf16'), workers (the cores divided among this node's ranks, at most 16), prefetch (4 batches),
 --   device ('cpu'; 'cuda...' assembles batches in pinned memory and copies them there), shuffle
 --   (true), seed (0), drop_last (true), rank (0), world_size (1), decoder ('cpu': libjpeg-turbo in
 --   the workers; 'nvjpeg': the workers read the files and draw the crops, nvJPEG decodes on the
