@@ -2,7 +2,7 @@
 -- and pretrained torchvision weights.
 --
 --   local ckpt = require 'v100.checkpoint'
---   ckpt.save(dir, {model =, optimizer =, scaler =, epoch =, step =, state =, keep =}) -> path
+--   ckpt.save(dir, {model =, optimizer =, scaler =, epoch =, step =, state =, keep =, files =}) -> path
 --   ckpt.latest(dir) -> path or nil;  ckpt.load(path_or_dir) -> c  (a dir follows its `latest`)
 --   ckpt.restore(c, {model =, optimizer =, scaler =, rng = true}) -> c.epoch, c.step, c.state
 --   ckpt.load_pretrained(model, file, {strict = true, exclude = {pattern, ...}}) -> {missing_keys, unexpected_keys}
@@ -16,6 +16,8 @@
 --                         optimizer's parameters in group order otherwise) and "scaler.<key>"
 --                         (amp.Scaler:state_dict()); metadata "optimizer" = the JSON of every
 --                         non-tensor field (param_groups, steps, master_weights, rounding_seed);
+--   <files>               the caller's extra files (files = {['config.json'] = text, ...}): with
+--                         a BERT's config.json the folder is one transformers loads;
 --   meta.json             format, epoch, step, state (the caller's table), rng (v100.rng_state()
 --                         at the save), world size, versions, the file list.
 -- and dir/latest, one line naming the newest checkpoint.
@@ -114,8 +116,18 @@ end
 local function check_options(o)
   if type(o) ~= 'table' then fail('save: expected an options table, got %s', type(o)) end
   for k in pairs(o) do
-    if k ~= 'model' and k ~= 'optimizer' and k ~= 'scaler' and k ~= 'epoch' and k ~= 'step' and k ~= 'state' and k ~= 'keep' then
-      fail("save: unknown option '%s' (model, optimizer, scaler, epoch, step, state, keep)", tostring(k))
+    if k ~= 'model' and k ~= 'optimizer' and k ~= 'scaler' and k ~= 'epoch' and k ~= 'step' and k ~= 'state' and k ~= 'keep'
+      and k ~= 'files' then
+      fail("save: unknown option '%s' (model, optimizer, scaler, epoch, step, state, keep, files)", tostring(k))
+    end
+  end
+  if o.files ~= nil then
+    if type(o.files) ~= 'table' then fail('save: files must be a table of name = contents, got %s', type(o.files)) end
+    for name, text in pairs(o.files) do
+      if type(name) ~= 'string' or not name:match('^[%w][%w%._%-]*$') or name == MODEL or name == TRAINING or name == META then
+        fail("save: files: '%s' is not a plain file name other than %s, %s and %s", tostring(name), MODEL, TRAINING, META)
+      end
+      if type(text) ~= 'string' then fail('save: files: %s must be a string, got %s', name, type(text)) end
     end
   end
   local m = unwrap(o.model)
@@ -218,9 +230,20 @@ local function write(dir, name, o, m, osd, rngs)
     v100.save_safetensors(join(tmp, TRAINING), tt, tmeta)
     step_done(TRAINING)
 
+    -- the caller's extra files (a BERT checkpoint's config.json and vocab.txt make the folder one
+    -- that transformers' from_pretrained reads), in a fixed order
+    local files = { MODEL, TRAINING }
+    local extra = {}
+    for name in pairs(o.files or {}) do extra[#extra + 1] = name end
+    table.sort(extra)
+    for _, name in ipairs(extra) do
+      fs.write_atomic(join(tmp, name), o.files[name])
+      files[#files + 1] = name
+    end
+
     local meta = { format = FORMAT, version = VERSION, epoch = o.epoch or 0, step = o.step or 0, state = o.state or {},
       rng = rngs[1], rng_ranks = rngs, world_size = #rngs, versions = v100.versions(),
-      created = os.date('!%Y-%m-%dT%H:%M:%SZ'), files = { MODEL, TRAINING },
+      created = os.date('!%Y-%m-%dT%H:%M:%SZ'), files = files,
       optimizer = osd and o.optimizer.name or nil, scaler = o.scaler ~= nil }
     fs.write_atomic(join(tmp, META), cio.json_encode(meta, JSON_PRETTY) .. '\n')
     step_done(META)

@@ -13,6 +13,41 @@ local recipe = require 'v100.recipe'
 
 local train = {}
 
+-- The tensors of a batch structure (a tensor, or nested tables of them; other values are kept).
+local function map_tree(x, f)
+  if v100.is_tensor(x) then return f(x) end
+  if type(x) ~= 'table' then return x end
+  local o = {}
+  for k, v in pairs(x) do o[k] = map_tree(v, f) end
+  return o
+end
+
+-- nil when src has static's structure and shapes, else what differs.
+local function same_shapes(static, src, path)
+  path = path or 'batch'
+  if v100.is_tensor(static) then
+    if not v100.is_tensor(src) then return path .. ' is not a tensor' end
+    local a, b = table.concat(static.shape, 'x'), table.concat(src.shape, 'x')
+    if a ~= b then return string.format('%s: captured %s, got %s', path, a, b) end
+    return nil
+  end
+  if type(static) ~= 'table' then return nil end
+  if type(src) ~= 'table' then return path .. ' is not a table' end
+  for k, v in pairs(static) do
+    local why = same_shapes(v, src[k], path .. '.' .. tostring(k))
+    if why then return why end
+  end
+  return nil
+end
+
+local function copy_tree(static, src)
+  if v100.is_tensor(static) then static:copy_(src) return end
+  if type(static) ~= 'table' then return end
+  for k, v in pairs(static) do copy_tree(v, src[k]) end
+end
+
+local function optim_clip(params, max_norm) require('v100.optim').clip_grad_norm(params, max_norm) end
+
 -- train.fit(spec) runs spec.epochs epochs and returns the final test accuracy and the seconds the
 -- whole run took. spec fields:
 --   epochs        number of epochs (integer >= 1)
@@ -111,50 +146,104 @@ end
 --   graph      true: the first call copies its batch into static tensors, captures the step
 --              (after `warmup` eager iterations on that batch, default 3) and every call then
 --              refills the static tensors and replays; batches must keep their shape
+--   accumulate n: gradient accumulation. The step then takes n micro-batches, step(mb1, ..., mbn),
+--              and calls loss(mb_i) on each (a micro-batch is any value: a table of tensors for
+--              BERT); each loss is scaled by 1/n before backward, DataParallel's all-reduce runs
+--              only in the last backward (dp:no_sync around the others), and the returned loss is
+--              the mean of the n. Without accumulate, step(xb, yb) calls loss(xb, yb) as above.
+--   clip       optional max gradient norm: after the all-reduce and the unscale, the gradients
+--              are scaled to at most this global L2 norm (optim.clip_grad_norm: on the device,
+--              no synchronisation; BERT recipes clip at 1.0)
+--   graph under accumulate: the n micro-batches are captured as one step; every tensor in them
+--              (tables are walked) is copied into a static twin before each replay.
 -- The returned loss is the caller's to close (under a graph, a view of the graph's output).
 function train.stepper(spec)
   local opt, sched, policy, scaler, dp = spec.opt, spec.sched, spec.policy, spec.scaler, spec.dp
   local loss_fn = assert(spec.loss, 'train.stepper: loss is required')
   assert(opt, 'train.stepper: opt is required')
-  local function forward(xb, yb)
-    if policy then return policy:autocast(loss_fn, xb, yb) end
-    return loss_fn(xb, yb)
+  local n_acc = spec.accumulate
+  if n_acc ~= nil and not (math.type(n_acc) == 'integer' and n_acc >= 1) then
+    error('train.stepper: accumulate must be an integer >= 1, got ' .. tostring(n_acc), 2)
   end
-  local function eager(xb, yb)
-    local loss = forward(xb, yb)
-    opt:zero_grad()
+  local clip = spec.clip
+  local params
+  if clip then
+    params = {}
+    for _, g in ipairs(opt.param_groups) do for _, p in ipairs(g.params) do params[#params + 1] = p end end
+  end
+  local function forward(...)
+    if policy then return policy:autocast(loss_fn, ...) end
+    return loss_fn(...)
+  end
+  local function backward(loss)
+    if scaler then scaler:backward(loss) else loss:backward() end
+  end
+  local function update()
+    if dp then dp:finish() end
+    if clip then
+      if scaler then scaler:unscale_(opt) end
+      optim_clip(params, clip)
+    end
     if scaler then
-      scaler:backward(loss)
-      if dp then dp:finish() end
       scaler:step(opt)
       scaler:update()
     else
-      loss:backward()
-      if dp then dp:finish() end
       opt:step()
     end
-    return loss
+  end
+  local eager
+  if n_acc == nil then
+    eager = function(xb, yb)
+      local loss = forward(xb, yb)
+      opt:zero_grad()
+      backward(loss)
+      update()
+      return loss
+    end
+  else
+    eager = function(...)
+      local mbs = table.pack(...)
+      if mbs.n ~= n_acc then
+        error(string.format('train.stepper: accumulate = %d takes %d micro-batches, got %d', n_acc, n_acc, mbs.n), 3)
+      end
+      opt:zero_grad()
+      local total
+      for i = 1, n_acc do
+        local function one()
+          local loss = forward(mbs[i])
+          local l <close> = n_acc > 1 and loss * (1 / n_acc) or nil
+          backward(l or loss)
+          local d = loss:detach()
+          total = total and total + d or d
+        end
+        if dp and i < n_acc then dp:no_sync(one) else one() end
+      end
+      update()
+      return n_acc > 1 and total * (1 / n_acc) or total
+    end
   end
   if not spec.graph then
-    return function(xb, yb)
+    return function(...)
       if sched then sched:step(opt) end
-      return eager(xb, yb)
+      return eager(...)
     end
   end
   if not opt.capturable then error('train.stepper: graph = true needs an optimizer made with capturable = true', 2) end
-  local g, sx, sy, out
-  return function(xb, yb)
+  local g, static, out
+  return function(...)
     if sched then sched:step(opt) end
+    local args = table.pack(...)
     if g == nil then
-      sx, sy = xb:clone(), yb:clone()
-      g = v100.graph(function() return eager(sx, sy):detach() end, { warmup = spec.warmup or 3 })
+      static = map_tree(args, function(t) return t:clone() end)
+      g = v100.graph(function() return eager(table.unpack(static, 1, static.n)):detach() end, { warmup = spec.warmup or 3 })
       out = g.outputs[1]
-    elseif not (#xb.shape == #sx.shape and xb:numel() == sx:numel() and yb:numel() == sy:numel()) then
-      error(string.format('train.stepper: a graphed step takes batches of one shape (captured %s, got %s): drop the '
-        .. 'last partial batch', table.concat(sx.shape, 'x'), table.concat(xb.shape, 'x')), 2)
+    else
+      local why = same_shapes(static, args)
+      if why then
+        error('train.stepper: a graphed step takes batches of one shape (' .. why .. '): drop the last partial batch', 2)
+      end
     end
-    sx:copy_(xb)
-    sy:copy_(yb)
+    copy_tree(static, args)
     g:replay()
     return out:detach()
   end

@@ -398,6 +398,23 @@ T.test('keep = N removes the oldest after the pointer moved', function()
   T.eq(ckpt.latest(ROOT .. '/nothing-here'), nil, 'no pointer: nil')
 end)
 
+T.test('files = {...}: extra files inside the checkpoint (config.json beside the weights), listed in meta.json', function()
+  local dir = fresh_dir()
+  local m = nn.Linear(2, 2)
+  local path = ckpt.save(dir, { model = m, step = 7, files = { ['config.json'] = '{"a": 1}\n', ['vocab.txt'] = 'x\ny\n' } })
+  T.eq(T.read_file(path .. '/config.json'), '{"a": 1}\n')
+  T.eq(T.read_file(path .. '/vocab.txt'), 'x\ny\n')
+  local c = ckpt.load(dir)
+  T.eq(table.concat(c.meta.files, ' '), 'model.safetensors training.safetensors config.json vocab.txt')
+  T.raises(function() ckpt.save(dir, { model = m, files = { ['../x'] = 'a' } }) end,
+    "save: files: '../x' is not a plain file name")
+  T.raises(function() ckpt.save(dir, { model = m, files = { ['meta.json'] = 'a' } }) end,
+    "save: files: 'meta.json' is not a plain file name")
+  T.raises(function() ckpt.save(dir, { model = m, files = { ['a.txt'] = 3 } }) end, 'save: files: a.txt must be a string, got number')
+  os.remove(path .. '/vocab.txt')
+  T.raises(function() ckpt.load(dir) end, 'lists vocab.txt, which is missing')
+end)
+
 T.test('bad files: the message names the file and what is wrong', function()
   local dir = fresh_dir()
   local m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))

@@ -167,4 +167,28 @@ T.test('train.stepper with dp: DataParallel finished between backward and the st
   params_equal(b, a, 'stepper with dp')
 end)
 
+T.test('train.stepper accumulate: n micro-batches of a table each equal one step on their concatenation; clip', function()
+  local train = require 'v100.train'
+  local a, b = model_pair()
+  local x, y = v100.randn({ 8, 5 }), v100.randn({ 8, 3 }) * 10
+  local oa = optim.SGD(a:parameters(), { lr = 0.05, momentum = 0.9 })
+  local ob = optim.SGD(b:parameters(), { lr = 0.05, momentum = 0.9 })
+  local step = train.stepper { opt = oa, accumulate = 2, clip = 0.5,
+    loss = function(mb) return nn.F.mse_loss(a(mb.x), mb.y) end }
+  for _ = 1, 3 do
+    local l = step({ x = x:narrow(1, 1, 4), y = y:narrow(1, 1, 4) }, { x = x:narrow(1, 5, 4), y = y:narrow(1, 5, 4) })
+    ob:zero_grad()
+    local lb = nn.F.mse_loss(b(x), y)
+    lb:backward()
+    local norm = optim.clip_grad_norm(b:parameters(), 0.5)
+    T.ok(norm:item() > 0.5, 'the test clips (norm ' .. norm:item() .. ')')
+    ob:step()
+    T.near(l:item(), lb:item(), 1e-5, 'mean of the micro-batch losses')
+  end
+  for i, p in ipairs(a:parameters()) do T.allclose(p, b:parameters()[i], 1e-5, 1e-5, 'parameter ' .. i) end
+  T.raises(function() step({ x = x, y = y }) end, 'train.stepper: accumulate = 2 takes 2 micro-batches, got 1')
+  T.raises(function() train.stepper { opt = oa, accumulate = 0, loss = function() end } end,
+    'train.stepper: accumulate must be an integer >= 1, got 0')
+end)
+
 T.run()
