@@ -11,7 +11,10 @@
 -- attention_mask B x L (1 = attend, 0 = padding; any dtype; nil = attend everywhere).
 -- Outputs (as HF returns them): BertModel -> sequence_output B x L x H, pooled_output B x H;
 -- BertForPreTraining -> prediction_scores B x L x vocab, seq_relationship_score B x 2;
--- BertForSequenceClassification -> logits B x num_labels.
+-- BertForSequenceClassification -> logits B x num_labels. BertForPreTraining's fourth argument,
+-- masked_positions (B x P), runs the MLM head on those rows only (B x P x vocab scores).
+-- bert.mean_pool / bert.sentence_embeddings: sentence embeddings. Hugging Face folders
+-- (bert.read_config, config_json, from_pretrained, save_pretrained): scripts/v100/models/bert_hf.lua.
 --
 -- HF's semantics kept: post-LayerNorm blocks, erf GELU (hidden_act = 'gelu'), the padding mask
 -- as an additive mask of the dtype's lowest value (a fully padded row stays finite), the MLM
@@ -304,19 +307,57 @@ function BertForPreTraining:init(cfg)
   self.cls = PreTrainingHeads(cfg, self.bert.embeddings.word_embeddings.weight)
   hf_init(self.cls, cfg.initializer_range)
 end
--- -> prediction_scores B x L x vocab, seq_relationship_score B x 2
-function BertForPreTraining:forward(input_ids, token_type_ids, attention_mask)
+-- The rows of h (B x L x H) at positions (B x P, i64/i32, 0-based per sequence) -> B x P x H.
+-- A gather along the sequence: its backward scatters into h (summed where a position repeats);
+-- a position outside 0..L-1 is an error of the gather, named.
+function bert.gather_positions(h, positions)
+  if not v100.is_tensor(positions) or positions.ndim ~= 2 or (positions.dtype ~= 'i64' and positions.dtype ~= 'i32') then
+    error('masked_positions must be a B x P i64 or i32 tensor, got ' .. F._desc(positions), 0)
+  end
+  local B, P, H = positions.shape[1], positions.shape[2], h.shape[3]
+  if B ~= h.shape[1] then
+    error(string.format('masked_positions has %d rows, the batch %d', B, h.shape[1]), 0)
+  end
+  if positions.device ~= h.device then positions = positions:to(h.device) end
+  return h:gather(2, positions:unsqueeze(3):expand{ B, P, H })
+end
+
+-- -> prediction_scores B x L x vocab (B x P x vocab with masked_positions), seq_relationship_score B x 2.
+-- masked_positions (B x P, 0-based): the MLM head (transform and the vocabulary projection) runs
+-- on those rows of the sequence output only, as NVIDIA's and Google's BERT pretraining do; the
+-- scores equal the full head's at those positions (tests/lua/test_bert_hf.lua checks values and
+-- gradients). Padding entries of masked_positions (say 0) give scores that the loss must ignore
+-- (labels -100 or weights 0, bert.pretraining_loss).
+function BertForPreTraining:forward(input_ids, token_type_ids, attention_mask, masked_positions)
   local seq, pooled = self.bert(input_ids, token_type_ids, attention_mask)
+  if masked_positions ~= nil then seq = bert.gather_positions(seq, masked_positions) end
   return self.cls(seq, pooled)
 end
 
 -- HF's pretraining loss: MLM cross entropy over positions whose label is not -100, plus the
--- next-sentence cross entropy. labels B x L (i64), next_sentence_label B (i64).
-function bert.pretraining_loss(prediction_scores, seq_relationship_score, labels, next_sentence_label)
-  local V = prediction_scores.shape[3]
-  local mlm = F.cross_entropy(prediction_scores:reshape{ -1, V }, labels:reshape{ -1 }, { ignore_index = -100 })
-  if next_sentence_label == nil then return mlm end
-  return mlm + F.cross_entropy(seq_relationship_score, next_sentence_label)
+-- next-sentence cross entropy. labels B x L (i64) for B x L x V scores, or B x P for the masked
+-- form (scores from masked_positions; labels = the original tokens, -100 on padding entries).
+-- opts.weights (B x P float, 1 = a real prediction, 0 = padding; bert_data's masked_weights):
+-- the MLM loss is then sum(w * ce) / sum(w) (0 when sum(w) is 0), Google's weighted form; with
+-- 0/1 weights it equals the -100 form exactly. next_sentence_label (B i64, 0 = B follows A) may
+-- be nil: no NSP term. Returns total, mlm, nsp (nsp nil without next_sentence_label).
+function bert.pretraining_loss(prediction_scores, seq_relationship_score, labels, next_sentence_label, opts)
+  local V = prediction_scores.shape[prediction_scores.ndim]
+  local flat_scores, flat_labels = prediction_scores:reshape{ -1, V }, labels:reshape{ -1 }
+  local mlm
+  local w = opts and opts.weights
+  if w ~= nil then
+    local per = F.cross_entropy(flat_scores, flat_labels, { ignore_index = -100, reduction = 'none' })
+    w = w:reshape{ -1 }:to(per.dtype)
+    local den = w:sum()
+    -- 0 / 1 instead of 0 / 0 when no prediction is real
+    mlm = (per * w):sum() / (den + den:eq(0):to(den.dtype))
+  else
+    mlm = F.cross_entropy(flat_scores, flat_labels, { ignore_index = -100 })
+  end
+  if next_sentence_label == nil then return mlm, mlm, nil end
+  local nsp = F.cross_entropy(seq_relationship_score, next_sentence_label)
+  return mlm + nsp, mlm, nsp
 end
 
 local BertForSequenceClassification = nn.Module:extend('BertForSequenceClassification')
@@ -362,5 +403,30 @@ function bert.hf_rename(sd, opts)
   end
   return out
 end
+
+-- ---------------------------------------------------------------------------------------------
+-- Sentence embeddings
+
+-- Mean of hidden (B x L x H) over the positions where attention_mask (B x L, 1 = token) is set
+-- -> B x H; opts.normalize (default true): each row L2-normalised. A fully masked row gives
+-- zeros (its sum 0 is divided by max(count, 1e-9), then by max(norm, 1e-12)), never NaN: the
+-- arithmetic of sentence-transformers' mean pooling and F.normalize.
+function bert.mean_pool(hidden, attention_mask, opts)
+  local normalize = not (opts and opts.normalize == false)
+  local out
+  if attention_mask == nil then
+    out = hidden:mean(2)
+  else
+    local m = attention_mask:to{ dtype = hidden.dtype, device = hidden.device }:unsqueeze(3)
+    out = (hidden * m):sum(2) / m:sum(2):clamp(1e-9, nil)
+  end
+  if normalize then out = out / out:norm(2, 2, true):clamp(1e-12, nil) end
+  return out
+end
+
+-- Hugging Face folders (config.json, model.safetensors, vocab.txt) and sentence embeddings:
+-- scripts/v100/models/bert_hf.lua adds bert.read_config, bert.config_json, bert.from_pretrained,
+-- bert.save_pretrained and bert.sentence_embeddings to this table.
+require('v100.models.bert_hf').install(bert)
 
 return bert
