@@ -186,6 +186,7 @@ else
   model = bert.BertForPreTraining(cfg)
 end
 model:to(dev)
+model:train() -- from_pretrained returns a model in eval mode, as transformers does
 local policy = amp.policy(opts.amp, { dtype = opts.dtype })
 policy:convert(model)
 local dp = WORLD > 1 and dist.DataParallel(model) or nil

@@ -71,19 +71,18 @@ function M.wordnet(o)
   if not exists(p.vocab) then
     local t0 = clock()
     local tokens = v100.text.train_vocab({ p.corpus }, { vocab_size = o.vocab_size, lower = true })
-    v100.text.save_vocab(tokens, p.vocab .. tmp_suffix)
-    fs.rename(p.vocab .. tmp_suffix, p.vocab)
+    fs.write_atomic(p.vocab, table.concat(tokens, '\n') .. '\n')
     say(string.format('bert_prep: WordPiece vocabulary of %d tokens in %.1f s', #tokens, clock() - t0))
   end
 
-  local bd = require 'v100.bert_data'
   for _, which in ipairs { 'train', 'eval' } do
     local out = which == 'train' and p.train or p.eval
     if not exists(join(out, '.complete')) then
       local t0 = clock()
       local tmp = out .. tmp_suffix
       fs.remove_tree(tmp)
-      local r = bd.make_shards{ inputs = { which == 'train' and p.corpus or p.heldout }, vocab = p.vocab, output = tmp,
+      local r = v100.text.make_pretraining_shards{ inputs = { which == 'train' and p.corpus or p.heldout }, vocab = p.vocab,
+        output = tmp,
         seq_len = o.seq_len, max_predictions = o.max_predictions,
         dupe_factor = which == 'train' and o.dupe_factor or 1, seed = (o.seed or 12345) + (which == 'train' and 0 or 1) }
       fs.write_atomic(join(tmp, '.complete'), 'ok\n')
