@@ -318,8 +318,9 @@ static vl_status file_open(const char *path, shard_file *f) {
   vl_shard_info h = {0};
   if (size < 12 || memcmp(b, VL_SHARD_MAGIC, 8) != 0) {
     char got[8 * 4 + 1] = "";
+    size_t g = 0;
     for (uint64_t i = 0; i < 8 && i < size; i++)
-      snprintf(got + 4 * i, 5, (b[i] >= 32 && b[i] < 127 && b[i] != '\\') ? "%c" : "\\x%02x", b[i]);
+      g += (size_t)snprintf(got + g, sizeof got - g, (b[i] >= 32 && b[i] < 127 && b[i] != '\\' && b[i] != '"') ? "%c" : "\\x%02x", b[i]);
     s = vl_fail(VL_EIO, "shard %s: not a BERT shard (magic \"%s\", expected \"%s\")", path, got, VL_SHARD_MAGIC);
     goto done;
   }
