@@ -12,7 +12,9 @@
  *     w:finish(); w:abort() (also __gc and __close: an unfinished shard leaves nothing behind)
  *   v100.text.make_pretraining_shards{inputs = {...}, vocab =, output =, lower = true, seq_len = 128,
  *     max_predictions = 20, masked_lm_prob = 0.15, short_seq_prob = 0.1, dupe_factor = 5,
- *     seed = 12345, whole_word_mask = false, samples_per_shard = 100000} -> stats table
+ *     seed = 12345, whole_word_mask = false, samples_per_shard = 100000, threads = 0 (the CPUs, at most 16),
+ *     piece_bytes = 0 (4 MiB of text per thread and round)}
+ *     -> stats table {files, documents, sentences, corpus_tokens, samples, tokens, masked, random_next, shards}
  * Ids and positions count from 0, as in the files. */
 #include <lauxlib.h>
 #include <lua.h>
@@ -344,7 +346,7 @@ static int l_make(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   static const char *const names[] = {"inputs", "vocab", "output", "lower", "seq_len", "max_predictions",
                                       "masked_lm_prob", "short_seq_prob", "dupe_factor", "seed", "whole_word_mask",
-                                      "samples_per_shard", NULL};
+                                      "samples_per_shard", "threads", "piece_bytes", NULL};
   check_keys(L, 1, F, names);
   vl_pretrain_opts o = {0};
   if (lua_getfield(L, 1, "inputs") != LUA_TTABLE) return luaL_error(L, "%s: inputs must be a table of paths", F);
@@ -369,6 +371,8 @@ static int l_make(lua_State *L) {
   o.seed = (uint64_t)opt_int(L, 1, F, "seed", 12345, LUA_MININTEGER, LUA_MAXINTEGER);
   o.whole_word_mask = opt_bool(L, 1, F, "whole_word_mask", 0);
   o.samples_per_shard = (uint64_t)opt_int(L, 1, F, "samples_per_shard", 100000, 1, LUA_MAXINTEGER);
+  o.threads = (int)opt_int(L, 1, F, "threads", 0, 0, 256);
+  o.piece_bytes = (size_t)opt_int(L, 1, F, "piece_bytes", 0, 0, (lua_Integer)1 << 40);
   vl_pretrain_stats st;
   vl_status s = vl_pretrain_make_shards(&o, &st);
   if (s != VL_OK) return vl_lua_error(L, s);

@@ -26,6 +26,7 @@ local spec = {
   { '--dupe-factor', 5, 'passes over the corpus, each with other pairs and masks', recipe.integer{ min = 1 } },
   { '--seed', 12345, 'seed of every random choice (same input + seed: identical shards)', recipe.integer{ min = 0 } },
   { '--samples-per-shard', 100000, 'samples per shard file', recipe.integer{ min = 1 } },
+  { '--threads', 'auto', 'tokenizing threads; auto: the CPUs, at most 16 (the shards do not depend on it)', recipe.integer{ min = 1, max = 256, auto = true } },
   { '--cased', false, 'keep case and accents (a cased vocab)' },
   { '--whole-word-mask', false, 'mask whole words (a piece and its ## pieces) together' },
 }
@@ -47,6 +48,7 @@ local ok, st = pcall(v100.text.make_pretraining_shards, {
   seq_len = opts.seq_len, max_predictions = opts.max_predictions, masked_lm_prob = opts.masked_lm_prob,
   short_seq_prob = opts.short_seq_prob, dupe_factor = opts.dupe_factor, seed = opts.seed,
   whole_word_mask = opts.whole_word_mask, samples_per_shard = opts.samples_per_shard,
+  threads = opts.threads ~= 'auto' and opts.threads or 0,
 })
 if not ok then
   io.stderr:write(tostring(st):gsub('^make_bert_shards: ', ''):gsub('^', 'make_bert_shards: '), '\n')

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,54 +104,151 @@ static void corpus_free(corpus *c) {
 
 static vl_status oom(void) { return vl_fail(VL_EOOM, "make_bert_shards: out of memory"); }
 
-static vl_status read_file(corpus *c, const vl_wordpiece *tok, const char *path) {
+/* Tokenizing is most of the time, so a file is read in rounds of up to `threads` pieces of about
+ * opts.piece_bytes, cut at line ends, tokenized by one thread each and merged in
+ * file order (the result does not depend on the number of threads or the piece size). */
+#define BLANK UINT64_MAX
+
+typedef struct piece {
+  const vl_wordpiece *tok;
+  const char *path, *text;
+  size_t len;
+  uint64_t first_line;
+  u32v ids;
+  u64v lines; /* per line: its token count, or BLANK for a blank line */
+  vl_status s;
+  char err[1024];
+} piece;
+
+static void *tokenize_piece(void *arg) {
+  piece *p = arg;
+  const char *t = p->text, *end = t + p->len;
+  uint64_t line = p->first_line;
+  p->s = VL_OK;
+  while (t < end && p->s == VL_OK) {
+    const char *nl = memchr(t, '\n', (size_t)(end - t));
+    const char *le = nl ? nl : end;
+    size_t a = 0, b = (size_t)(le - t);
+    while (a < b && strchr(" \t\r\v\f", t[a]) && t[a]) a++;
+    while (b > a && strchr(" \t\r\v\f", t[b - 1]) && t[b - 1]) b--;
+    if (a == b) {
+      if (!u64v_push(&p->lines, BLANK)) p->s = VL_EOOM;
+    } else {
+      int64_t *ids;
+      size_t n;
+      if (vl_wordpiece_tokenize(p->tok, t + a, b - a, &ids, &n) != VL_OK) {
+        p->s = VL_EIO;
+        snprintf(p->err, sizeof p->err, "make_bert_shards: %s:%" PRIu64 ": %s", p->path, line, vl_errmsg());
+        break;
+      }
+      if (!u64v_push(&p->lines, n)) p->s = VL_EOOM;
+      for (size_t i = 0; i < n && p->s == VL_OK; i++)
+        if (!u32v_push(&p->ids, (uint32_t)ids[i])) p->s = VL_EOOM;
+      free(ids);
+    }
+    line++;
+    t = le + 1;
+  }
+  return NULL;
+}
+
+/* Appends a tokenized piece to the corpus, in order; *in_doc: the current document has a sentence. */
+static vl_status merge_piece(corpus *c, const piece *p, int *in_doc) {
+  const uint32_t *ids = p->ids.p;
+  for (size_t i = 0; i < p->lines.n; i++) {
+    uint64_t n = p->lines.p[i];
+    if (n == BLANK) { /* a blank line ends the document */
+      *in_doc = 0;
+      continue;
+    }
+    if (n == 0) continue; /* a line without tokens is dropped */
+    if (!*in_doc && !u64v_push(&c->doc, c->sent.n)) return oom();
+    *in_doc = 1;
+    if (!u64v_push(&c->sent, c->tok.n)) return oom();
+    for (uint64_t k = 0; k < n; k++)
+      if (!u32v_push(&c->tok, ids[k])) return oom();
+    ids += n;
+  }
+  return VL_OK;
+}
+
+static vl_status read_file(corpus *c, const vl_wordpiece *tok, const char *path, int threads, size_t piece_bytes) {
   FILE *f = fopen(path, "rb");
   if (!f) return vl_fail(VL_EIO, "make_bert_shards: cannot open %s: %s", path, strerror(errno));
-  char *line = NULL;
-  size_t cap = 0;
-  ssize_t len;
-  uint64_t lineno = 0;
-  vl_status s = VL_OK;
-  int in_doc = 0; /* the current document has a sentence */
-  while ((len = getline(&line, &cap, f)) >= 0) {
-    lineno++;
-    size_t a = 0, b = (size_t)len;
-    while (a < b && strchr(" \t\r\n\v\f", line[a])) a++;
-    while (b > a && strchr(" \t\r\n\v\f", line[b - 1])) b--;
-    if (a == b) { /* a blank line ends the document */
-      in_doc = 0;
-      continue;
+  size_t cap = (size_t)threads * piece_bytes, have = 0;
+  char *buf = malloc(cap);
+  piece *ps = calloc((size_t)threads, sizeof *ps);
+  pthread_t *tid = calloc((size_t)threads, sizeof *tid);
+  vl_status s = buf && ps && tid ? VL_OK : oom();
+  int eof = 0, in_doc = 0;
+  uint64_t line = 1;
+  while (s == VL_OK && (!eof || have > 0)) {
+    while (!eof && have < cap) {
+      size_t k = fread(buf + have, 1, cap - have, f);
+      have += k;
+      if (k == 0) {
+        if (ferror(f)) s = vl_fail(VL_EIO, "make_bert_shards: reading %s failed: %s", path, strerror(errno));
+        eof = 1;
+      }
     }
-    int64_t *ids;
-    size_t n;
-    if (vl_wordpiece_tokenize(tok, line + a, b - a, &ids, &n) != VL_OK) {
-      s = vl_fail_prefix(VL_EIO, "make_bert_shards: %s:%" PRIu64 ": ", path, lineno);
-      break;
-    }
-    if (n == 0) {
-      free(ids);
-      continue;
-    }
-    if (!in_doc && !u64v_push(&c->doc, c->sent.n)) s = oom();
-    in_doc = 1;
-    if (s == VL_OK && !u64v_push(&c->sent, c->tok.n)) s = oom();
-    for (size_t i = 0; i < n && s == VL_OK; i++)
-      if (!u32v_push(&c->tok, (uint32_t)ids[i])) s = oom();
-    free(ids);
     if (s != VL_OK) break;
+    size_t use = have;
+    if (!eof) { /* whole lines only; a line longer than the buffer grows it */
+      while (use > 0 && buf[use - 1] != '\n') use--;
+      if (use == 0) {
+        char *nb = realloc(buf, 2 * cap);
+        if (!nb) {
+          s = oom();
+          break;
+        }
+        buf = nb, cap *= 2;
+        continue;
+      }
+    }
+    int np = 0;
+    size_t at = 0;
+    uint64_t l = line;
+    while (at < use && np < threads) {
+      size_t e = np == threads - 1 || use - at <= piece_bytes ? use : at + piece_bytes;
+      while (e < use && buf[e - 1] != '\n') e++;
+      ps[np] = (piece){.tok = tok, .path = path, .text = buf + at, .len = e - at, .first_line = l};
+      for (size_t i = at; i < e; i++) l += buf[i] == '\n';
+      at = e;
+      np++;
+    }
+    int started = 0;
+    for (int i = 1; i < np; i++) {
+      if (pthread_create(&tid[i], NULL, tokenize_piece, &ps[i]) != 0) break;
+      started = i;
+    }
+    tokenize_piece(&ps[0]);
+    for (int i = started + 1; i < np; i++) tokenize_piece(&ps[i]); /* those no thread took */
+    for (int i = 1; i <= started; i++) pthread_join(tid[i], NULL);
+    for (int i = 0; i < np; i++) {
+      if (s == VL_OK && ps[i].s == VL_EIO) s = vl_fail(VL_EIO, "%s", ps[i].err);
+      else if (s == VL_OK && ps[i].s != VL_OK) s = oom();
+      if (s == VL_OK) s = merge_piece(c, &ps[i], &in_doc);
+      free(ps[i].ids.p);
+      free(ps[i].lines.p);
+    }
+    line = l;
+    memmove(buf, buf + use, have - use);
+    have -= use;
   }
-  if (s == VL_OK && ferror(f)) s = vl_fail(VL_EIO, "make_bert_shards: reading %s failed: %s", path, strerror(errno));
-  free(line);
+  free(buf);
+  free(ps);
+  free(tid);
   fclose(f);
   c->files++;
   return s;
 }
 
 /* Reads path: a file, or every regular file below a directory (entries sorted by name). */
-static vl_status read_input(corpus *c, const vl_wordpiece *tok, const char *path, int depth) {
+static vl_status read_input(corpus *c, const vl_wordpiece *tok, const char *path, int depth, int threads,
+                            size_t piece_bytes) {
   struct stat st;
   if (stat(path, &st) != 0) return vl_fail(VL_EIO, "make_bert_shards: input %s: %s", path, strerror(errno));
-  if (!S_ISDIR(st.st_mode)) return S_ISREG(st.st_mode) || depth == 0 ? read_file(c, tok, path) : VL_OK;
+  if (!S_ISDIR(st.st_mode)) return S_ISREG(st.st_mode) || depth == 0 ? read_file(c, tok, path, threads, piece_bytes) : VL_OK;
   if (depth > 64) return vl_fail(VL_EIO, "make_bert_shards: input %s: directories nested too deep", path);
   char **names;
   int n;
@@ -164,7 +262,7 @@ static vl_status read_input(corpus *c, const vl_wordpiece *tok, const char *path
       break;
     }
     snprintf(p, len, "%s/%s", path, names[i]);
-    s = read_input(c, tok, p, depth + 1);
+    s = read_input(c, tok, p, depth + 1, threads, piece_bytes);
     free(p);
   }
   vl_fs_free_list(names, n);
@@ -341,6 +439,7 @@ static vl_status check_opts(const vl_pretrain_opts *o) {
                    o->short_seq_prob);
   if (o->dupe_factor < 1) return vl_fail(VL_EINVAL, "%s: dupe_factor must be >= 1", F);
   if (o->samples_per_shard < 1) return vl_fail(VL_EINVAL, "%s: samples_per_shard must be >= 1", F);
+  if (o->threads < 0 || o->threads > 256) return vl_fail(VL_EINVAL, "%s: threads %d is not in 0..256", F, o->threads);
   return VL_OK;
 }
 
@@ -391,6 +490,11 @@ static void remove_stale(const char *dir, uint64_t keep) {
 
 vl_status vl_pretrain_make_shards(const vl_pretrain_opts *o, vl_pretrain_stats *st) {
   VL_TRY(check_opts(o));
+  int threads = o->threads;
+  if (threads <= 0) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
+  }
   vl_wordpiece_opts wo = vl_wordpiece_default_opts();
   wo.lower = o->lower;
   vl_wordpiece *tok = NULL;
@@ -408,7 +512,8 @@ vl_status vl_pretrain_make_shards(const vl_pretrain_opts *o, vl_pretrain_stats *
   int64_t V = vl_wordpiece_vocab_size(tok);
   if (s == VL_OK && V > (int64_t)UINT32_MAX) s = vl_fail(VL_EINVAL, "make_bert_shards: vocab of %" PRId64 " tokens", V);
   if (s == VL_OK) s = vocab_crc(o->vocab_path, &g.info.vocab_crc);
-  for (size_t i = 0; i < o->n_inputs && s == VL_OK; i++) s = read_input(&c, tok, o->inputs[i], 0);
+  size_t piece_bytes = o->piece_bytes ? o->piece_bytes : (size_t)4 << 20;
+  for (size_t i = 0; i < o->n_inputs && s == VL_OK; i++) s = read_input(&c, tok, o->inputs[i], 0, threads, piece_bytes);
   if (s == VL_OK && (!u64v_push(&c.doc, c.sent.n) || !u64v_push(&c.sent, c.tok.n))) s = oom();
   if (s == VL_OK && c.doc.n < 2)
     s = vl_fail(VL_EINVAL, "make_bert_shards: the input (%" PRIu64 " file%s) holds no text", c.files,

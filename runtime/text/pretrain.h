@@ -28,7 +28,8 @@
  * The random numbers: xoshiro256** seeded by four splitmix64 outputs of `seed`; uniform reals
  * are the top 53 bits / 2^53, uniform integers in [0, n) Lemire's multiply-shift with rejection.
  * One stream over the whole run: the same inputs, vocab, options and seed give byte-identical
- * shards. Memory: 4 bytes per corpus token and 8 per sentence. */
+ * shards. Memory: 4 bytes per corpus token and 8 per sentence; the text is read in rounds of 4 MiB
+ * per tokenizing thread, the one parallel step. */
 #ifndef VL_PRETRAIN_H
 #define VL_PRETRAIN_H
 
@@ -56,6 +57,9 @@ typedef struct vl_pretrain_opts {
   uint64_t seed;
   bool whole_word_mask;
   uint64_t samples_per_shard; /* >= 1 */
+  int threads;                /* tokenizing threads, 0..256; 0: the online CPUs, at most 16 (the
+                               * shards are the same for any number) */
+  size_t piece_bytes;         /* text per thread and round; 0: 4 MiB (small values test the split) */
 } vl_pretrain_opts;
 
 typedef struct vl_pretrain_stats {

@@ -204,6 +204,21 @@ T.test('same input and seed: byte-identical shards; another seed: other samples'
   T.eq(ds.n, ST128.samples)
 end)
 
+T.test('tokenizing threads and pieces do not change the shards; bad UTF-8 names file and line', function()
+  make(dir .. '/threads', {threads = 3, piece_bytes = 997})
+  for i = 0, ST128.shards - 1 do
+    local name = string.format('/part-%05d.shard', i)
+    T.ok(T.read_file(S128 .. name) == T.read_file(dir .. '/threads' .. name), name .. ' differs with 3 threads')
+  end
+  local bad = dir .. '/bad.txt'
+  local text = T.read_file(CORPUS)
+  local lines, at = 0, 0
+  for _ = 1, 700 do at = text:find('\n', at + 1, true) lines = lines + 1 end
+  T.write_file(bad, text:sub(1, at) .. 'caf\xC3 au lait\n' .. text:sub(at + 1))
+  T.raises(function() make(dir .. '/bad', {inputs = {bad}, threads = 2, piece_bytes = 1000}) end,
+    {'make_bert_shards: ' .. bad .. ':' .. (lines + 1) .. ': WordPiece: the text is not valid UTF-8'})
+end)
+
 T.test('Loader: 2 and 3 ranks cover every sample once per epoch, reproducibly', function()
   local ds <close> = bd.open(S128)
   for _, world in ipairs{2, 3} do
