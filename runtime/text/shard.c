@@ -316,7 +316,7 @@ static vl_status file_open(const char *path, shard_file *f) {
   const unsigned char *b = m;
   vl_status s = VL_OK;
   vl_shard_info h = {0};
-  if (size < 12 || memcmp(b, VL_SHARD_MAGIC, 8) != 0) {
+  if (size < 8 || memcmp(b, VL_SHARD_MAGIC, 8) != 0) {
     char got[8 * 4 + 1] = "";
     size_t g = 0;
     for (uint64_t i = 0; i < 8 && i < size; i++)
@@ -324,7 +324,7 @@ static vl_status file_open(const char *path, shard_file *f) {
     s = vl_fail(VL_EIO, "shard %s: not a BERT shard (magic \"%s\", expected \"%s\")", path, got, VL_SHARD_MAGIC);
     goto done;
   }
-  uint32_t version = (uint32_t)get_le(b + 8, 4);
+  uint32_t version = size >= 12 ? (uint32_t)get_le(b + 8, 4) : VL_SHARD_VERSION;
   if (version != VL_SHARD_VERSION) {
     s = vl_fail(VL_EIO, "shard %s: format version %" PRIu32 " is not supported (this reader reads version %u)", path,
                 version, VL_SHARD_VERSION);

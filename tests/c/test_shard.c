@@ -221,6 +221,8 @@ static void test_rejects(void) {
   put32(b + 8, 2);
   expect_reject("version.shard", b, n, "format version 2 is not supported (this reader reads version 1)");
   expect_reject("short.shard", good, 100, "truncated: 100 bytes, shorter than the 128-byte header");
+  expect_reject("tiny.shard", good, 10, "truncated: 10 bytes, shorter than the 128-byte header");
+  expect_reject("stub.shard", (const unsigned char *)"VLB", 3, "not a BERT shard (magic \"VLB\", expected");
   memcpy(b, good, n);
   b[30] ^= 0x10; /* max_predictions */
   expect_reject("hflip.shard", b, n, "header checksum mismatch (stored 0x");
