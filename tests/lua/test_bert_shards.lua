@@ -1,7 +1,7 @@
 -- tests/lua/test_bert_shards.lua: BERT pretraining data end to end on real text (WordNet glosses
 -- of Debian's wordnet-base): tools/make_bert_shards.lua and v100.text.make_pretraining_shards,
 -- the samples' structure and masking statistics at seq 128 / 20 predictions and 512 / 80,
--- determinism, v100.bert_data's dataset and Loader (rank sharding, resuming), the reader's
+-- segments as runs of the text (B after A for label 0), determinism, v100.bert_data's dataset and Loader (rank sharding, resuming), the reader's
 -- refusals as Lua errors. The C side of the format is tests/c/test_shard.c.
 local T = require 'testlib'
 local v100 = require 'v100'
@@ -164,6 +164,58 @@ T.test('seq 128 / 20 predictions: structure, masking and NSP statistics', functi
   T.eq(c.masked, ST128.masked)
   T.eq(c.nsp, ST128.random_next)
   check_stats(c, 'seq 128')
+end)
+
+-- The tokenized corpus as one string " id id ... | id ... |" (documents separated by '|').
+local function corpus_string(path)
+  local parts, doc = {'|'}, {}
+  local function flush()
+    if #doc > 0 then parts[#parts + 1] = ' ' .. table.concat(doc, ' ') .. ' |' end
+    doc = {}
+  end
+  for line in io.lines(path) do
+    if line:match('^%s*$') then flush()
+    else
+      for _, id in ipairs(tok:encode(line, {add_special = false, as = 'table'}).ids) do doc[#doc + 1] = id end
+    end
+  end
+  flush()
+  return table.concat(parts)
+end
+
+local function run_of(t, i, j) return ' ' .. table.concat(t, ' ', i, j) .. ' ' end
+
+T.test('segments are runs of the text: B follows A for label 0, and comes from elsewhere for 1', function()
+  local all = corpus_string(CORPUS)
+  local ds <close> = bd.open(S128)
+  local idx = {}
+  for i = 0, ds.n - 1, 11 do idx[#idx + 1] = i end -- every 11th sample: ~300
+  local b = ds:batch(idx)
+  local ids, tt, am, w = b.input_ids:totable(), b.token_type_ids:totable(), b.attention_mask:totable(), b.masked_weights:totable()
+  local pos, mids = b.masked_positions:totable(), b.masked_ids:totable()
+  local nsp = b.next_sentence_label:totable()
+  local follows, random_joined, checked0 = 0, 0, 0
+  for r = 1, #idx do
+    local o, len, seg_a = {table.unpack(ids[r])}, 0, 0
+    for k = 1, ds.max_predictions do if w[r][k] == 1 then o[pos[r][k] + 1] = mids[r][k] end end
+    for j = 1, ds.seq_len do
+      len = len + am[r][j]
+      if am[r][j] == 1 and tt[r][j] == 0 then seg_a = seg_a + 1 end
+    end
+    local A, B = run_of(o, 2, seg_a - 1), run_of(o, seg_a + 1, len - 1)
+    T.ok(all:find(A, 1, true), 'sample ' .. idx[r] .. ': A is not a run of the text')
+    T.ok(all:find(B, 1, true), 'sample ' .. idx[r] .. ': B is not a run of the text')
+    local joined = ' ' .. table.concat(o, ' ', 2, seg_a - 1) .. ' ' .. table.concat(o, ' ', seg_a + 1, len - 1) .. ' '
+    if nsp[r] == 0 and len < ds.seq_len then -- not truncated: A then B, as in the text
+      checked0 = checked0 + 1
+      if all:find(joined, 1, true) then follows = follows + 1 end
+    elseif nsp[r] == 1 and all:find(joined, 1, true) then
+      random_joined = random_joined + 1
+    end
+  end
+  T.ok(checked0 > 20, 'label-0 samples checked: ' .. checked0)
+  T.eq(follows, checked0, 'label 0: B follows A in the text')
+  T.ok(random_joined <= 0.05 * #idx, 'label 1: B follows A by chance in ' .. random_joined .. ' samples')
 end)
 
 T.test('seq 512 / 80 predictions', function()
