@@ -470,7 +470,7 @@ static vl_status vocab_crc(const char *path, uint32_t *out) {
   return s;
 }
 
-/* Removes part-NNNNN.shard files with NNNNN >= keep (left by an earlier, larger run). */
+/* Removes the part-NNNNN.shard files with NNNNN >= keep (those of an earlier run). */
 static void remove_stale(const char *dir, uint64_t keep) {
   char **names;
   int n;
@@ -538,6 +538,7 @@ vl_status vl_pretrain_make_shards(const vl_pretrain_opts *o, vl_pretrain_stats *
     prng_seed(&g.rng, o->seed);
   }
   if (s == VL_OK) s = vl_fs_mkdir("make_bert_shards", o->output_dir);
+  if (s == VL_OK) remove_stale(o->output_dir, 0);
   uint64_t ndocs = c.doc.n - 1;
   for (uint32_t pass = 0; s == VL_OK && pass < o->dupe_factor; pass++)
     for (uint64_t d = 0; d < ndocs && s == VL_OK; d++) s = from_document(&g, d);
@@ -548,7 +549,6 @@ vl_status vl_pretrain_make_shards(const vl_pretrain_opts *o, vl_pretrain_stats *
     else vl_shard_writer_abort(w);
   }
   if (s == VL_OK) {
-    remove_stale(o->output_dir, g.shard_no);
     g.st.files = c.files;
     g.st.documents = ndocs;
     g.st.sentences = c.sent.n - 1;

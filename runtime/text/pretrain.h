@@ -68,9 +68,10 @@ typedef struct vl_pretrain_stats {
   uint64_t shards;
 } vl_pretrain_stats;
 
-/* Reads, tokenizes and writes every shard (each one atomically: a killed run leaves no partial
- * shard under a final name); part-NNNNN.shard files of an earlier run beyond the new count are
- * removed. Errors: unreadable input or invalid UTF-8 (VL_EIO naming file and line), an input
+/* Reads and tokenizes all the input, then removes the part-NNNNN.shard files of an earlier run
+ * from the output directory (so that it never holds a mix of two runs) and writes every shard,
+ * each one atomically: a killed run leaves complete shards of its own and no partial one under a
+ * final name. Input errors come before anything is removed. Errors: unreadable input or invalid UTF-8 (VL_EIO naming file and line), an input
  * without text, a vocab lacking [CLS] [SEP] [MASK] [PAD] or [UNK], options out of range
  * (VL_EINVAL). *st is written on success only. */
 vl_status vl_pretrain_make_shards(const vl_pretrain_opts *o, vl_pretrain_stats *st);

@@ -1,8 +1,8 @@
 -- tests/lua/test_bert_shards.lua: BERT pretraining data end to end on real text (WordNet glosses
 -- of Debian's wordnet-base): tools/make_bert_shards.lua and v100.text.make_pretraining_shards,
 -- the samples' structure and masking statistics at seq 128 / 20 predictions and 512 / 80,
--- segments as runs of the text (B after A for label 0), determinism, v100.bert_data's dataset and Loader (rank sharding, resuming), the reader's
--- refusals as Lua errors. The C side of the format is tests/c/test_shard.c.
+-- segments as runs of the text (B after A for label 0), determinism, v100.bert_data's dataset
+-- and Loader (rank sharding, resuming), the reader's refusals as Lua errors. The C side of the format is tests/c/test_shard.c.
 local T = require 'testlib'
 local v100 = require 'v100'
 local bd = require 'v100.bert_data'
@@ -248,7 +248,10 @@ T.test('same input and seed: byte-identical shards; another seed: other samples'
   end
   make(dir .. '/seed2', {seed = 2})
   T.ok(T.read_file(S128 .. '/part-00000.shard') ~= T.read_file(dir .. '/seed2/part-00000.shard'), 'seed changes nothing')
-  -- a smaller rerun into the same directory removes the shards it no longer writes
+  -- an input error leaves the directory as it was; a smaller rerun removes the shards it no longer writes
+  T.write_file(dir .. '/empty2.txt', '')
+  T.raises(function() make(dir .. '/again', {inputs = {dir .. '/empty2.txt'}}) end, 'holds no text')
+  T.eq(#bd.open(dir .. '/again').files, ST128.shards)
   local st2 = make(dir .. '/again', {samples_per_shard = 1000000})
   T.eq(st2.shards, 1)
   local ds <close> = bd.open(dir .. '/again')
