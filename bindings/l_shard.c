@@ -15,6 +15,7 @@
  *     seed = 12345, whole_word_mask = false, samples_per_shard = 100000, threads = 0 (the CPUs, at most 16),
  *     piece_bytes = 0 (4 MiB of text per thread and round)}
  *     -> stats table {files, documents, sentences, corpus_tokens, samples, tokens, masked, random_next, shards}
+ *   v100.text.crc32c(bytes) -> integer (CRC32C, as vocab_crc)
  * Ids and positions count from 0, as in the files. */
 #include <lauxlib.h>
 #include <lua.h>
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #include "bindings/vl_lua.h"
+#include "runtime/io/tfevents.h"
 #include "runtime/ops/ops.h"
 #include "runtime/text/pretrain.h"
 #include "runtime/text/shard.h"
@@ -384,11 +386,20 @@ static int l_make(lua_State *L) {
   return 1;
 }
 
+/* crc32c(bytes) -> the CRC32C of a string (what a shard's vocab_crc holds of vocab.txt). */
+static int l_crc32c(lua_State *L) {
+  size_t n;
+  const char *b = luaL_checklstring(L, 1, &n);
+  lua_pushinteger(L, (lua_Integer)vl_crc32c(b, n));
+  return 1;
+}
+
 static const luaL_Reg set_methods[] = {{"gather", set_gather}, {"files", set_files}, {"close", set_close}, {NULL, NULL}};
 static const luaL_Reg writer_methods[] = {{"add", writer_add}, {"finish", writer_finish}, {"abort", writer_abort},
                                           {NULL, NULL}};
 static const luaL_Reg shard_funcs[] = {{"ShardSet", l_set_new}, {"ShardWriter", l_writer_new},
-                                       {"make_pretraining_shards", l_make}, {NULL, NULL}};
+                                       {"make_pretraining_shards", l_make}, {"crc32c", l_crc32c},
+                                       {NULL, NULL}};
 
 /* Adds the functions to the v100.text table at the top of the stack (called by luaopen_v100_text). */
 void vl_lua_open_shard(lua_State *L) {

@@ -3,7 +3,7 @@
 --
 --   local bd = require 'v100.bert_data'
 --   local ds = bd.open('shards/')            -- a shard file or a directory of *.shard (one data set)
---   ds.n, ds.seq_len, ds.max_predictions, ds.vocab_size, ds.vocab_crc
+--   ds.n, ds.seq_len, ds.max_predictions, ds.vocab_size, ds.vocab_crc (== bd.vocab_crc('vocab.txt'))
 --   local b = ds:batch({0, 5, 7})            -- or a 1-D integer tensor of 0-based sample ids
 --   local l = bd.Loader(ds, {batch_size = 32, seed = 1, rank = r, world_size = w})
 --   for k, b in l:epoch(e) do ... end        -- b as ds:batch gives it
@@ -43,6 +43,16 @@ function bd.open(path)
   for _, k in ipairs(FIELDS) do self[k] = set[k] end
   self.files = set:files()
   return self
+end
+
+-- bd.vocab_crc(path) -> the CRC32C of the file's bytes: equal to ds.vocab_crc when the shards
+-- were made with that vocab.txt.
+function bd.vocab_crc(path)
+  local f, err = io.open(path, 'rb')
+  if not f then fail('bert_data.vocab_crc: ' .. tostring(err), 2) end
+  local bytes = f:read('a')
+  f:close()
+  return text.crc32c(bytes)
 end
 
 local function check_device(fn, device, level)

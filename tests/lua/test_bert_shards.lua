@@ -156,6 +156,8 @@ T.test('seq 128 / 20 predictions: structure, masking and NSP statistics', functi
   T.eq(ds.seq_len, 128)
   T.eq(ds.max_predictions, 20)
   T.eq(ds.vocab_size, tok.vocab_size)
+  T.eq(ds.vocab_crc, bd.vocab_crc(VOCAB))
+  T.eq(v100.text.crc32c('123456789'), 0xE3069283)
   T.eq(#ds.files, ST128.shards)
   T.eq(ST128.files, 1)
   T.eq(ST128.documents, 240)
