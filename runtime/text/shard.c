@@ -179,7 +179,7 @@ vl_status vl_shard_writer_open(const char *path, const vl_shard_info *p, vl_shar
   vl_shard_info h = *p;
   h.n_samples = 0;
   h.id_bytes = id_bytes_for(h.vocab_size);
-  VL_TRY(check_fields(path, &h));
+  if (check_fields(path, &h) != VL_OK) return VL_EINVAL; /* the message says what; a bad argument here */
   h.record_size = vl_shard_record_size(h.seq_len, h.max_predictions, h.id_bytes);
   vl_shard_writer *w = calloc(1, sizeof *w);
   if (!w || !(w->path = strdup(path))) {

@@ -142,9 +142,9 @@ static void test_writer_checks(void) {
   vl_shard_info p = params(16, 4, 100);
   vl_shard_writer *w = NULL;
   p.seq_len = 5000;
-  CHECK_ERR(vl_shard_writer_open(path, &p, &w), VL_EIO, "seq_len 5000 is not in 3..4096");
+  CHECK_ERR(vl_shard_writer_open(path, &p, &w), VL_EINVAL, "seq_len 5000 is not in 3..4096");
   p = params(16, 17, 100);
-  CHECK_ERR(vl_shard_writer_open(path, &p, &w), VL_EIO, "max_predictions 17 is larger than seq_len 16");
+  CHECK_ERR(vl_shard_writer_open(path, &p, &w), VL_EINVAL, "max_predictions 17 is larger than seq_len 16");
   CHECK(w == NULL);
   p = params(16, 4, 100);
   CHECK_OK(vl_shard_writer_open(path, &p, &w));
