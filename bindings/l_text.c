@@ -292,6 +292,8 @@ static const luaL_Reg text_funcs[] = {
     {NULL, NULL},
 };
 
+void vl_lua_open_shard(lua_State *L); /* bindings/l_shard.c: ShardSet, ShardWriter, make_pretraining_shards */
+
 int luaopen_v100_text(lua_State *L) {
   vl_lua_class(L, WORDPIECE_MT, tok_methods, t_index, t_gc, t_gc, t_tostring);
   if (luaL_newmetatable(L, BUFS_MT)) {
@@ -300,5 +302,6 @@ int luaopen_v100_text(lua_State *L) {
   }
   lua_pop(L, 1);
   luaL_newlib(L, text_funcs);
+  vl_lua_open_shard(L);
   return 1;
 }
