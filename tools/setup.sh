@@ -7,7 +7,7 @@ set -euo pipefail
 
 PACKAGES=(build-essential cmake ninja-build pkg-config liblua5.4-dev libopenblas-dev zlib1g-dev
           libopenmpi-dev openmpi-bin libreadline-dev libcjson-dev libutf8proc-dev lua-argparse
-          libturbojpeg0-dev libisal-dev dataset-fashion-mnist)
+          libturbojpeg0-dev libisal-dev dataset-fashion-mnist wordnet-base)
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "setup.sh: not a Debian-based system; install the equivalents of: ${PACKAGES[*]}" >&2
