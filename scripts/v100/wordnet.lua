@@ -260,10 +260,11 @@ function wn.write_corpus(path, synsets, opts)
   local buf = {}
   for i, d in ipairs(docs) do
     for _, x in ipairs(d) do
-      x = x:gsub('%s+', ' ')
+      local nw
+      x, nw = x:gsub('%s+', ' ')
       buf[#buf + 1] = x
       st.sentences = st.sentences + 1
-      for _ in x:gmatch('%S+') do st.words = st.words + 1 end
+      st.words = st.words + nw + 1 -- sentences are trimmed and not empty
     end
     if i < #docs then buf[#buf + 1] = '' end
     if #buf > 4096 then
