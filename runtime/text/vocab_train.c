@@ -380,35 +380,36 @@ vl_status vl_vocab_trainer_feed(vl_vocab_trainer *tr, const char *text, size_t l
 vl_status vl_vocab_trainer_feed_file(vl_vocab_trainer *tr, const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return vl_fail(VL_EIO, "train_vocab: cannot open '%s': %s", path, strerror(errno));
-  /* In blocks cut after their last line break, so that offsets in errors are the file's. */
-  enum { BLOCK = 1 << 22 };
-  char *buf = malloc(BLOCK);
-  if (!buf) {
-    fclose(f);
-    return OOM();
-  }
-  size_t have = 0, base = 0;
-  vl_status s = VL_OK;
-  for (;;) {
-    size_t got = fread(buf + have, 1, BLOCK - have, f);
-    have += got;
-    bool eof = got == 0 || have < BLOCK;
-    if (!have) break;
-    size_t cut = have;
+  /* In blocks of whole lines (a block grows until it holds a line break, or the file ends), so
+   * that no word or character is cut and offsets in errors are the file's. */
+  size_t cap = (size_t)1 << 22, have = 0, base = 0;
+  char *buf = malloc(cap);
+  vl_status s = buf ? VL_OK : OOM();
+  bool eof = false;
+  while (s == VL_OK && !(eof && have == 0)) {
     if (!eof) {
-      const char *nl = NULL;
-      for (size_t i = have; i > 0; i--)
-        if (buf[i - 1] == '\n') {
-          nl = buf + i - 1;
+      if (have == cap) {
+        char *nb = realloc(buf, 2 * cap);
+        if (!nb) {
+          s = OOM();
           break;
         }
-      if (nl) cut = (size_t)(nl - buf) + 1; /* a line longer than a block is cut anyway */
+        buf = nb;
+        cap *= 2;
+      }
+      size_t got = fread(buf + have, 1, cap - have, f);
+      have += got;
+      eof = got == 0;
     }
-    if ((s = vl_vocab_trainer_feed(tr, buf, cut, path, base)) != VL_OK) break;
+    size_t cut = have;
+    if (!eof) {
+      while (cut > 0 && buf[cut - 1] != '\n') cut--;
+      if (cut == 0) continue; /* no line break yet: read more */
+    }
+    s = vl_vocab_trainer_feed(tr, buf, cut, path, base);
     memmove(buf, buf + cut, have - cut);
     have -= cut;
     base += cut;
-    if (eof && !have) break;
   }
   if (s == VL_OK && ferror(f)) s = vl_fail(VL_EIO, "train_vocab: error reading '%s'", path);
   free(buf);

@@ -56,7 +56,8 @@ vl_status vl_vocab_trainer_new(const vl_vocab_train_opts *opts, vl_vocab_trainer
 void vl_vocab_trainer_free(vl_vocab_trainer *tr);
 
 /* Counts the words of text; name (a file name, or NULL) goes into errors: invalid UTF-8 is
- * VL_EINVAL naming it and the byte offset (plus base, the offset of text in the file). */
+ * VL_EINVAL naming it and the byte offset (plus base, the offset of text in the file). The lines
+ * before a bad one have been counted then: after a failed feed, free the trainer. */
 vl_status vl_vocab_trainer_feed(vl_vocab_trainer *tr, const char *text, size_t len, const char *name, size_t base);
 /* Counts the words of a file (VL_EIO when it cannot be read). */
 vl_status vl_vocab_trainer_feed_file(vl_vocab_trainer *tr, const char *path);
