@@ -187,31 +187,37 @@ function wn.documents(synsets, opts)
   if math.type(max) ~= 'integer' or max < 1 then error('wordnet.documents: max_sentences must be an integer >= 1', 2) end
   local by_id = {}
   for _, s in ipairs(synsets) do by_id[s.id] = s end
-  local function is_head(s)
-    if #s.hyponyms > 0 then return true end
-    if s.pos == 'a' then
+  -- Heads, then each leaf's head (its first hypernym, a satellite's first head adjective, that
+  -- is in synsets), then the leaves of each head.
+  local head = {}
+  for _, s in ipairs(synsets) do
+    local h = #s.hyponyms > 0
+    if not h and s.pos == 'a' then
       for _, t in ipairs(s.similar) do
-        if by_id[t] and by_id[t].pos == 's' then return true end
+        local x = by_id[t]
+        if x and x.pos == 's' then
+          h = true
+          break
+        end
       end
     end
-    return false
+    head[s] = h
   end
-  local function parent_of(s)
-    local list = s.pos == 's' and s.similar or s.hypernyms
-    for _, t in ipairs(list) do
-      local p = by_id[t]
-      if p and is_head(p) then return p end
-    end
-    return nil
-  end
-  -- The leaves of each head, in the head's pointer order.
-  local leaves_of = {}
+  local parent, leaves_of = {}, {}
   for _, s in ipairs(synsets) do
-    if not is_head(s) then
-      local p = parent_of(s)
-      if p then
-        leaves_of[p] = leaves_of[p] or {}
-        leaves_of[p][s.id] = true
+    if not head[s] then
+      for _, t in ipairs(s.pos == 's' and s.similar or s.hypernyms) do
+        local p = by_id[t]
+        if p and head[p] then
+          parent[s] = p
+          local l = leaves_of[p]
+          if not l then
+            l = {}
+            leaves_of[p] = l
+          end
+          l[s.id] = true
+          break
+        end
       end
     end
   end
@@ -232,7 +238,7 @@ function wn.documents(synsets, opts)
     if #cur > 0 then docs[#docs + 1] = cur end
   end
   for _, s in ipairs(synsets) do
-    if is_head(s) then
+    if head[s] then
       local list = { s }
       local mine = leaves_of[s]
       if mine then
@@ -244,7 +250,7 @@ function wn.documents(synsets, opts)
         end
       end
       emit(list)
-    elseif not parent_of(s) then
+    elseif not parent[s] then
       emit({ s })
     end
   end
