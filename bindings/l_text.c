@@ -9,6 +9,7 @@
  *   v100.text.train_vocab(files[, {vocab_size = 30522, min_frequency = 2, limit_alphabet = 1000, lower = true,
  *              strip_accents = nil, special = {'[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'},
  *              continuation_order = nil}]) -> {tokens in id order} (runtime/text/vocab_train.h)
+ *   v100.text.save_vocab(tokens, path)  (vocab.txt, replaced atomically)
  * Ids count from 0, as in vocab.txt and Hugging Face. */
 #include <lauxlib.h>
 #include <lua.h>
@@ -365,6 +366,24 @@ static int l_train_vocab(lua_State *L) {
   return 1;
 }
 
+static int l_save_vocab(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  const char *path = luaL_checkstring(L, 2);
+  int n = (int)lua_rawlen(L, 1);
+  const char **t = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *t, 0);
+  for (int i = 0; i < n; i++) {
+    if (lua_rawgeti(L, 1, i + 1) != LUA_TSTRING)
+      return luaL_error(L, "save_vocab: tokens[%d] must be a string, not %s", i + 1, luaL_typename(L, -1));
+    size_t len;
+    t[i] = lua_tolstring(L, -1, &len);
+    if (strlen(t[i]) != len) return luaL_error(L, "save_vocab: tokens[%d] contains a NUL byte", i + 1);
+    lua_pop(L, 1); /* the string stays alive in the table */
+  }
+  vl_status s = vl_vocab_save(t, (size_t)n, path);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  return 0;
+}
+
 static const luaL_Reg tok_methods[] = {
     {"tokenize", t_tokenize},
     {"encode", t_encode},
@@ -377,6 +396,7 @@ static const luaL_Reg tok_methods[] = {
 static const luaL_Reg text_funcs[] = {
     {"WordPiece", l_wordpiece_new},
     {"train_vocab", l_train_vocab},
+    {"save_vocab", l_save_vocab},
     {NULL, NULL},
 };
 

@@ -44,9 +44,5 @@ local tokens = v100.text.train_vocab(files, {
   lower = not opts.cased,
 })
 local dt = (core.io.time and core.io.time() or os.clock()) - t0
-local tmp = opts.output .. '.tmp'
-local fh = assert(io.open(tmp, 'wb'))
-assert(fh:write(table.concat(tokens, '\n'), '\n'))
-assert(fh:close())
-assert(os.rename(tmp, opts.output))
+v100.text.save_vocab(tokens, opts.output)
 print(string.format('%s: %d tokens from %d files in %.2f s', opts.output, #tokens, #files, dt))

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "runtime/io/fsutil.h"
 #include "runtime/text/wordpiece.h"
 
 #define OOM() vl_fail(VL_EOOM, "train_vocab: out of memory")
@@ -724,5 +725,28 @@ vl_status vl_vocab_train_files(const char *const *files, size_t nfiles, const vl
   for (size_t i = 0; i < nfiles && s == VL_OK; i++) s = vl_vocab_trainer_feed_file(tr, files[i]);
   if (s == VL_OK) s = vl_vocab_trainer_train(tr, tokens, n);
   vl_vocab_trainer_free(tr);
+  return s;
+}
+
+vl_status vl_vocab_save(const char *const *tokens, size_t n, const char *path) {
+  if (n == 0) return vl_fail(VL_EINVAL, "save_vocab: no tokens for '%s'", path);
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t l = strlen(tokens[i]);
+    if (l == 0 || strpbrk(tokens[i], "\r\n") || !valid_utf8(tokens[i], l))
+      return vl_fail(VL_EINVAL, "save_vocab: token %zu (id %zu) is empty, holds a line break or is not valid UTF-8",
+                     i + 1, i);
+    len += l + 1;
+  }
+  char *buf = malloc(len), *p = buf;
+  if (!buf) return vl_fail(VL_EOOM, "save_vocab: out of memory");
+  for (size_t i = 0; i < n; i++) {
+    size_t l = strlen(tokens[i]);
+    memcpy(p, tokens[i], l);
+    p[l] = '\n';
+    p += l + 1;
+  }
+  vl_status s = vl_fs_write_atomic(path, buf, len);
+  free(buf);
   return s;
 }

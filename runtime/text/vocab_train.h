@@ -70,6 +70,11 @@ size_t vl_vocab_trainer_nwords(const vl_vocab_trainer *tr);
 vl_status vl_vocab_trainer_train(vl_vocab_trainer *tr, char ***tokens, size_t *n);
 void vl_vocab_tokens_free(char **tokens, size_t n);
 
+/* Writes vocab.txt: the tokens a line each, in id order, replacing path atomically (a failed
+ * save leaves the old file). VL_EINVAL for no tokens, or a token that is empty, holds a line
+ * break or is not valid UTF-8 (it would not read back as one line); VL_EIO from the write. */
+vl_status vl_vocab_save(const char *const *tokens, size_t n, const char *path);
+
 /* The trainer on files in this order (a directory is not expanded here). */
 vl_status vl_vocab_train_files(const char *const *files, size_t nfiles, const vl_vocab_train_opts *opts,
                                char ***tokens, size_t *n);

@@ -85,7 +85,8 @@ T.test('trained vocab + WordPiece: no [UNK] on its corpus; deterministic; file o
   T.eq(t1, t3)
   T.eq({ t1[1], t1[2], t1[3], t1[4], t1[5] }, { '[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]' })
   local vocab = dir .. '/vocab.txt'
-  T.write_file(vocab, table.concat(t1, '\n') .. '\n')
+  v100.text.save_vocab(t1, vocab)
+  T.eq(T.read_file(vocab), table.concat(t1, '\n') .. '\n')
   local tok = v100.text.WordPiece(vocab)
   local n, unk = 0, 0
   for _, l in ipairs(lines) do
@@ -143,6 +144,19 @@ T.test('errors: empty input, small vocab_size, unreadable file, invalid UTF-8, b
   T.raises(function() v100.text.train_vocab(CORPUS, { special = { '' } }) end, 'special token 1 is empty')
   T.raises(function() v100.text.train_vocab(42) end, 'files must be a path or a table of paths')
   T.raises(function() v100.text.train_vocab({ CORPUS, 3 }) end, 'files[2] must be a string')
+end)
+
+T.test('save_vocab refuses what would not read back as one token a line', function()
+  local path = dir .. '/v.txt'
+  v100.text.save_vocab({ '[UNK]', 'a', '##b' }, path)
+  T.eq(T.read_file(path), '[UNK]\na\n##b\n')
+  T.raises(function() v100.text.save_vocab({ '[UNK]', 'a\nb' }, path) end, 'token 2 (id 1) is empty, holds a line break')
+  T.raises(function() v100.text.save_vocab({ '' }, path) end, 'token 1 (id 0) is empty')
+  T.raises(function() v100.text.save_vocab({ '\xff' }, path) end, 'not valid UTF-8')
+  T.raises(function() v100.text.save_vocab({}, path) end, 'no tokens')
+  T.raises(function() v100.text.save_vocab({ 'a', 2 }, path) end, 'tokens[2] must be a string')
+  T.raises(function() v100.text.save_vocab({ 'a' }, dir .. '/no/such/dir/v.txt') end, 'no/such/dir')
+  T.eq(T.read_file(path), '[UNK]\na\n##b\n', 'a failed save leaves the file')
 end)
 
 T.test('tools/build_vocab.lua: a directory is its files sorted by name', function()
