@@ -6,6 +6,10 @@
  *              (1-D i64 CPU tensors by default, Lua tables of integers with as = 'table')
  *   tok:decode(ids[, {skip_special = false}]) -> string (ids: a table or a 1-D integer tensor)
  *   tok:token_to_id(s) -> id or nil, tok:id_to_token(id) -> string or nil, tok.vocab_size
+ *   v100.text.train_vocab(files[, {vocab_size = 30522, min_frequency = 2, limit_alphabet = 1000, lower = true,
+ *              strip_accents = nil, special = {'[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'},
+ *              continuation_order = nil}]) -> {tokens in id order} (runtime/text/vocab_train.h)
+ *   v100.text.save_vocab(tokens, path)  (vocab.txt, replaced atomically)
  * Ids count from 0, as in vocab.txt and Hugging Face. */
 #include <lauxlib.h>
 #include <lua.h>
@@ -13,6 +17,7 @@
 #include <string.h>
 
 #include "bindings/vl_lua.h"
+#include "runtime/text/vocab_train.h"
 #include "runtime/text/wordpiece.h"
 
 #define WORDPIECE_MT "v100.text.WordPiece"
@@ -278,6 +283,107 @@ static int t_tostring(lua_State *L) {
   return 1;
 }
 
+
+/* The trained tokens are held by a userdata whose __gc frees them while they are copied out. */
+#define TOKENS_MT "v100.text.tokens"
+typedef struct l_tokens {
+  char **t;
+  size_t n;
+} l_tokens;
+
+static int tokens_gc(lua_State *L) {
+  l_tokens *b = luaL_checkudata(L, 1, TOKENS_MT);
+  vl_vocab_tokens_free(b->t, b->n);
+  b->t = NULL;
+  b->n = 0;
+  return 0;
+}
+
+static int l_train_vocab(lua_State *L) {
+  static const char *const fn = "train_vocab";
+  int nf;
+  if (lua_type(L, 1) == LUA_TSTRING) {
+    nf = 1;
+  } else if (lua_istable(L, 1)) {
+    nf = (int)lua_rawlen(L, 1);
+  } else {
+    return luaL_error(L, "train_vocab: files must be a path or a table of paths, not %s", luaL_typename(L, 1));
+  }
+  vl_vocab_train_opts o = vl_vocab_train_default_opts();
+  const char **special = NULL;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    static const char *const names[] = {"vocab_size", "min_frequency", "limit_alphabet", "lower", "strip_accents",
+                                        "special", "continuation_order", NULL};
+    check_keys(L, 2, fn, names);
+    o.vocab_size = opt_int(L, 2, fn, "vocab_size", o.vocab_size);
+    o.min_frequency = opt_int(L, 2, fn, "min_frequency", o.min_frequency);
+    o.limit_alphabet = opt_int(L, 2, fn, "limit_alphabet", o.limit_alphabet);
+    o.lower = opt_bool(L, 2, fn, "lower", 1);
+    o.strip_accents = opt_bool(L, 2, fn, "strip_accents", -1);
+    int t = lua_getfield(L, 2, "continuation_order");
+    if (t == LUA_TSTRING) o.continuation_order = lua_tostring(L, -1); /* stays on the stack */
+    else if (t != LUA_TNIL)
+      return luaL_error(L, "train_vocab: option continuation_order must be a string, not %s", luaL_typename(L, -1));
+    t = lua_getfield(L, 2, "special");
+    if (t == LUA_TTABLE) {
+      int ns = (int)lua_rawlen(L, -1);
+      special = lua_newuserdatauv(L, (size_t)(ns ? ns : 1) * sizeof *special, 0); /* collected with the call */
+      for (int i = 0; i < ns; i++) {
+        if (lua_rawgeti(L, -2, i + 1) != LUA_TSTRING)
+          return luaL_error(L, "train_vocab: special[%d] must be a string, not %s", i + 1, luaL_typename(L, -1));
+        special[i] = lua_tostring(L, -1);
+        lua_pop(L, 1); /* the string stays alive in the table */
+      }
+      o.special = special;
+      o.nspecial = (size_t)ns;
+    } else if (t != LUA_TNIL) {
+      return luaL_error(L, "train_vocab: option special must be a table of strings, not %s", luaL_typename(L, -1));
+    }
+  }
+  const char **files = lua_newuserdatauv(L, (size_t)(nf ? nf : 1) * sizeof *files, 0);
+  for (int i = 0; i < nf; i++) {
+    if (lua_type(L, 1) == LUA_TSTRING) {
+      files[i] = lua_tostring(L, 1);
+      continue;
+    }
+    if (lua_rawgeti(L, 1, i + 1) != LUA_TSTRING)
+      return luaL_error(L, "train_vocab: files[%d] must be a string, not %s", i + 1, luaL_typename(L, -1));
+    files[i] = lua_tostring(L, -1);
+    lua_pop(L, 1);
+  }
+  l_tokens *box = lua_newuserdatauv(L, sizeof *box, 0);
+  box->t = NULL;
+  box->n = 0;
+  luaL_setmetatable(L, TOKENS_MT);
+  vl_status s = vl_vocab_train_files(files, (size_t)nf, &o, &box->t, &box->n);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  lua_createtable(L, (int)box->n, 0);
+  for (size_t i = 0; i < box->n; i++) {
+    lua_pushstring(L, box->t[i]);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  return 1;
+}
+
+static int l_save_vocab(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  const char *path = luaL_checkstring(L, 2);
+  int n = (int)lua_rawlen(L, 1);
+  const char **t = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *t, 0);
+  for (int i = 0; i < n; i++) {
+    if (lua_rawgeti(L, 1, i + 1) != LUA_TSTRING)
+      return luaL_error(L, "save_vocab: tokens[%d] must be a string, not %s", i + 1, luaL_typename(L, -1));
+    size_t len;
+    t[i] = lua_tolstring(L, -1, &len);
+    if (strlen(t[i]) != len) return luaL_error(L, "save_vocab: tokens[%d] contains a NUL byte", i + 1);
+    lua_pop(L, 1); /* the string stays alive in the table */
+  }
+  vl_status s = vl_vocab_save(t, (size_t)n, path);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  return 0;
+}
+
 static const luaL_Reg tok_methods[] = {
     {"tokenize", t_tokenize},
     {"encode", t_encode},
@@ -289,6 +395,8 @@ static const luaL_Reg tok_methods[] = {
 
 static const luaL_Reg text_funcs[] = {
     {"WordPiece", l_wordpiece_new},
+    {"train_vocab", l_train_vocab},
+    {"save_vocab", l_save_vocab},
     {NULL, NULL},
 };
 
@@ -298,6 +406,11 @@ int luaopen_v100_text(lua_State *L) {
   vl_lua_class(L, WORDPIECE_MT, tok_methods, t_index, t_gc, t_gc, t_tostring);
   if (luaL_newmetatable(L, BUFS_MT)) {
     lua_pushcfunction(L, bufs_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, TOKENS_MT)) {
+    lua_pushcfunction(L, tokens_gc);
     lua_setfield(L, -2, "__gc");
   }
   lua_pop(L, 1);

@@ -224,7 +224,7 @@ static bool is_cjk(int32_t c) {
 /* ---- the pipeline ---- */
 
 /* Normalizes the codepoints of one segment into out (BertNormalizer). */
-static bool normalize(const vl_wordpiece *tok, const int32_t *cp, size_t n, cbuf *out) {
+static bool normalize(bool lower, bool strip, const int32_t *cp, size_t n, cbuf *out) {
   for (size_t i = 0; i < n; i++) {
     int32_t c = cp[i];
     if (c == 0 || c == 0xfffd || is_control(c)) continue;
@@ -232,7 +232,7 @@ static bool normalize(const vl_wordpiece *tok, const int32_t *cp, size_t n, cbuf
     int32_t dec[32];
     utf8proc_ssize_t nd = 1;
     dec[0] = c;
-    if (tok->strip) {
+    if (strip) {
       int last = 0;
       nd = utf8proc_decompose_char(c, dec, 32, UTF8PROC_DECOMPOSE, &last);
       if (nd < 0 || nd > 32) {
@@ -244,8 +244,8 @@ static bool normalize(const vl_wordpiece *tok, const int32_t *cp, size_t n, cbuf
     if (cjk && !cpush(out, ' ')) return false;
     for (utf8proc_ssize_t k = 0; k < nd; k++) {
       int32_t d = dec[k];
-      if (tok->strip && utf8proc_category(d) == UTF8PROC_CATEGORY_MN) continue;
-      if (tok->opts.lower) {
+      if (strip && utf8proc_category(d) == UTF8PROC_CATEGORY_MN) continue;
+      if (lower) {
         if (d == 0x130) { /* the one unconditional multi-character lower case: i + combining dot */
           if (!cpush(out, 'i') || !cpush(out, 0x307)) return false;
           continue;
@@ -375,7 +375,7 @@ static vl_status tokenize_into(const vl_wordpiece *tok, const char *text, size_t
     }
     if (s != VL_OK) break;
     norm.n = 0;
-    if (!normalize(tok, cp.v, cp.n, &norm) || !pretokenize(tok, &norm, ids)) {
+    if (!normalize(tok->opts.lower, tok->strip, cp.v, cp.n, &norm) || !pretokenize(tok, &norm, ids)) {
       s = vl_fail(VL_EOOM, "WordPiece: out of memory");
       break;
     }
@@ -385,6 +385,58 @@ static vl_status tokenize_into(const vl_wordpiece *tok, const char *text, size_t
   }
   free(cp.v);
   free(norm.v);
+  return s;
+}
+
+vl_status vl_wordpiece_basic_words(const vl_wordpiece_opts *opts, const char *text, size_t len,
+                                   vl_wordpiece_word_fn fn, void *ctx, size_t *bad_offset) {
+  vl_wordpiece_opts o = opts ? *opts : vl_wordpiece_default_opts();
+  bool strip = o.strip_accents < 0 ? o.lower : o.strip_accents == 1;
+  cbuf cp = {0}, norm = {0};
+  unsigned char *w = NULL;
+  size_t wcap = 0;
+  vl_status s = VL_OK;
+  for (size_t at = 0; at < len;) {
+    int32_t c;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)text + at, (utf8proc_ssize_t)(len - at), &c);
+    if (k < 0) {
+      if (bad_offset) *bad_offset = at;
+      s = vl_fail(VL_EINVAL, "WordPiece: the text is not valid UTF-8 (byte %zu, 0x%02x)", at, (unsigned char)text[at]);
+      goto done;
+    }
+    if (!cpush(&cp, c)) goto oom;
+    at += (size_t)k;
+  }
+  if (!normalize(o.lower, strip, cp.v, cp.n, &norm)) goto oom;
+  /* The words of pretokenize(): runs of non-space, non-punctuation characters, and each
+   * punctuation character alone. */
+  for (size_t i = 0; i < norm.n;) {
+    if (is_ws(norm.v[i])) {
+      i++;
+      continue;
+    }
+    size_t j = i + 1;
+    if (!is_punct(norm.v[i]))
+      while (j < norm.n && !is_ws(norm.v[j]) && !is_punct(norm.v[j])) j++;
+    if (4 * (j - i) > wcap) {
+      size_t cap = 4 * (j - i) + 64;
+      unsigned char *nw = realloc(w, cap);
+      if (!nw) goto oom;
+      w = nw;
+      wcap = cap;
+    }
+    size_t n = 0;
+    for (size_t q = i; q < j; q++) n += (size_t)utf8proc_encode_char(norm.v[q], w + n);
+    if ((s = fn(ctx, (const char *)w, n)) != VL_OK) goto done;
+    i = j;
+  }
+  goto done;
+oom:
+  s = vl_fail(VL_EOOM, "WordPiece: out of memory");
+done:
+  free(cp.v);
+  free(norm.v);
+  free(w);
   return s;
 }
 

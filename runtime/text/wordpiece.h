@@ -49,6 +49,15 @@ int64_t vl_wordpiece_token_to_id(const vl_wordpiece *tok, const char *s, size_t 
 /* The token of an id (NUL-terminated, owned by tok), or NULL when id is out of range. */
 const char *vl_wordpiece_id_to_token(const vl_wordpiece *tok, int64_t id);
 
+/* The basic tokenization alone, as HF's trainers see the text (BertNormalizer, then
+ * BertPreTokenizer: no special tokens kept whole, no word pieces): fn gets the UTF-8 bytes of each
+ * word in order; a status other than VL_OK from fn stops the walk and is returned. Invalid UTF-8
+ * is VL_EINVAL, with its byte offset in *bad_offset when that is not NULL. opts NULL: defaults
+ * (max_chars plays no part). */
+typedef vl_status (*vl_wordpiece_word_fn)(void *ctx, const char *word, size_t len);
+vl_status vl_wordpiece_basic_words(const vl_wordpiece_opts *opts, const char *text, size_t len,
+                                   vl_wordpiece_word_fn fn, void *ctx, size_t *bad_offset);
+
 /* The word-piece ids of text (no special tokens added). *ids is malloc'ed (free() it), *n its
  * length; both untouched on failure (invalid UTF-8: VL_EINVAL naming the byte offset). */
 vl_status vl_wordpiece_tokenize(const vl_wordpiece *tok, const char *text, size_t len, int64_t **ids, size_t *n);
