@@ -99,7 +99,7 @@ if opts.export and RANK == 0 then
   for _, split in ipairs { 'train', 'val', 'test' } do
     local f = assert(io.open(opts.export .. '/' .. split .. '.tsv', 'wb'))
     for _, it in ipairs(task[split]) do
-      f:write(it.label, '\t', it.pos, it.offset, '\t', (it.text:gsub('[\t\n]', ' ')), '\n')
+      f:write(it.label, '\t', it.id, '\t', (it.text:gsub('[\t\n]', ' ')), '\n')
     end
     f:close()
   end

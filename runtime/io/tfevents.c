@@ -29,6 +29,14 @@ uint32_t vl_crc32c(const void *buf, size_t n) {
     p += k;
     n -= k;
   }
+#if defined(__x86_64__) && defined(__GNUC__)
+  /* ISA-L's AVX-512 path (inputs of a few KiB and more) returns with the upper halves of the
+   * vector registers dirty. Every SSE instruction after that pays a state-merge penalty: libm's
+   * exp ran 30 times slower for the rest of the process once a shard's checksum had been read
+   * (tests/c/test_tfevents.c checks the state). vzeroupper clears the state; it is a no-op cost when clean. The
+   * CPUs without AVX take the cpuid check (ISA-L's own dispatch already requires AVX for it). */
+  if (__builtin_cpu_supports("avx")) __asm__ volatile("vzeroupper" ::: "memory");
+#endif
   return ~(uint32_t)state;
 }
 
