@@ -61,7 +61,7 @@ local opts, parser = recipe.options{
   { '--batch-size', 'auto', 'sequences per optimizer step over all ranks; auto: phase 1 256, phase 2 64 on a GPU; 32 on a CPU', recipe.integer{ min = 1, auto = true } },
   { '--micro-batch', 'auto', 'sequences per forward and backward per rank: a step accumulates batch-size / (micro-batch x ranks) of them; auto: batch-size / ranks', recipe.integer{ min = 1, auto = true } },
   { '--optimizer', 'lamb', 'lamb (layer-wise trust ratio, for large batches) or adamw', { 'lamb', 'adamw' } },
-  { '--lr', 'auto', 'peak learning rate; auto: lamb 2e-3, adamw 1e-4 on a GPU; 2e-3 (either) on a CPU', recipe.number{ gt = 0, auto = true } },
+  { '--lr', 'auto', 'peak learning rate; auto: lamb 5e-3 and adamw 1e-4 on a GPU, lamb 1e-2 and adamw 1e-3 on a CPU (short runs of small models)', recipe.number{ gt = 0, auto = true } },
   { '--warmup', 0.1, 'warmup: a fraction of --steps (< 1) or a number of steps', recipe.number{ min = 0 } },
   { '--power', 1, 'power of the polynomial decay to 0 after warmup (1: linear, as BERT)', recipe.number{ min = 0 } },
   { '--weight-decay', 0.01, 'weight decay, not on biases and LayerNorm', recipe.number{ min = 0 } },
@@ -98,7 +98,9 @@ opts.dupe_factor = default(opts.dupe_factor, gpu and 5 or 2)
 opts.steps = default(opts.steps, gpu and 1000 or 300)
 opts.batch_size = default(opts.batch_size, gpu and (opts.phase == '1' and 256 or 64) or 32)
 opts.micro_batch = default(opts.micro_batch, math.max(1, opts.batch_size // WORLD))
-opts.lr = default(opts.lr, (gpu and opts.optimizer == 'adamw') and 1e-4 or 2e-3)
+-- LAMB changes each layer's weights by about lr of their norm a step, AdamW each weight by about
+-- lr: lamb 5e-3 is about AdamW 1e-4 on BERT-Base's 0.02-scale weights (BERT's own setting)
+opts.lr = default(opts.lr, gpu and (opts.optimizer == 'lamb' and 5e-3 or 1e-4) or (opts.optimizer == 'lamb' and 1e-2 or 1e-3))
 opts.amp = default(opts.amp, gpu and 'O1' or 'O0')
 opts.graph = default(opts.graph, (gpu and WORLD == 1) and 'on' or 'off')
 opts.log_interval = default(opts.log_interval, gpu and 50 or 25)
@@ -256,10 +258,15 @@ local function evaluate()
   local n = math.min(opts.eval_samples, eval_ds.n)
   local r = v100.no_grad(function()
     local sums = { 0, 0, 0, 0, 0 } -- mlm loss x tokens, right, tokens, nsp right, sequences
+    -- n samples spread evenly over the held-out set (shards keep corpus order: the first n would
+    -- be a few documents), the same ones at every evaluation
+    local stride = eval_ds.n / n
     local pos = RANK * opts.micro_batch
     while pos < n do
       local len = math.min(opts.micro_batch, n - pos)
-      local b = eval_ds:batch(v100.arange(pos, pos + len, 1, { dtype = 'i64' }), { device = dev })
+      local idx = {}
+      for i = 1, len do idx[i] = math.floor((pos + i - 1) * stride) end
+      local b = eval_ds:batch(idx, { device = dev })
       local mlm, _, scores, nsp = policy:autocast(losses, b)
       local right, tok, nsp_right = counts(b, scores, nsp)
       local t = tok:item()

@@ -40,9 +40,9 @@ local opts, parser = recipe.options{
   { '--split-seed', prep.SPLIT_SEED, 'seed of the train/val/test split (the default is the one bert.lua held out)', recipe.integer{ min = 0 } },
   { '--train-subset', 0, 'train on the first N synsets of the train split (0: all)', recipe.integer{ min = 0 } },
   { '--epochs', 'auto', 'epochs; auto: 3 (bert), 10 (bow)', recipe.integer{ min = 1, auto = true } },
-  { '--batch-size', 32, 'sequences per step per rank', recipe.integer{ min = 1 } },
+  { '--batch-size', 'auto', 'sequences per step per rank; auto: 64 on a GPU, 32 on a CPU', recipe.integer{ min = 1, auto = true } },
   { '--max-length', 128, 'tokens per gloss, [CLS] and [SEP] included (longer ones are cut)', recipe.integer{ min = 8 } },
-  { '--lr', 'auto', 'peak learning rate (linear warmup over 10% of the steps, then linear decay); auto: 5e-5 for base and larger, 1e-4 for smaller BERTs, 1e-2 for bow', recipe.number{ gt = 0, auto = true } },
+  { '--lr', 'auto', 'peak learning rate (linear warmup over 10% of the steps, then linear decay); auto: 1e-4 for base and larger, 3e-4 for smaller BERTs, 1e-2 for bow', recipe.number{ gt = 0, auto = true } },
   { '--weight-decay', 0.01, 'AdamW weight decay, not on biases and LayerNorm', recipe.number{ min = 0 } },
   { '--amp', 'auto', 'O0 f32 or O1 autocast; auto: O1 on a GPU, O0 on a CPU', { 'auto', 'O0', 'O1' } },
   { '--dtype', 'bf16', 'half dtype of --amp O1', { 'fp16', 'bf16' } },
@@ -60,6 +60,7 @@ local gpu = dev:match('^cuda') ~= nil
 local function default(v, d) if v == 'auto' then return d end return v end
 opts.amp = default(opts.amp, gpu and 'O1' or 'O0')
 opts.epochs = default(opts.epochs, opts.model == 'bow' and 10 or 3)
+opts.batch_size = default(opts.batch_size, gpu and 64 or 32)
 
 -- ---- the pretrained model and its tokenizer ----
 local function exists(p) local f = io.open(p, 'rb') if f then f:close() return true end return false end
@@ -168,7 +169,7 @@ local dp = WORLD > 1 and dist.DataParallel(model) or nil
 local forward = dp or model
 
 local big = cfg and cfg.hidden_size >= 768
-local lr = default(opts.lr, opts.model == 'bow' and 1e-2 or (big and 5e-5 or 1e-4))
+local lr = default(opts.lr, opts.model == 'bow' and 1e-2 or (big and 1e-4 or 3e-4))
 local steps_per_epoch = #data.train // (opts.batch_size * WORLD)
 local total = steps_per_epoch * opts.epochs
 local opt = optim.AdamW(model:named_parameters(), { lr = lr, weight_decay = opts.weight_decay,

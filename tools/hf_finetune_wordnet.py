@@ -14,6 +14,7 @@ on CUDA (--amp none for f32), eval without dropout. Prints one line per epoch an
 """
 import argparse
 import math
+import sys
 import time
 
 import torch
@@ -35,22 +36,27 @@ def main():
     ap.add_argument("--pretrained", required=True, help="Hugging Face folder (config.json, model.safetensors, vocab.txt)")
     ap.add_argument("--data", required=True, help="folder with train.tsv, val.tsv, test.tsv")
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-length", type=int, default=128)
-    ap.add_argument("--lr", type=float, default=None, help="default: 5e-5 for hidden >= 768, else 1e-4 (as the recipe)")
+    ap.add_argument("--lr", type=float, default=None, help="default: 1e-4 for hidden >= 768, else 3e-4 (as the recipe)")
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--amp", choices=["bf16", "fp16", "none"], default="bf16")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lower", type=int, default=1)
+    ap.add_argument("--train-subset", type=int, default=0, help="train on the first N glosses of train.tsv (0: all)")
     a = ap.parse_args()
 
     torch.manual_seed(a.seed)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     splits = {s: read_split(f"{a.data}/{s}.tsv") for s in ("train", "val", "test")}
-    classes = 1 + max(l for s in splits.values() for l, _ in s)
+    if a.train_subset > 0:
+        splits["train"] = splits["train"][: a.train_subset]
+    classes = 45 if max(l for s in splits.values() for l, _ in s) < 45 else None
+    if classes is None:
+        sys.exit("hf_finetune_wordnet.py: labels beyond the 45 lexicographer files")
     tok = BertTokenizerFast(vocab_file=f"{a.pretrained}/vocab.txt", do_lower_case=bool(a.lower))
     model = BertForSequenceClassification.from_pretrained(a.pretrained, num_labels=classes).to(dev)
-    lr = a.lr if a.lr is not None else (5e-5 if model.config.hidden_size >= 768 else 1e-4)
+    lr = a.lr if a.lr is not None else (1e-4 if model.config.hidden_size >= 768 else 3e-4)
 
     enc = {s: tok([t for _, t in v], truncation=True, max_length=a.max_length)["input_ids"] for s, v in splits.items()}
     labels = {s: [l for l, _ in v] for s, v in splits.items()}
