@@ -39,6 +39,7 @@ local opts, parser = recipe.options{
   { '--wordnet-root', 'auto', 'the WordNet database folder; auto: $WORDNET_ROOT or /usr/share/wordnet', argname = '<DIR>' },
   { '--split-seed', prep.SPLIT_SEED, 'seed of the train/val/test split (the default is the one bert.lua held out)', recipe.integer{ min = 0 } },
   { '--train-subset', 0, 'train on the first N synsets of the train split (0: all)', recipe.integer{ min = 0 } },
+  { '--eval-subset', 0, 'validate and test on the first N glosses of each split (0: all)', recipe.integer{ min = 0 } },
   { '--epochs', 'auto', 'epochs; auto: 3 (bert), 10 (bow)', recipe.integer{ min = 1, auto = true } },
   { '--batch-size', 'auto', 'sequences per step per rank; auto: 64 on a GPU, 32 on a CPU', recipe.integer{ min = 1, auto = true } },
   { '--max-length', 128, 'tokens per gloss, [CLS] and [SEP] included (longer ones are cut)', recipe.integer{ min = 8 } },
@@ -65,6 +66,8 @@ opts.batch_size = default(opts.batch_size, gpu and 64 or 32)
 -- ---- the pretrained model and its tokenizer ----
 local function exists(p) local f = io.open(p, 'rb') if f then f:close() return true end return false end
 local pre = opts.pretrained
+-- the bag of words needs only a vocabulary
+if pre == 'auto' and opts.model == 'bow' and opts.vocab ~= 'auto' then pre = 'none' end
 if pre == 'auto' then
   local base = os.getenv('V100LUA_CACHE') or ((os.getenv('HOME') or '.') .. '/.cache/v100lua')
   pre = string.format('%s/bert-wordnet-%d/model-%s-phase1', base, gpu and 30522 or 8192, gpu and 'base' or 'tiny')
@@ -94,6 +97,11 @@ local task = wn.lexname_task(synsets, { seed = opts.split_seed, val = prep.SPLIT
 if opts.train_subset > 0 and opts.train_subset < #task.train then
   for i = #task.train, opts.train_subset + 1, -1 do task.train[i] = nil end
 end
+if opts.eval_subset > 0 then
+  for _, split in ipairs { 'val', 'test' } do
+    for i = #task[split], opts.eval_subset + 1, -1 do task[split][i] = nil end
+  end
+end
 local NCLASS = task.classes
 if opts.export and RANK == 0 then
   v100.io.makedirs(opts.export)
@@ -116,6 +124,15 @@ local function encode(split)
   return out
 end
 local data = { train = encode('train'), val = encode('val'), test = encode('test') }
+local counts = {}
+for _, it in ipairs(task.test) do counts[it.label] = (counts[it.label] or 0) + 1 end
+local majority = 0
+for _, c in pairs(counts) do majority = math.max(majority, c) end
+majority = majority / #task.test
+-- The synsets (about a million small tables) are not needed any more: a smaller heap makes every
+-- full collection cheaper.
+synsets, task = nil, { classes = task.classes }
+collectgarbage()
 t_prep = recipe.clock() - t_prep
 
 -- A batch of items padded to its longest: input_ids, attention_mask (B x L i64) and labels (B).
@@ -178,12 +195,6 @@ local sched = optim.schedule.polynomial{ warmup = math.floor(0.1 * total + 0.5),
 local scaler = opts.amp == 'O1' and opts.dtype == 'fp16' and amp.Scaler() or nil
 local sync, clock = recipe.syncer(dev), recipe.clock
 local logger = log.Logger{ dir = opts.log_dir, jsonl = opts.log_dir ~= nil, tensorboard = opts.log_dir ~= nil }
-
-local counts = {}
-for _, it in ipairs(task.test) do counts[it.label] = (counts[it.label] or 0) + 1 end
-local majority = 0
-for _, c in pairs(counts) do majority = math.max(majority, c) end
-majority = majority / #task.test
 
 dist.print(string.format('bert_classify.lua: %s%s, %d classes, %d train / %d val / %d test glosses (split seed %d, %.1f s to ' ..
   'read and tokenize), %d rank%s, device %s, batch %d per rank, %d epochs x %d steps, AdamW lr %g, amp %s, %d parameters',

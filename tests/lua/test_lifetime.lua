@@ -156,4 +156,28 @@ T.test('views do not add collector debt', function()
   dbg.gc_threshold(old)
 end)
 
+T.test('with a big heap, crossing the threshold costs a young collection, not a full one', function()
+  -- The regression: each crossing ran a full collection, which traverses the whole heap; with
+  -- WordNet's synsets in tables, a BERT-Base fine-tuning step took 4 s instead of 17 ms.
+  local clock = v100.io.time
+  local heap = {}
+  for i = 1, 300000 do heap[i] = { i } end
+  collectgarbage()
+  collectgarbage()
+  local t0 = clock()
+  for _ = 1, 4 do collectgarbage() end
+  local full = (clock() - t0) / 4
+  local old = dbg.gc_threshold(1 << 20)
+  local base = live()
+  local t1 = clock()
+  for _ = 1, 40 do local _ = v100.empty({ 512 * 1024 }) end -- 2 MiB each: 40 crossings
+  local dt = clock() - t1
+  local left = live() - base
+  dbg.gc_threshold(old)
+  T.ok(dt < 8 * full, string.format('40 crossings took %.3f s, a full collection %.3f s', dt, full))
+  T.ok(left <= 2, 'the dropped tensors were collected, ' .. left .. ' left')
+  heap = nil
+  collectgarbage()
+end)
+
 T.run()
