@@ -155,6 +155,10 @@ end
 local ds = bd.open(data_dir)
 local eval_ds = eval_dir and bd.open(eval_dir) or nil
 local vocab_text = read_text(vocab_path)
+if v100.text.crc32c(vocab_text) ~= ds.vocab_crc then
+  error(string.format('bert.lua: %s is not the vocabulary the shards in %s were made with (CRC32C 0x%08x, the shards say 0x%08x)',
+    vocab_path, data_dir, v100.text.crc32c(vocab_text), ds.vocab_crc), 0)
+end
 local n_vocab = select(2, vocab_text:gsub('\n', ''))
 if ds.vocab_size ~= n_vocab then
   error(string.format('bert.lua: %s has %d tokens but the shards in %s were made with a vocabulary of %d', vocab_path,

@@ -44,5 +44,7 @@ local tokens = v100.text.train_vocab(files, {
   lower = not opts.cased,
 })
 local dt = (core.io.time and core.io.time() or os.clock()) - t0
+local parent = opts.output:match('^(.*)/[^/]*$')
+if parent and parent ~= '' then v100.io.makedirs(parent) end
 v100.text.save_vocab(tokens, opts.output)
 print(string.format('%s: %d tokens from %d files in %.2f s', opts.output, #tokens, #files, dt))

@@ -15,7 +15,7 @@ local spec = {
   name = 'make_bert_shards.lua',
   description = 'Makes BERT pretraining shards (next-sentence pairs with masked tokens) from text files: ' ..
     'one sentence per line, a blank line between documents.',
-  epilog = 'Writes <output>/part-NNNNN.shard and prints files, documents, sentences, samples, tokens, ' ..
+  epilog = 'Writes <output>/part-NNNNN.shard and <output>/vocab.txt (a copy of --vocab) and prints files, documents, sentences, samples, tokens, ' ..
     'masked tokens, the NSP random share and the seconds taken.',
   { '--vocab', nil, 'the WordPiece vocab.txt (needs [PAD] [UNK] [CLS] [SEP] [MASK])', argname = '<FILE>' },
   { '--output', nil, 'directory for the shards (made when missing)', argname = '<DIR>' },
@@ -53,6 +53,18 @@ local ok, st = pcall(v100.text.make_pretraining_shards, {
 if not ok then
   io.stderr:write(tostring(st):gsub('^make_bert_shards: ', ''):gsub('^', 'make_bert_shards: '), '\n')
   os.exit(1)
+end
+-- The vocabulary beside the shards, so that a shard folder is all a recipe needs (--data DIR);
+-- the shards carry its CRC32C, which the readers compare.
+do
+  local f = assert(io.open(opts.vocab, 'rb'))
+  local bytes = f:read('a')
+  f:close()
+  local dst = opts.output .. '/vocab.txt'
+  local g = io.open(dst, 'rb')
+  local same = g and g:read('a') == bytes
+  if g then g:close() end
+  if not same then require('v100.core')._ckpt.write_atomic(dst, bytes) end
 end
 local wall = (v100.io.unix_time and v100.io.unix_time() or os.time()) - wall0
 local function share(a, b) return b > 0 and a / b or 0 end
