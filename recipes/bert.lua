@@ -284,6 +284,7 @@ local function evaluate()
   return { mlm_loss = r[1] / math.max(r[3], 1), mlm_acc = r[2] / math.max(r[3], 1), nsp_acc = r[4] / math.max(r[5], 1), n = r[5] }
 end
 
+local last_eval
 local cfg_json = bert.config_json(cfg, { architectures = { 'BertForPreTraining' } })
 local function checkpoint(next_batch)
   if not opts.checkpoint_dir then return end
@@ -326,10 +327,20 @@ local function next_micro()
   end
 end
 
+local function report_eval()
+  last_eval = evaluate()
+  dist.print(string.format('eval step %d: %d held-out sequences  mlm loss %.4f  mlm acc %.4f  nsp acc %.4f', step,
+    last_eval.n, last_eval.mlm_loss, last_eval.mlm_acc, last_eval.nsp_acc))
+  io.stdout:flush()
+  logger:log(step, { mlm_loss = last_eval.mlm_loss, mlm_acc = last_eval.mlm_acc, nsp_acc = last_eval.nsp_acc }, { split = 'eval' })
+end
+-- the held-out figures of the starting point, so the curve shows what training changed
+if eval_ds and step == 0 then report_eval() end
+
 local clock = recipe.clock
 local bar = log.Progress{ total = opts.steps, label = 'pretrain' }
 local win_sum, win_n = v100.zeros({}, { device = dev }), 0
-local first_loss, last_loss, last_eval
+local first_loss, last_loss
 sync()
 local t_run, t_win, steps_done = clock(), clock(), 0
 while step < opts.steps do
@@ -369,11 +380,7 @@ while step < opts.steps do
     end
   end
   if eval_ds and (step % opts.eval_every == 0 or step == opts.steps) then
-    last_eval = evaluate()
-    dist.print(string.format('eval step %d: %d held-out sequences  mlm loss %.4f  mlm acc %.4f  nsp acc %.4f', step,
-      last_eval.n, last_eval.mlm_loss, last_eval.mlm_acc, last_eval.nsp_acc))
-    io.stdout:flush()
-    logger:log(step, { mlm_loss = last_eval.mlm_loss, mlm_acc = last_eval.mlm_acc, nsp_acc = last_eval.nsp_acc }, { split = 'eval' })
+    report_eval()
     sync()
     t_win = clock()
   end

@@ -21,11 +21,11 @@ if wn_ok then wn_ok:close() else
   return
 end
 
--- Measured on the 2-core build machine (2026-12-02): see the numbers printed by each test.
+-- Measured on the 2-core build machine (2026-12-02), 160 steps in 76 s: training loss 8.31 (the
+-- first 5 steps) -> 7.01 (the last 5), held-out MLM loss 7.64 before training -> 6.51.
 local LOSS_DROP = 1.0      -- training loss (MLM + NSP), first logged interval -> last
-local EVAL_DROP = 0.8      -- held-out MLM loss, first evaluation -> last
+local EVAL_DROP = 0.8      -- held-out MLM loss, before training -> the last evaluation
 
-local exe = T.binary()
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 local function run(args) return T.run_binary(args) end
 local function metrics(path, split)
@@ -70,7 +70,7 @@ T.test('the data tools, then pretraining from shards: the training and held-out 
   T.ok(first and final, 'no first/final loss lines:\n' .. out)
   local evals = {}
   for l in out:gmatch('eval step %d+: %d+ held%-out sequences  mlm loss ([%d.]+)') do evals[#evals + 1] = tonumber(l) end
-  T.eq(#evals, 4, 'evaluations at steps 40, 80, 120, 160')
+  T.eq(#evals, 5, 'evaluations at steps 0 (the initial model), 40, 80, 120, 160')
   T.ok(first - final >= LOSS_DROP, string.format('training loss %.4f -> %.4f, less than %.1f lower:\n%s', first, final,
     LOSS_DROP, out))
   T.ok(evals[1] - evals[#evals] >= EVAL_DROP, string.format('held-out MLM loss %.4f -> %.4f, less than %.1f lower',
@@ -78,7 +78,7 @@ T.test('the data tools, then pretraining from shards: the training and held-out 
   local tr = metrics(D .. '/log/metrics.jsonl', 'train')
   T.eq(#tr, 32, 'one train record every 5 steps')
   T.near(tr[#tr].loss, final, 1e-4, 'metrics.jsonl has the printed loss')
-  T.eq(#metrics(D .. '/log/metrics.jsonl', 'eval'), 4)
+  T.eq(#metrics(D .. '/log/metrics.jsonl', 'eval'), 5)
   for _, f in ipairs { 'config.json', 'model.safetensors', 'vocab.txt' } do
     T.ok(io.open(D .. '/model/' .. f, 'rb'), '--output wrote ' .. f)
   end
@@ -94,26 +94,18 @@ T.test('SIGKILL mid-run, then --resume: the same loss curve as an uninterrupted 
   T.ok(ok, 'reference run failed:\n' .. out)
   local ref = metrics(d .. '/ref/metrics.jsonl', 'train')
   T.eq(#ref, 24)
-  local script = string.format([[
-%s %s --log-dir %s --checkpoint-dir %s > %s 2>&1 &
-pid=$!
-for i in $(seq 1 2400); do
-  n=$(cat %s 2>/dev/null | grep -c '"split":"train"')
-  [ "$n" -ge 15 ] && { kill -9 $pid; wait $pid 2>/dev/null; echo "killed at $n"; exit 0; }
-  kill -0 $pid 2>/dev/null || { echo "ended by itself"; exit 1; }
-  sleep 0.05
-done
-kill -9 $pid; echo timeout; exit 1]], q(exe), args, q(d .. '/a'), q(d .. '/ck'), q(d .. '/a.out'), q(d .. '/a/metrics.jsonl'))
-  local p = io.popen('bash -c ' .. q(script))
-  local said = p:read('a')
-  T.ok(p:close(), 'the kill script: ' .. said)
+  local said = T.kill_after(args .. ' --log-dir ' .. q(d .. '/a') .. ' --checkpoint-dir ' .. q(d .. '/ck'), d .. '/a.out',
+    d .. '/a/metrics.jsonl', 15)
+  T.ok(said:find('killed at', 1, true), 'the run was not killed mid-way: ' .. said)
   out, ok = run(args .. ' --resume --log-dir ' .. q(d .. '/b') .. ' --checkpoint-dir ' .. q(d .. '/ck'))
   T.ok(ok, 'resumed run failed:\n' .. out)
-  T.ok(out:find('resumed at step 12', 1, true), 'resumed from the step-12 checkpoint:\n' .. out)
+  -- from the last complete checkpoint before the kill: step 12 (or 18 if the kill came late)
+  local at = tonumber(out:match('resumed at step (%d+)'))
+  T.ok(at == 12 or at == 18, 'resumed from the step-12 checkpoint:\n' .. out)
   local b = metrics(d .. '/b/metrics.jsonl', 'train')
-  T.eq(#b, 12, 'steps 13..24 logged by the resumed run')
+  T.eq(#b, 24 - at, 'the remaining steps logged by the resumed run')
   for i, r in ipairs(b) do
-    local want = ref[12 + i]
+    local want = ref[at + i]
     T.eq(r.step, want.step)
     T.eq(r.loss, want.loss, 'loss at step ' .. r.step)
     T.eq(r.mlm_acc, want.mlm_acc, 'MLM accuracy at step ' .. r.step)

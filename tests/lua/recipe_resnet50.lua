@@ -24,7 +24,6 @@ if have_data then have_data:close() else
   return
 end
 
-local exe = T.binary()
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 local tmpdir = T.tmpdir
 local function run(args) return T.run_binary('recipes/resnet50.lua ' .. args) end
@@ -67,19 +66,7 @@ T.test('SIGKILL mid-epoch, then --resume: the same loss curve and weights as an 
   T.eq(#ref, 40, 'one train record per step')
   -- Killed: checkpoints every 7 steps; SIGKILL as soon as step 30 (epoch 2, mid-epoch) is logged.
   local args = SMALL .. ' --checkpoint-every 7 --log-dir ' .. q(d .. '/a') .. ' --checkpoint-dir ' .. q(d .. '/ck')
-  local script = string.format([[
-%s recipes/resnet50.lua %s > %s 2>&1 &
-pid=$!
-for i in $(seq 1 1200); do
-  n=$(cat %s 2>/dev/null | grep -c '"split":"train"')
-  [ "$n" -ge 30 ] && { kill -9 $pid; wait $pid 2>/dev/null; echo "killed at $n"; exit 0; }
-  kill -0 $pid 2>/dev/null || { echo "ended by itself"; exit 1; }
-  sleep 0.05
-done
-kill -9 $pid; echo timeout; exit 1]], q(exe), args, q(d .. '/a.out'), q(d .. '/a/metrics.jsonl'))
-  local p = io.popen('bash -c ' .. q(script))
-  local res = p:read('a')
-  p:close()
+  local res = T.kill_after('recipes/resnet50.lua ' .. args, d .. '/a.out', d .. '/a/metrics.jsonl', 30)
   T.ok(res:find('killed at', 1, true), 'the run was not killed mid-way: ' .. res .. (read_file(d .. '/a.out') or ''))
   local killed = metrics(d .. '/a/metrics.jsonl', 'train')
   T.ok(#killed >= 30 and #killed < 40, 'killed between steps 30 and 39, logged ' .. #killed)

@@ -438,6 +438,26 @@ function T.run_binary(args)
   return out, ok
 end
 
+-- Starts `v100lua <args>` (output to out_path) and SIGKILLs it as soon as the JSON-lines file
+-- metrics_path holds n records of split train (a recipe's --log-dir metrics.jsonl). Returns
+-- "killed at <k>", "ended by itself" or "timeout" (after about a minute without n).
+function T.kill_after(args, out_path, metrics_path, n)
+  local script = string.format([[
+%s %s > %s 2>&1 &
+pid=$!
+for i in $(seq 1 1200); do
+  n=$(cat %s 2>/dev/null | grep -c '"split":"train"')
+  [ "$n" -ge %d ] && { kill -9 $pid; wait $pid 2>/dev/null; echo "killed at $n"; exit 0; }
+  kill -0 $pid 2>/dev/null || { echo "ended by itself"; exit 1; }
+  sleep 0.05
+done
+kill -9 $pid; echo timeout; exit 1]], sh_quote(T.binary()), args, sh_quote(out_path), sh_quote(metrics_path), n)
+  local p = assert(io.popen('bash -c ' .. sh_quote(script)))
+  local res = p:read('a')
+  p:close()
+  return res
+end
+
 -- The loss fields of a recipe's "epoch i/n  loss X ..." lines, as strings (compared exactly).
 function T.epoch_losses(out)
   local losses = {}
