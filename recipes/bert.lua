@@ -119,13 +119,8 @@ local ACC = opts.batch_size // per_step
 v100.set_allow_tf32(opts.tf32 == 'on')
 
 -- ---- data: WordNet made on first use, or the user's shards ----
-local function exists(p) local f = io.open(p, 'rb') if f then f:close() return true end return false end
-local function read_text(p)
-  local f = assert(io.open(p, 'rb'))
-  local s = f:read('a')
-  f:close()
-  return s
-end
+local exists = v100.io.exists
+local function read_text(p) return assert(v100.io.read_file(p)) end
 
 local data_dir, eval_dir, vocab_path
 if opts.data == 'wordnet' then

@@ -64,7 +64,7 @@ opts.epochs = default(opts.epochs, opts.model == 'bow' and 10 or 3)
 opts.batch_size = default(opts.batch_size, gpu and 64 or 32)
 
 -- ---- the pretrained model and its tokenizer ----
-local function exists(p) local f = io.open(p, 'rb') if f then f:close() return true end return false end
+local exists = v100.io.exists
 local pre = opts.pretrained
 -- the bag of words needs only a vocabulary
 if pre == 'auto' and opts.model == 'bow' and opts.vocab ~= 'auto' then pre = 'none' end

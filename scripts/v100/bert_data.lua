@@ -159,11 +159,8 @@ end
 
 -- l:indices(e) -> this rank's 0-based sample ids of epoch e, in order (an i64 CPU tensor).
 function Loader:indices(e)
-  local dist = require 'v100.dist'
-  local s = dist.DistributedSampler(self.ds.n, {shuffle = self.shuffle, seed = self.seed, drop_last = false,
-    rank = self.rank, size = self.world_size})
-  s:set_epoch(e)
-  return s:indices()
+  return require('v100.dist').epoch_indices(self.ds.n, e, {shuffle = self.shuffle, seed = self.seed, rank = self.rank,
+    size = self.world_size})
 end
 
 -- l:epoch(e[, {start = k}]) -> iterator of (k, batch) over the batches of epoch e from batch

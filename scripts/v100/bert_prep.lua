@@ -20,13 +20,8 @@ local M = {}
 M.SPLIT_SEED = 12345
 M.SPLIT = { val = 0.1, test = 0.1 }
 
-local function exists(p)
-  local f = io.open(p, 'rb')
-  if f then f:close() return true end
-  return false
-end
-
-local function join(a, b) return (a:sub(-1) == '/' and a or a .. '/') .. b end
+local vio = require('v100').io
+local exists, join = vio.exists, vio.join
 
 function M.wordnet_paths(dir, seq_len, dupe_factor)
   local sub = join(dir, string.format('seq%d-dupe%d', seq_len, dupe_factor))

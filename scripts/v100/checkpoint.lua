@@ -56,21 +56,7 @@ local STATE_KEY = '^optimizer%.state%.(%d+)%.(.+)$'
 
 local function fail(fmt, ...) error('checkpoint.' .. string.format(fmt, ...), 3) end
 
-local function join(a, b) return (a:sub(-1) == '/' and a or a .. '/') .. b end
-
-local function read_file(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local s = f:read('a')
-  f:close()
-  return s
-end
-
-local function exists(path)
-  local f = io.open(path, 'rb')
-  if f then f:close() end
-  return f ~= nil
-end
+local join, read_file, exists = cio.join, cio.read_file, cio.exists
 
 local function rank_world()
   local dist = require 'v100.dist'

@@ -19,11 +19,7 @@ data.FASHION_MNIST_ROOT = '/usr/share/datasets/fashion-mnist'
 data.FASHION_MNIST_CLASSES = {'T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal',
                               'Shirt', 'Sneaker', 'Bag', 'Ankle boot'}
 
-local function exists(path)
-  local f = io.open(path, 'rb')
-  if f then f:close() return true end
-  return false
-end
+local exists = v100.io.exists
 
 -- Finds <root>/<stem> or <root>/<stem>.gz.
 local function find_file(root, stem)
@@ -294,11 +290,8 @@ end
 -- The sample order of epoch e on this rank: DistributedSampler's (permutation of seed + e, every
 -- world_size-th position from rank on, padded by wrapping).
 function Loader:indices(e)
-  local dist = require 'v100.dist'
-  local s = dist.DistributedSampler(self.ds.n, {shuffle = self.shuffle, seed = self.seed, drop_last = false,
-    rank = self.rank, size = self.world_size})
-  s:set_epoch(e)
-  return s:indices()
+  return require('v100.dist').epoch_indices(self.ds.n, e, {shuffle = self.shuffle, seed = self.seed, rank = self.rank,
+    size = self.world_size})
 end
 
 -- loader:epoch(e, {start = 0}) -> iterator of k, x, y for the batches of epoch e from batch

@@ -37,11 +37,7 @@ end
 -- or aborts the job (failure at world size > 1), and so does an uncaught error.
 function dist.init()
   _dist.init()
-  -- ---- data parallel (scripts/v100/dist_parallel.lua, loaded on first use) ----
-
-function dist.DataParallel(model, opts) return require('v100.dist_parallel').DataParallel(model, opts) end
-
-return dist
+  return dist
 end
 
 function dist.is_initialized() return _dist.info().initialized end
@@ -240,6 +236,16 @@ function Sampler:indices()
     mine[k + 1] = order[pos % self.n + 1]
   end
   return core.tensor(mine, {dtype = 'i64'})
+end
+
+-- dist.epoch_indices(n, epoch, {shuffle =, seed =, rank =, size =}) -> this rank's 0-based i64
+-- indices of epoch `epoch` (DistributedSampler's rule, without drop_last): what the data loaders
+-- (v100.data's ImageLoader, v100.bert_data's Loader) iterate.
+function dist.epoch_indices(n, epoch, opts)
+  local s = dist.DistributedSampler(n, {shuffle = opts.shuffle, seed = opts.seed, drop_last = false,
+    rank = opts.rank, size = opts.size})
+  s:set_epoch(epoch)
+  return s:indices()
 end
 
 -- ---- data parallel (scripts/v100/dist_parallel.lua, loaded on first use) ----

@@ -36,6 +36,23 @@ v100.kernel = require 'v100.kernel'
 -- Distributed runs (scripts/v100/dist.lua): dist.init(), collectives, DistributedSampler.
 v100.dist = require 'v100.dist'
 
+-- File helpers the Lua library and the recipes share (checkpoints, BERT folders, data caches):
+-- v100.io.read_file(path) -> the bytes, or nil and the reason; v100.io.exists(path);
+-- v100.io.join(dir, name) -> dir/name (one slash).
+function core.io.read_file(path)
+  local f, err = io.open(path, 'rb')
+  if not f then return nil, err end
+  local s = f:read('a')
+  f:close()
+  return s
+end
+function core.io.exists(path)
+  local f = io.open(path, 'rb')
+  if f then f:close() end
+  return f ~= nil
+end
+function core.io.join(a, b) return (a:sub(-1) == '/' and a or a .. '/') .. b end
+
 -- v100.isatty(fd): whether fd (0, 1, 2) is a terminal, for progress bars (scripts/v100/log.lua).
 v100.isatty = core.io.isatty
 

@@ -25,21 +25,7 @@ local WEIGHTS, CONFIG, VOCAB, TOKCFG = 'model.safetensors', 'config.json', 'voca
 local TIED = { ['cls.predictions.decoder.weight'] = 'bert.embeddings.word_embeddings.weight',
   ['cls.predictions.decoder.bias'] = 'cls.predictions.bias' }
 
-local function join(a, b) return (a:sub(-1) == '/' and a or a .. '/') .. b end
-
-local function read_file(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local s = f:read('a')
-  f:close()
-  return s
-end
-
-local function exists(path)
-  local f = io.open(path, 'rb')
-  if f then f:close() end
-  return f ~= nil
-end
+local join, read_file, exists = cio.join, cio.read_file, cio.exists
 
 local function sorted_keys(t)
   local out = {}
