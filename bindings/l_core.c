@@ -305,6 +305,14 @@ static int d_gc_debt(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)l_gc_debt());
   return 1;
 }
+/* gc_owned() -> storage bytes owned by live tensor userdata, the most a full collection of the
+ * accounting left, and how many it ran (l_tensor.c's full-collection rule). */
+static int d_gc_owned(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)l_gc_owned());
+  lua_pushinteger(L, (lua_Integer)l_gc_owned_peak());
+  lua_pushinteger(L, (lua_Integer)l_gc_fulls());
+  return 3;
+}
 /* gc_threshold([bytes]) -> the previous threshold */
 static int d_gc_threshold(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)l_gc_threshold());
@@ -377,6 +385,7 @@ static const luaL_Reg module_funcs[] = {
 static const luaL_Reg debug_funcs[] = {
     {"live_tensors", d_live_tensors},
     {"gc_debt", d_gc_debt},
+    {"gc_owned", d_gc_owned},
     {"gc_threshold", d_gc_threshold},
     {NULL, NULL},
 };

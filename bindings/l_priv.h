@@ -12,6 +12,7 @@
 
 typedef struct vl_lua_tensor {
   vl_tensor *t; /* NULL while closed: before the runtime filled it, and after free */
+  size_t counted; /* storage bytes this userdata added to the collector accounting (l_tensor.c) */
 } vl_lua_tensor;
 
 /* Pushes a closed tensor userdata and returns its slot; pass the slot as the runtime's `out`
@@ -97,6 +98,9 @@ int luaopen_v100_memory(lua_State *L);
 /* Collector accounting of tensor bytes (l_tensor.c). */
 long long l_live_tensors(void);
 size_t l_gc_debt(void);
+size_t l_gc_owned(void);
+size_t l_gc_owned_peak(void);
+long long l_gc_fulls(void);
 size_t l_gc_threshold(void);
 void l_set_gc_threshold(size_t bytes);
 

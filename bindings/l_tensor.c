@@ -15,29 +15,54 @@
  * drops big tensors would grow without bound. New storage bytes accumulate here and a collector
  * step runs when they pass the threshold: in the generational mode the host runs (main.c) that
  * is a young collection, whose cost is the young objects', so the tensors a loop drops are
- * freed at a cost that does not grow with the rest of the heap. It used to be a full
- * collection: with a big heap (a script holding WordNet's 117,659 synsets as tables) each one
- * took 0.4 s, and a BERT-Base step allocating a few GiB ran ten of them (4 s where 17 ms was
- * due). Dead tensors that grew old before they died wait for the collector's own major
- * collections, or for the pool's out-of-memory path, which collects fully before it fails
- * (main.c's reclaim hook). The host runs one Lua state, so file-level counters suffice. */
+ * freed at a cost that does not grow with the rest of the heap. (It used to be a full
+ * collection each time: with a big heap, a script holding WordNet's 117,659 synsets as tables,
+ * each took 0.4 s, and a BERT-Base step allocating a few GiB ran ten of them: 4 s, not 17 ms.)
+ * A tensor that lived through two young collections is old, and an old one that dies waits for
+ * a major collection, which Lua schedules by its own heap's growth, blind to the device bytes:
+ * a forward's hidden states and masks live that long, and an H200 filled up with 137 GiB of
+ * them in 16 evaluation batches of BERT-Base. So the bytes the userdata own are counted too,
+ * with the most that a full collection here ever left (what the script keeps alive at its peak:
+ * parameters, optimizer state, a step's activations): when after a young collection they are
+ * more than twice that plus a floor (8 thresholds, 2 GiB by default), a full collection
+ * follows. Dead tensors then stay below that peak plus the floor, and full collections come at
+ * most once per that much of them. (Measuring from the last full collection instead, taken
+ * early in a step, ran one in every step of a fine-tuning: BERT-Base's ran at half speed.) The host
+ * runs one Lua state, so file-level counters suffice. */
 static size_t gc_debt;
 static size_t gc_threshold = (size_t)256 << 20;
+static size_t gc_owned;       /* storage bytes counted by live userdata */
+static size_t gc_owned_peak;  /* the most gc_owned a full collection run here left */
+static long long gc_fulls;    /* full collections run here */
 static long long live_tensors;
 
 long long l_live_tensors(void) { return live_tensors; }
 size_t l_gc_debt(void) { return gc_debt; }
+size_t l_gc_owned(void) { return gc_owned; }
+size_t l_gc_owned_peak(void) { return gc_owned_peak; }
+long long l_gc_fulls(void) { return gc_fulls; }
 size_t l_gc_threshold(void) { return gc_threshold; }
 void l_set_gc_threshold(size_t bytes) { gc_threshold = bytes; }
 
-static void account(lua_State *L, vl_tensor *t) {
+static void account(lua_State *L, vl_lua_tensor *ud) {
+  vl_tensor *t = ud->t;
   live_tensors++;
+  ud->counted = 0;
   /* A storage shared with other tensors was counted when it was created. */
   if (t->storage && t->storage->refcount == 1) {
-    gc_debt += vl_tensor_storage_nbytes(t);
+    size_t n = vl_tensor_storage_nbytes(t);
+    ud->counted = n;
+    gc_owned += n;
+    gc_debt += n;
     if (gc_debt > gc_threshold) {
       gc_debt = 0;
       lua_gc(L, LUA_GCSTEP, 0);
+      /* What the young collection could not free is old (or alive): past the bound, a full one. */
+      if (gc_owned / 2 > gc_owned_peak + 4 * gc_threshold) {
+        lua_gc(L, LUA_GCCOLLECT);
+        if (gc_owned > gc_owned_peak) gc_owned_peak = gc_owned;
+        gc_fulls++;
+      }
     }
   }
 }
@@ -45,6 +70,7 @@ static void account(lua_State *L, vl_tensor *t) {
 vl_tensor **l_slot(lua_State *L) {
   vl_lua_tensor *ud = (vl_lua_tensor *)lua_newuserdatauv(L, sizeof *ud, 0);
   ud->t = NULL;
+  ud->counted = 0;
   luaL_setmetatable(L, VL_LUA_TENSOR_MT);
   return &ud->t;
 }
@@ -53,7 +79,7 @@ vl_tensor **l_slot(lua_State *L) {
  * it is accounted all the same, so that its __gc balances the live count. */
 int l_done(lua_State *L, vl_status s) {
   vl_lua_tensor *ud = (vl_lua_tensor *)lua_touserdata(L, -1);
-  if (ud->t) account(L, ud->t);
+  if (ud->t) account(L, ud);
   if (s != VL_OK) return vl_lua_error(L, s);
   return 1;
 }
@@ -61,7 +87,7 @@ int l_done(lua_State *L, vl_status s) {
 int l_done2(lua_State *L, vl_status s) {
   for (int i = -2; i <= -1; i++) {
     vl_lua_tensor *ud = (vl_lua_tensor *)lua_touserdata(L, i);
-    if (ud->t) account(L, ud->t);
+    if (ud->t) account(L, ud);
   }
   if (s != VL_OK) return vl_lua_error(L, s);
   return 2;
@@ -122,6 +148,8 @@ static int t_free(lua_State *L) {
     vl_tensor_release(ud->t);
     ud->t = NULL;
     live_tensors--;
+    gc_owned -= ud->counted < gc_owned ? ud->counted : gc_owned;
+    ud->counted = 0;
   }
   return 0;
 }

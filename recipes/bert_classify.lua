@@ -114,12 +114,15 @@ if opts.export and RANK == 0 then
   end
 end
 
--- token ids of every gloss, once: { ids = {...}, n = length }
+-- token ids of every gloss, once, each gloss's as one string of little-endian int32 (string.pack):
+-- { ids = { string per gloss }, label = { class per gloss } }. Strings are leaves to Lua's collector,
+-- where 117,659 tables of numbers made each full collection 4 times longer (19 ms against 5).
 local function encode(split)
-  local out = {}
+  local out = { ids = {}, label = {} }
   for i, it in ipairs(task[split]) do
     local e = tok:encode(it.text, nil, { max_length = opts.max_length, truncation = true, padding = false, as = 'table' })
-    out[i] = { ids = e.ids, label = it.label }
+    out.ids[i] = string.pack('<' .. string.rep('i4', #e.ids), table.unpack(e.ids))
+    out.label[i] = it.label
   end
   return out
 end
@@ -137,18 +140,23 @@ t_prep = recipe.clock() - t_prep
 
 -- A batch of items padded to its longest: input_ids, attention_mask (B x L i64) and labels (B).
 local PAD = tok:token_to_id('[PAD]') or 0
+local FMT = setmetatable({}, { __index = function(t, n)
+  t[n] = '<' .. string.rep('i4', n)
+  return t[n]
+end })
 local function batch_of(items, idx, first, last)
   local L = 0
-  for i = first, last do L = math.max(L, #items[idx[i]].ids) end
+  for i = first, last do L = math.max(L, #items.ids[idx[i]] // 4) end
   local ids, mask, y = {}, {}, {}
   for i = first, last do
-    local it = items[idx[i]]
-    local row, mrow = {}, {}
-    for j = 1, L do
-      local v = it.ids[j]
-      row[j], mrow[j] = v or PAD, v and 1 or 0
-    end
-    ids[#ids + 1], mask[#mask + 1], y[#y + 1] = row, mrow, it.label
+    local k = idx[i]
+    local s = items.ids[k]
+    local n = #s // 4
+    local row, mrow = { string.unpack(FMT[n], s) }, {}
+    row[n + 1] = nil -- string.unpack's last result: the position after the ids
+    for j = 1, n do mrow[j] = 1 end
+    for j = n + 1, L do row[j], mrow[j] = PAD, 0 end
+    ids[#ids + 1], mask[#mask + 1], y[#y + 1] = row, mrow, items.label[k]
   end
   local o = { dtype = 'i64' }
   return v100.tensor(ids, o):to(dev), v100.tensor(mask, o):to(dev), v100.tensor(y, o):to(dev)
@@ -187,7 +195,7 @@ local forward = dp or model
 
 local big = cfg and cfg.hidden_size >= 768
 local lr = default(opts.lr, opts.model == 'bow' and 1e-2 or (big and 1e-4 or 3e-4))
-local steps_per_epoch = #data.train // (opts.batch_size * WORLD)
+local steps_per_epoch = #data.train.ids // (opts.batch_size * WORLD)
 local total = steps_per_epoch * opts.epochs
 local opt = optim.AdamW(model:named_parameters(), { lr = lr, weight_decay = opts.weight_decay,
   no_decay = optim.no_decay_bias_and_norm })
@@ -199,19 +207,19 @@ local logger = log.Logger{ dir = opts.log_dir, jsonl = opts.log_dir ~= nil, tens
 dist.print(string.format('bert_classify.lua: %s%s, %d classes, %d train / %d val / %d test glosses (split seed %d, %.1f s to ' ..
   'read and tokenize), %d rank%s, device %s, batch %d per rank, %d epochs x %d steps, AdamW lr %g, amp %s, %d parameters',
   opts.model == 'bow' and 'bag of words over ' .. tok.vocab_size .. ' tokens' or 'BertForSequenceClassification',
-  opts.model == 'bert' and (pre and (' from ' .. pre) or (' ' .. opts.config .. ' from scratch')) or '', NCLASS, #data.train,
-  #data.val, #data.test, opts.split_seed, t_prep, WORLD, WORLD > 1 and 's' or '', dev, opts.batch_size, opts.epochs,
+  opts.model == 'bert' and (pre and (' from ' .. pre) or (' ' .. opts.config .. ' from scratch')) or '', NCLASS, #data.train.ids,
+  #data.val.ids, #data.test.ids, opts.split_seed, t_prep, WORLD, WORLD > 1 and 's' or '', dev, opts.batch_size, opts.epochs,
   steps_per_epoch, lr, opts.amp, model:num_parameters()))
 io.stdout:flush()
 
 local function accuracy(items)
   model:eval()
   local idx = {}
-  for i = 1, #items do idx[i] = i end
+  for i = 1, #items.ids do idx[i] = i end
   local right, n = v100.no_grad(function()
     local r, c = 0, 0
-    for first = 1 + RANK * 256, #items, 256 * WORLD do
-      local last = math.min(first + 255, #items)
+    for first = 1 + RANK * 256, #items.ids, 256 * WORLD do
+      local last = math.min(first + 255, #items.ids)
       local ids, mask, y = batch_of(items, idx, first, last)
       local z = policy:autocast(function() return forward(ids, nil, mask):float() end)
       r = r + z:argmax(2):eq(y):sum():item()
@@ -226,7 +234,7 @@ end
 
 -- ---- fine-tuning ----
 -- every rank shuffles the same permutation per epoch and takes its share (dist.DistributedSampler)
-local sampler = dist.DistributedSampler(#data.train, { seed = opts.seed * 1000, drop_last = true })
+local sampler = dist.DistributedSampler(#data.train.ids, { seed = opts.seed * 1000, drop_last = true })
 local step, val_acc = 0, nil
 sync()
 local t_run = clock()
