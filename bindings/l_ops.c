@@ -298,6 +298,20 @@ static int m_get_deterministic(lua_State *L) {
   lua_pushboolean(L, vl_deterministic());
   return 1;
 }
+/* set_num_threads(n) -> the previous count: the CPU backend's threads (and OpenBLAS's); n <= 0
+ * restores the default (runtime/core/context.h). get_num_threads() -> the count in use. */
+static int m_set_num_threads(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, n <= 4096, 1, "at most 4096 threads");
+  int prev = vl_num_threads();
+  vl_set_num_threads((int)n);
+  lua_pushinteger(L, prev);
+  return 1;
+}
+static int m_get_num_threads(lua_State *L) {
+  lua_pushinteger(L, vl_num_threads());
+  return 1;
+}
 /* {bias_epilogue = n, bias_prefill = n}: how addmm biases were added (tests check the fused path). */
 static int m_gemm_stats(lua_State *L) {
   uint64_t epi, pre;
@@ -446,6 +460,8 @@ static const luaL_Reg op_module[] = {
     {"get_allow_tf32", m_get_allow_tf32},
     {"set_deterministic", m_set_deterministic},
     {"get_deterministic", m_get_deterministic},
+    {"set_num_threads", m_set_num_threads},
+    {"get_num_threads", m_get_num_threads},
     {"gemm_stats", m_gemm_stats},
     {"cat", m_cat},
     {"stack", m_stack},

@@ -101,35 +101,76 @@ void vl_cpu_store_i64(char *dst, int64_t bs, vl_dtype dt, const int64_t *src, in
   }
 }
 
-void vl_cpu_for_each(const vl_iter *it, vl_cpu_loop_fn fn, void *ctx) {
+/* Elements per parallel chunk: a thread's wake-up costs about what 16k additions do. */
+#define VL_CPU_GRAIN 16384
+
+typedef struct {
+  const vl_iter *it;
+  vl_cpu_loop_fn fn;
+  void *ctx;
+  int64_t es[VL_ITER_MAX], bs[VL_ITER_MAX];
+  int64_t n; /* the inner run's length */
+  bool split_inner;
+} each_job;
+
+/* Runs [lo, hi) of the iterator (or elements [lo, hi) of its one run when split_inner). */
+static void each_range(void *vj, int64_t lo, int64_t hi) {
+  const each_job *j = vj;
+  const vl_iter *it = j->it;
+  int nops = it->nops, inner = it->ndim - 1;
   char *ptr[VL_ITER_MAX] = {0};
-  int64_t bs[VL_ITER_MAX] = {0}, es[VL_ITER_MAX] = {0};
-  int nops = it->nops;
-  for (int k = 0; k < nops; k++) {
-    ptr[k] = it->data[k];
-    es[k] = (int64_t)vl_dtype_size(it->dtype[k]);
+  if (j->split_inner) {
+    for (int k = 0; k < nops; k++) ptr[k] = (char *)it->data[k] + lo * j->bs[k];
+    j->fn(j->ctx, ptr, j->bs, hi - lo);
+    return;
   }
+  /* The odometer at run lo: its outer index, from the last outer dim up. */
+  int64_t idx[VL_MAX_DIMS] = {0};
+  for (int k = 0; k < nops; k++) ptr[k] = it->data[k];
+  int64_t r = lo;
+  for (int d = inner - 1; d >= 0 && r > 0; d--) {
+    idx[d] = r % it->size[d];
+    r /= it->size[d];
+    for (int k = 0; k < nops; k++) ptr[k] += idx[d] * it->stride[k][d] * j->es[k];
+  }
+  for (int64_t run = lo; run < hi; run++) {
+    j->fn(j->ctx, ptr, j->bs, j->n);
+    /* Odometer over the outer dims, moving the pointers incrementally. */
+    for (int d = inner - 1; d >= 0; d--) {
+      if (++idx[d] < it->size[d]) {
+        for (int k = 0; k < nops; k++) ptr[k] += it->stride[k][d] * j->es[k];
+        break;
+      }
+      for (int k = 0; k < nops; k++) ptr[k] -= it->stride[k][d] * j->es[k] * (it->size[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+/* Elementwise work is split over the CPU threads: by runs when there are several, within the
+ * run when there is one (a contiguous tensor). Every fn call writes only its own elements of
+ * operand 0, so the split changes no result. */
+void vl_cpu_for_each(const vl_iter *it, vl_cpu_loop_fn fn, void *ctx) {
+  each_job j = {.it = it, .fn = fn, .ctx = ctx};
+  int nops = it->nops;
+  for (int k = 0; k < nops; k++) j.es[k] = (int64_t)vl_dtype_size(it->dtype[k]);
   if (it->ndim == 0) {
-    fn(ctx, ptr, bs, 1);
+    char *ptr[VL_ITER_MAX] = {0};
+    for (int k = 0; k < nops; k++) ptr[k] = it->data[k];
+    fn(ctx, ptr, j.bs, 1);
     return;
   }
   int64_t total = 1;
   for (int d = 0; d < it->ndim; d++) total *= it->size[d];
   if (total <= 0) return;
   int inner = it->ndim - 1;
-  int64_t n = it->size[inner];
-  for (int k = 0; k < nops; k++) bs[k] = it->stride[k][inner] * es[k];
-  int64_t idx[VL_MAX_DIMS] = {0};
-  for (int64_t r = 0, runs = total / n; r < runs; r++) {
-    fn(ctx, ptr, bs, n);
-    /* Odometer over the outer dims, moving the pointers incrementally. */
-    for (int d = inner - 1; d >= 0; d--) {
-      if (++idx[d] < it->size[d]) {
-        for (int k = 0; k < nops; k++) ptr[k] += it->stride[k][d] * es[k];
-        break;
-      }
-      for (int k = 0; k < nops; k++) ptr[k] -= it->stride[k][d] * es[k] * (it->size[d] - 1);
-      idx[d] = 0;
-    }
+  j.n = it->size[inner];
+  for (int k = 0; k < nops; k++) j.bs[k] = it->stride[k][inner] * j.es[k];
+  int64_t runs = total / j.n;
+  if (runs == 1) {
+    j.split_inner = true;
+    vl_cpu_parallel_for(j.n, VL_CPU_GRAIN, each_range, &j);
+  } else {
+    vl_cpu_parallel_for(runs, (VL_CPU_GRAIN + j.n - 1) / j.n, each_range, &j);
   }
 }

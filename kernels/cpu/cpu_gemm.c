@@ -104,6 +104,14 @@ static const void *operand_at(operand *op, int64_t b, vl_dtype dt, vl_dtype ct, 
 }
 
 vl_status vl_cpu_gemm(const vl_gemm_args *g) {
+  /* OpenBLAS's threads follow vl_num_threads (its own default is every core of the machine,
+   * whatever the ranks sharing it). */
+  static _Atomic int blas_threads;
+  int t = vl_cpu_threads();
+  if (t != blas_threads) {
+    openblas_set_num_threads(t);
+    blas_threads = t;
+  }
   if (g->m <= 0 || g->n <= 0 || g->batch <= 0) return VL_OK;
   if (g->dtype != VL_F32 && g->dtype != VL_F64 && g->dtype != VL_F16 && g->dtype != VL_BF16)
     return vl_fail(VL_EDTYPE, "gemm (cpu): dtype %s is not supported (f32, f16, bf16, f64)",

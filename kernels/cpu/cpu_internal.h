@@ -139,6 +139,15 @@ static inline const int64_t *vl_cpu_src_i64(int64_t *buf, const char *p, int64_t
 typedef void (*vl_cpu_loop_fn)(void *ctx, char *const *ptr, const int64_t *bs, int64_t n);
 void vl_cpu_for_each(const vl_iter *it, vl_cpu_loop_fn fn, void *ctx);
 
+/* ---- threads (cpu_threads.c) ----
+ * vl_cpu_parallel_for calls fn(ctx, lo, hi) over disjoint ranges covering [0, n), on up to
+ * vl_cpu_threads() threads (the caller's among them), each range at least `grain` items
+ * (except the last); on the calling thread alone when n < 2 * grain, with one thread, or when a
+ * job already runs. fn must only write what its range owns. */
+typedef void (*vl_cpu_range_fn)(void *ctx, int64_t lo, int64_t hi);
+void vl_cpu_parallel_for(int64_t n, int64_t grain, vl_cpu_range_fn fn, void *ctx);
+int vl_cpu_threads(void);
+
 /* ---- the table entries ---- */
 vl_status vl_cpu_fill(const vl_iter *it, double value);
 vl_status vl_cpu_copy(const vl_iter *it);

@@ -171,100 +171,168 @@ done:
 
 /* ======================= layer norm ======================= */
 
-static vl_status cpu_ln_forward(const vl_layernorm_args *a) {
+/* Rows are independent: they are split over the CPU threads. The backward's weight and bias
+ * gradients are sums over rows: each chunk of rows (a fixed number of them, not one per thread)
+ * sums its own, and the chunks' sums are added in chunk order, so the result does not depend
+ * on the thread count or on which thread ran which chunk. */
+#define LN_MAX_CHUNKS 64
+
+typedef struct {
+  const vl_layernorm_args *a;
+  const double *w, *b;
+  double *dw, *db;     /* backward: LN_MAX_CHUNKS x cols partial sums */
+  int64_t per;         /* rows per chunk */
+  _Atomic int oom;
+} ln_job;
+
+static void ln_fw_range(void *vj, int64_t lo, int64_t hi) {
+  ln_job *j = vj;
+  const vl_layernorm_args *a = j->a;
   int64_t N = a->cols, es = (int64_t)vl_dtype_size(a->dtype), ps = (int64_t)vl_dtype_size(a->param_dtype);
-  double *x = alloc_doubles(N), *w = alloc_doubles(N), *b = alloc_doubles(N);
+  double *x = alloc_doubles(N);
+  if (!x) {
+    j->oom = 1;
+    return;
+  }
+  for (int64_t r = lo; r < hi; r++) {
+    vl_cpu_load_f64(x, (const char *)a->x + r * N * es, es, a->dtype, N);
+    double mean = 0, var = 0;
+    for (int64_t k = 0; k < N; k++) mean += x[k];
+    mean /= (double)N;
+    for (int64_t k = 0; k < N; k++) var += (x[k] - mean) * (x[k] - mean);
+    double rstd = 1.0 / sqrt(var / (double)N + a->eps);
+    for (int64_t k = 0; k < N; k++) x[k] = (x[k] - mean) * rstd * j->w[k] + j->b[k];
+    vl_cpu_store_f64((char *)a->y + r * N * es, es, a->dtype, x, N);
+    if (a->mean) vl_cpu_st_f64((char *)a->mean + r * ps, a->param_dtype, mean);
+    if (a->rstd) vl_cpu_st_f64((char *)a->rstd + r * ps, a->param_dtype, rstd);
+  }
+  free(x);
+}
+
+static vl_status cpu_ln_forward(const vl_layernorm_args *a) {
+  int64_t N = a->cols;
+  double *w = alloc_doubles(N), *b = alloc_doubles(N);
   vl_status s = VL_OK;
-  if (!x || !w || !b) {
+  if (!w || !b) {
     s = vl_fail(VL_EOOM, "layer_norm (cpu): out of host memory for rows of %lld", (long long)N);
     goto done;
   }
   load_params(w, a->weight, a->param_dtype, N, 1);
   load_params(b, a->bias, a->param_dtype, N, 0);
-  for (int64_t r = 0; r < a->rows; r++) {
-    vl_cpu_load_f64(x, (const char *)a->x + r * N * es, es, a->dtype, N);
-    double mean = 0, var = 0;
-    for (int64_t j = 0; j < N; j++) mean += x[j];
-    mean /= (double)N;
-    for (int64_t j = 0; j < N; j++) var += (x[j] - mean) * (x[j] - mean);
-    double rstd = 1.0 / sqrt(var / (double)N + a->eps);
-    for (int64_t j = 0; j < N; j++) x[j] = (x[j] - mean) * rstd * w[j] + b[j];
-    vl_cpu_store_f64((char *)a->y + r * N * es, es, a->dtype, x, N);
-    if (a->mean) vl_cpu_st_f64((char *)a->mean + r * ps, a->param_dtype, mean);
-    if (a->rstd) vl_cpu_st_f64((char *)a->rstd + r * ps, a->param_dtype, rstd);
-  }
+  ln_job j = {.a = a, .w = w, .b = b};
+  vl_cpu_parallel_for(a->rows, N >= 8192 ? 1 : 8192 / (N > 0 ? N : 1), ln_fw_range, &j);
+  if (j.oom) s = vl_fail(VL_EOOM, "layer_norm (cpu): out of host memory for rows of %lld", (long long)N);
 done:
-  free(x), free(w), free(b);
+  free(w), free(b);
   return s;
 }
 
-static vl_status cpu_ln_backward(const vl_layernorm_args *a) {
+static void ln_bw_range(void *vj, int64_t lo, int64_t hi) {
+  ln_job *j = vj;
+  const vl_layernorm_args *a = j->a;
   int64_t N = a->cols, es = (int64_t)vl_dtype_size(a->dtype), ps = (int64_t)vl_dtype_size(a->param_dtype);
-  double *x = alloc_doubles(N), *g = alloc_doubles(N), *w = alloc_doubles(N);
-  double *dw = alloc_doubles(N), *db = alloc_doubles(N);
+  double *x = alloc_doubles(N), *g = alloc_doubles(N);
+  if (!x || !g) {
+    j->oom = 1;
+    free(x), free(g);
+    return;
+  }
+  for (int64_t c = lo; c < hi; c++) {
+    double *dw = j->dw + c * N, *db = j->db + c * N;
+    for (int64_t k = 0; k < N; k++) dw[k] = db[k] = 0;
+    int64_t r1 = (c + 1) * j->per < a->rows ? (c + 1) * j->per : a->rows;
+    for (int64_t r = c * j->per; r < r1; r++) {
+      vl_cpu_load_f64(x, (const char *)a->x + r * N * es, es, a->dtype, N);
+      vl_cpu_load_f64(g, (const char *)a->dy + r * N * es, es, a->dtype, N);
+      double mean = vl_cpu_ld_f64((const char *)a->mean + r * ps, a->param_dtype);
+      double rstd = vl_cpu_ld_f64((const char *)a->rstd + r * ps, a->param_dtype);
+      double s1 = 0, s2 = 0;
+      for (int64_t k = 0; k < N; k++) {
+        double xh = (x[k] - mean) * rstd;
+        dw[k] += g[k] * xh;
+        db[k] += g[k];
+        x[k] = xh;
+        g[k] *= j->w[k];
+        s1 += g[k];
+        s2 += g[k] * xh;
+      }
+      s1 /= (double)N;
+      s2 /= (double)N;
+      /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * w. */
+      for (int64_t k = 0; k < N; k++) g[k] = rstd * (g[k] - s1 - x[k] * s2);
+      vl_cpu_store_f64((char *)a->dx + r * N * es, es, a->dtype, g, N);
+    }
+  }
+  free(x), free(g);
+}
+
+static vl_status cpu_ln_backward(const vl_layernorm_args *a) {
+  int64_t N = a->cols;
+  int64_t nchunks = a->rows < LN_MAX_CHUNKS ? a->rows : LN_MAX_CHUNKS;
+  if (nchunks < 1) nchunks = 1;
+  double *w = alloc_doubles(N), *dw = alloc_doubles(N * nchunks), *db = alloc_doubles(N * nchunks);
   vl_status s = VL_OK;
-  if (!x || !g || !w || !dw || !db) {
+  if (!w || !dw || !db) {
     s = vl_fail(VL_EOOM, "layer_norm_backward (cpu): out of host memory for rows of %lld", (long long)N);
     goto done;
   }
   load_params(w, a->weight, a->param_dtype, N, 1);
-  for (int64_t j = 0; j < N; j++) dw[j] = db[j] = 0;
-  for (int64_t r = 0; r < a->rows; r++) {
-    vl_cpu_load_f64(x, (const char *)a->x + r * N * es, es, a->dtype, N);
-    vl_cpu_load_f64(g, (const char *)a->dy + r * N * es, es, a->dtype, N);
-    double mean = vl_cpu_ld_f64((const char *)a->mean + r * ps, a->param_dtype);
-    double rstd = vl_cpu_ld_f64((const char *)a->rstd + r * ps, a->param_dtype);
-    double s1 = 0, s2 = 0;
-    for (int64_t j = 0; j < N; j++) {
-      double xh = (x[j] - mean) * rstd;
-      dw[j] += g[j] * xh;
-      db[j] += g[j];
-      x[j] = xh;
-      g[j] *= w[j];
-      s1 += g[j];
-      s2 += g[j] * xh;
-    }
-    s1 /= (double)N;
-    s2 /= (double)N;
-    /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * w. */
-    for (int64_t j = 0; j < N; j++) g[j] = rstd * (g[j] - s1 - x[j] * s2);
-    vl_cpu_store_f64((char *)a->dx + r * N * es, es, a->dtype, g, N);
+  ln_job j = {.a = a, .w = w, .dw = dw, .db = db, .per = (a->rows + nchunks - 1) / nchunks};
+  nchunks = j.per > 0 ? (a->rows + j.per - 1) / j.per : 1;
+  if (a->rows == 0) {
+    for (int64_t k = 0; k < N; k++) dw[k] = db[k] = 0;
+  } else {
+    vl_cpu_parallel_for(nchunks, 1, ln_bw_range, &j);
   }
+  if (j.oom) {
+    s = vl_fail(VL_EOOM, "layer_norm_backward (cpu): out of host memory for rows of %lld", (long long)N);
+    goto done;
+  }
+  for (int64_t c = 1; c < nchunks; c++)
+    for (int64_t k = 0; k < N; k++) dw[k] += dw[c * N + k], db[k] += db[c * N + k];
   store_params(a->dweight, a->param_dtype, dw, N);
   store_params(a->dbias, a->param_dtype, db, N);
 done:
-  free(x), free(g), free(w), free(dw), free(db);
+  free(w), free(dw), free(db);
   return s;
 }
 
 /* ======================= softmax backward =======================
  * Lanes of one outer index: with inner == 1 one lane (the row) walked in blocks; otherwise up to
  * B lanes side by side, one contiguous block per step along len. */
-static vl_status cpu_softmax_backward(const vl_softmax_bw_args *a) {
+static void softmax_bw_range(void *vj, int64_t lo, int64_t hi) {
+  const vl_softmax_bw_args *a = vj;
   int64_t es = (int64_t)vl_dtype_size(a->dtype), len = a->len, inner = a->inner;
   double yb[B], gb[B], ob[B], sum[B];
   bool row = inner == 1;
-  for (int64_t o = 0; o < a->outer; o++) {
-    for (int64_t j0 = 0; j0 < inner; j0 += B) {
-      int64_t w = row ? 1 : (inner - j0 < B ? inner - j0 : B);
-      int64_t step = row ? B : 1;
-      for (int64_t j = 0; j < w; j++) sum[j] = 0;
-      for (int pass = 0; pass < 2; pass++) {
-        for (int64_t l0 = 0; l0 < len; l0 += step) {
-          int64_t m = row ? (len - l0 < B ? len - l0 : B) : w;
-          int64_t off = ((o * len + l0) * inner + j0) * es;
-          const double *y = vl_cpu_src_f64(yb, (const char *)a->y + off, es, a->dtype, m);
-          const double *g = vl_cpu_src_f64(gb, (const char *)a->dy + off, es, a->dtype, m);
-          for (int64_t k = 0; k < m; k++) {
-            int64_t j = row ? 0 : k;
-            if (pass == 0) sum[j] += a->log ? g[k] : g[k] * y[k];
-            else ob[k] = a->log ? g[k] - exp(y[k]) * sum[j] : y[k] * (g[k] - sum[j]);
-          }
-          if (pass == 1) vl_cpu_store_f64((char *)a->dx + off, es, a->dtype, ob, m);
+  int64_t nblk = (inner + B - 1) / B;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t o = t / nblk, j0 = (t % nblk) * B;
+    int64_t w = row ? 1 : (inner - j0 < B ? inner - j0 : B);
+    int64_t step = row ? B : 1;
+    for (int64_t j = 0; j < w; j++) sum[j] = 0;
+    for (int pass = 0; pass < 2; pass++) {
+      for (int64_t l0 = 0; l0 < len; l0 += step) {
+        int64_t m = row ? (len - l0 < B ? len - l0 : B) : w;
+        int64_t off = ((o * len + l0) * inner + j0) * es;
+        const double *y = vl_cpu_src_f64(yb, (const char *)a->y + off, es, a->dtype, m);
+        const double *g = vl_cpu_src_f64(gb, (const char *)a->dy + off, es, a->dtype, m);
+        for (int64_t k = 0; k < m; k++) {
+          int64_t j = row ? 0 : k;
+          if (pass == 0) sum[j] += a->log ? g[k] : g[k] * y[k];
+          else ob[k] = a->log ? g[k] - exp(y[k]) * sum[j] : y[k] * (g[k] - sum[j]);
         }
+        if (pass == 1) vl_cpu_store_f64((char *)a->dx + off, es, a->dtype, ob, m);
       }
     }
   }
+}
+
+/* Blocks of lanes are independent: split over the CPU threads, as the forward's. */
+static vl_status cpu_softmax_backward(const vl_softmax_bw_args *a) {
+  int64_t tasks = a->outer * ((a->inner + B - 1) / B);
+  int64_t per = a->len * (a->inner < B ? a->inner : B);
+  vl_cpu_parallel_for(tasks, per >= 16384 ? 1 : 16384 / (per > 0 ? per : 1), softmax_bw_range, (void *)a);
   return VL_OK;
 }
 

@@ -246,16 +246,30 @@ static void softmax_block(const char *in, char *out, vl_dtype dt, int64_t len, i
   }
 }
 
-vl_status vl_cpu_softmax(const vl_softmax_args *a) {
+typedef struct {
+  const vl_softmax_args *a;
+  int64_t nblk; /* blocks of B lanes per outer index */
+} softmax_job;
+
+static void softmax_range(void *vj, int64_t lo, int64_t hi) {
+  const softmax_job *j = vj;
+  const vl_softmax_args *a = j->a;
   int64_t es = (int64_t)vl_dtype_size(a->dtype);
   double mx[B], sum[B];
-  for (int64_t o = 0; o < a->outer; o++) {
-    for (int64_t j0 = 0; j0 < a->inner; j0 += B) {
-      int64_t w = a->inner - j0 < B ? a->inner - j0 : B;
-      int64_t off = (o * a->len * a->inner + j0) * es;
-      softmax_block((const char *)a->in + off, (char *)a->out + off, a->dtype, a->len, a->inner,
-                    w, a->log, mx, sum);
-    }
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t o = t / j->nblk, j0 = (t % j->nblk) * B;
+    int64_t w = a->inner - j0 < B ? a->inner - j0 : B;
+    int64_t off = (o * a->len * a->inner + j0) * es;
+    softmax_block((const char *)a->in + off, (char *)a->out + off, a->dtype, a->len, a->inner, w,
+                  a->log, mx, sum);
   }
+}
+
+/* Rows (blocks of lanes) are independent: they are split over the CPU threads. */
+vl_status vl_cpu_softmax(const vl_softmax_args *a) {
+  softmax_job j = {.a = a, .nblk = (a->inner + B - 1) / B};
+  int64_t tasks = a->outer * j.nblk;
+  int64_t per = a->len * (a->inner < B ? a->inner : B); /* elements of one task */
+  vl_cpu_parallel_for(tasks, per >= 16384 ? 1 : 16384 / (per > 0 ? per : 1), softmax_range, &j);
   return VL_OK;
 }

@@ -1,7 +1,9 @@
 /* runtime/core/context.c: the process-wide context (devices, pools, streams, RNG, flags). */
 #include "runtime/core/context.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/backend.h"
 #include "runtime/core/cuda.h"
@@ -50,6 +52,33 @@ void vl_set_reclaim_hook(int (*reclaim)(void *ud), void *ud) {
 void vl_set_cudnn_benchmark(bool on) { g_ctx.cudnn_benchmark = on; }
 bool vl_cudnn_benchmark(void) { return g_ctx.cudnn_benchmark; }
 void vl_set_deterministic(bool on) { g_ctx.deterministic = on; }
+
+static int env_int(const char *name) {
+  const char *v = getenv(name);
+  if (!v || !*v) return 0;
+  char *end;
+  long x = strtol(v, &end, 10);
+  return *end == '\0' && x > 0 && x < 100000 ? (int)x : 0;
+}
+
+int vl_num_threads(void) {
+  if (g_ctx.cpu_threads > 0) return g_ctx.cpu_threads;
+  static int dflt;
+  if (dflt == 0) {
+    int n = env_int("V100LUA_NUM_THREADS");
+    if (n == 0) {
+      long cores = sysconf(_SC_NPROCESSORS_ONLN);
+      int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+      if (local == 0) local = env_int("MPI_LOCALNRANKS");
+      if (local > 1) cores /= local;
+      n = cores < 1 ? 1 : (int)cores;
+    }
+    dflt = n;
+  }
+  return dflt;
+}
+
+void vl_set_num_threads(int n) { g_ctx.cpu_threads = n > 0 ? n : 0; }
 vl_status vl_set_cuda_device(int index) {
   VL_TRY(vl_init());
   if (index < 0 || index >= g_ctx.ndevices)

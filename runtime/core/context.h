@@ -40,6 +40,7 @@ typedef struct vl_context {
   int backward_depth;                        /* backward runs in progress (hooks may nest them) */
   bool cudnn_benchmark;                      /* conv algorithms by timing on first use (default off) */
   bool deterministic;                        /* CUDA kernels without run-to-run variation (default off) */
+  int cpu_threads;                           /* the CPU backend's threads; 0: the default (vl_num_threads) */
   int cuda_device;                           /* what the device string 'cuda' means (dist.init: the local rank's) */
   uint64_t gemm_bias_epilogue;               /* addmm biases added in the GEMM's epilogue ... */
   uint64_t gemm_bias_prefill;                /* ... or written into C before it (see kernels.h) */
@@ -75,6 +76,13 @@ bool vl_cudnn_benchmark(void);
  * does. Read when an op is planned (a cached convolution plan records the flag). */
 void vl_set_deterministic(bool on);
 bool vl_deterministic(void);
+/* Threads of the CPU backend's elementwise ops, reductions, softmax and norms (kernels/cpu/
+ * cpu_threads.c), as torch.set_num_threads. n <= 0 restores the default: $V100LUA_NUM_THREADS, else
+ * the online cores divided among the ranks a launcher started on this node
+ * ($OMPI_COMM_WORLD_LOCAL_SIZE or $MPI_LOCALNRANKS), at least 1. OpenBLAS's GEMM threads follow
+ * the same number. */
+void vl_set_num_threads(int n);
+int vl_num_threads(void);
 /* The CUDA device that the device string 'cuda' (without an index) names: 0 until set; dist.init
  * sets it to this rank's device (local rank mod the visible devices), as torch.cuda.set_device.
  * Fails for an index that is not a visible device. */

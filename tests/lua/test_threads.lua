@@ -1,0 +1,75 @@
+-- tests/lua/test_threads.lua: the CPU backend's threads change no result. Elementwise ops (on
+-- contiguous, strided and broadcast operands), softmax and its backward, layer norm and its
+-- backward (whose weight and bias gradients are sums over rows, taken in fixed chunks) give
+-- bitwise the same tensors with 1 and with 4 threads; v100.set_num_threads/get_num_threads.
+local T = require 'testlib'
+local v100 = require 'v100'
+local F = require 'v100.nn.functional'
+
+local function with_threads(n, fn)
+  local prev = v100.set_num_threads(n)
+  local ok, a, b, c, d = pcall(fn)
+  v100.set_num_threads(prev)
+  if not ok then error(a, 0) end
+  return a, b, c, d
+end
+
+local function same(a, b, what)
+  T.eq(a.dtype, b.dtype, what .. ': dtype')
+  T.alleq(a, b, what .. ': bitwise the same with 1 and 4 threads')
+end
+
+T.test('set_num_threads returns the previous count; get_num_threads the current one', function()
+  local prev = v100.set_num_threads(3)
+  T.eq(v100.get_num_threads(), 3)
+  T.eq(v100.set_num_threads(prev), 3)
+  T.eq(v100.get_num_threads(), prev)
+  T.raises(function() v100.set_num_threads('x') end, 'number expected')
+  T.raises(function() v100.set_num_threads(5000) end, 'at most 4096 threads')
+end)
+
+T.test('elementwise ops: the same with 1 and 4 threads (contiguous, strided, broadcast)', function()
+  v100.manual_seed(7)
+  local x = v100.randn{ 300, 257 }
+  local y = v100.randn{ 257, 300 }:t() -- strided
+  local b = v100.randn{ 257 }          -- broadcast
+  local h = v100.randn{ 300, 257 }:to('bf16')
+  local function ops()
+    return { x + y, x * b, x:tanh(), F.gelu(x), F.gelu(x, { approximate = 'tanh' }), x:exp(), x:sigmoid(),
+      (x + y):relu(), h * 3, h:to('f32') + x, x:to('f64'):tanh() }
+  end
+  local one = with_threads(1, ops)
+  local four = with_threads(4, ops)
+  for i = 1, #one do same(one[i], four[i], 'op ' .. i) end
+  -- and they are right: a few against the double path's values
+  T.allclose(one[3], x:to('f64'):tanh():to('f32'), 1e-6, 1e-7, 'float tanh within 1e-6 of double tanh')
+  T.allclose(one[4], F.gelu(x:to('f64')):to('f32'), 1e-6, 1e-7, 'float gelu within 1e-6 of double gelu')
+end)
+
+T.test('softmax, layer norm and their backwards: the same with 1 and 4 threads', function()
+  v100.manual_seed(11)
+  local x0 = v100.randn{ 64, 8, 130 }
+  local w = v100.randn{ 130 }
+  local bias = v100.randn{ 130 }
+  local function run()
+    local x = x0:clone():requires_grad_(true)
+    local ww = w:clone():requires_grad_(true)
+    local bb = bias:clone():requires_grad_(true)
+    local s = x:softmax(3)
+    local s2 = x:log_softmax(2) -- along a middle dim: lanes side by side
+    local l = F.layer_norm(x, { 130 }, ww, bb)
+    local loss = (s * x0):sum() + (s2 * 0.5):sum() + (l * l):sum()
+    loss:backward()
+    return s:detach(), l:detach(), x.grad, { ww.grad, bb.grad, s2:detach() }
+  end
+  local s1, l1, g1, p1 = with_threads(1, run)
+  local s4, l4, g4, p4 = with_threads(4, run)
+  same(s1, s4, 'softmax')
+  same(p1[3], p4[3], 'log_softmax over dim 2')
+  same(l1, l4, 'layer_norm')
+  same(g1, g4, 'input gradient')
+  same(p1[1], p4[1], 'layer_norm weight gradient')
+  same(p1[2], p4[2], 'layer_norm bias gradient')
+end)
+
+T.run()
