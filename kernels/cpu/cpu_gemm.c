@@ -1,6 +1,7 @@
 /* kernels/cpu/cpu_gemm.c: batched row-major GEMM through OpenBLAS.
  *
- * f32 and f64 call cblas_sgemm / cblas_dgemm on the operands in place. f16 and bf16 are packed
+ * f32 and f64 call cblas_sgemm / cblas_dgemm on the operands in place, as blocks of C on the
+ * backend's threads (native_gemm), OpenBLAS single-threaded in each. f16 and bf16 are packed
  * into dense f32 matrices, multiplied with sgemm (f32 accumulation, as the contract says) and
  * rounded back once. An operand whose row stride BLAS would reject (ld below the row length,
  * which only a front end bug or a single-row matrix can produce) is packed densely as well, so
@@ -103,15 +104,87 @@ static const void *operand_at(operand *op, int64_t b, vl_dtype dt, vl_dtype ct, 
   return op->pk;
 }
 
-vl_status vl_cpu_gemm(const vl_gemm_args *g) {
-  /* OpenBLAS's threads follow vl_num_threads (its own default is every core of the machine,
-   * whatever the ranks sharing it). */
-  static _Atomic int blas_threads;
-  int t = vl_cpu_threads();
-  if (t != blas_threads) {
+/* OpenBLAS's thread count, set only when it changes. Its pthread build keeps its threads
+ * spinning on sched_yield for a while after each call: between GEMMs they took the cores from
+ * everything else (a quarter of a CPU BERT step's time was sched_yield). So f32/f64 GEMMs run
+ * on the backend's own sleeping pool, cut into blocks, with OpenBLAS single-threaded inside. */
+static void blas_threads(int t) {
+  static _Atomic int current;
+  if (t != current) {
     openblas_set_num_threads(t);
-    blas_threads = t;
+    current = t;
   }
+}
+
+/* One task: rows [r0, r1) and columns [c0, c1) of batch b's C. */
+typedef struct {
+  const vl_gemm_args *g;
+  int64_t mblocks, nblocks, mb, nb; /* blocks per batch along m and n, and their sizes */
+} gemm_job;
+
+static void gemm_range(void *vj, int64_t lo, int64_t hi) {
+  const gemm_job *j = vj;
+  const vl_gemm_args *g = j->g;
+  int64_t es = (int64_t)vl_dtype_size(g->dtype);
+  double beta = g->bias ? 1.0 : g->beta;
+  enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
+  enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t per = j->mblocks * j->nblocks, b = t / per, rest = t % per;
+    int64_t r0 = (rest / j->nblocks) * j->mb, c0 = (rest % j->nblocks) * j->nb;
+    int64_t r1 = r0 + j->mb < g->m ? r0 + j->mb : g->m, c1 = c0 + j->nb < g->n ? c0 + j->nb : g->n;
+    int64_t rows = r1 - r0, cols = c1 - c0;
+    /* op(A) rows r0.. are A's rows (no transpose) or its columns; op(B) columns likewise. */
+    const char *pa = (const char *)g->a + (b * g->stride_a + (g->trans_a ? r0 : r0 * g->lda)) * es;
+    const char *pb = (const char *)g->b + (b * g->stride_b + (g->trans_b ? c0 * g->ldb : c0)) * es;
+    char *pc = (char *)g->c + (b * g->stride_c + r0 * g->ldc + c0) * es;
+    int64_t arows = g->trans_a ? g->k : rows, brows = g->trans_b ? cols : g->k;
+    int64_t lda = arows > 1 ? g->lda : (g->trans_a ? rows : g->k), ldb = brows > 1 ? g->ldb : (g->trans_b ? g->k : cols);
+    int64_t ldc = rows > 1 ? g->ldc : cols;
+    if (lda < 1) lda = 1;
+    if (ldb < 1) ldb = 1;
+    if (ldc < 1) ldc = 1;
+    if (g->bias) prefill_c(pc, g->dtype, rows, cols, g->ldc, g->beta, (const char *)g->bias + c0 * es, g->dtype);
+    if (g->dtype == VL_F64)
+      cblas_dgemm(CblasRowMajor, ta, tb, (int)rows, (int)cols, (int)g->k, g->alpha, (const double *)pa, (int)lda,
+                  (const double *)pb, (int)ldb, beta, (double *)pc, (int)ldc);
+    else
+      cblas_sgemm(CblasRowMajor, ta, tb, (int)rows, (int)cols, (int)g->k, (float)g->alpha, (const float *)pa,
+                  (int)lda, (const float *)pb, (int)ldb, (float)beta, (float *)pc, (int)ldc);
+  }
+}
+
+/* f32/f64 operands in place: blocks of C over the pool, each a single-threaded OpenBLAS call.
+ * Blocks are at least 64 rows (or columns) and 2^21 multiply-adds, so each call stays efficient;
+ * the split is along the longer of m and n. */
+static vl_status native_gemm(const vl_gemm_args *g) {
+  blas_threads(1);
+  int t = vl_cpu_threads();
+  gemm_job j = {.g = g, .mb = g->m, .nb = g->n};
+  double macs = (double)g->m * (double)g->n * (double)g->k;
+  int64_t want = t > 1 ? (int64_t)(macs / (double)(1 << 21)) : 1; /* blocks per batch worth a call */
+  if (want > 4 * (int64_t)t) want = 4 * (int64_t)t;
+  if (g->batch < (int64_t)t && want > 1) {
+    bool along_m = g->m >= g->n;
+    int64_t len = along_m ? g->m : g->n;
+    int64_t pieces = len / 64 < want ? len / 64 : want;
+    if (pieces > 1) {
+      int64_t sz = (len + pieces - 1) / pieces;
+      if (along_m) j.mb = sz;
+      else j.nb = sz;
+    }
+  }
+  j.mblocks = (g->m + j.mb - 1) / j.mb;
+  j.nblocks = (g->n + j.nb - 1) / j.nb;
+  int64_t tasks = g->batch * j.mblocks * j.nblocks;
+  /* small products: enough of them per range to be worth a thread */
+  double task_macs = (double)j.mb * (double)j.nb * (double)g->k;
+  int64_t grain = task_macs >= (double)(1 << 21) ? 1 : (int64_t)((double)(1 << 21) / (task_macs > 1 ? task_macs : 1));
+  vl_cpu_parallel_for(tasks, grain, gemm_range, &j);
+  return VL_OK;
+}
+
+vl_status vl_cpu_gemm(const vl_gemm_args *g) {
   if (g->m <= 0 || g->n <= 0 || g->batch <= 0) return VL_OK;
   if (g->dtype != VL_F32 && g->dtype != VL_F64 && g->dtype != VL_F16 && g->dtype != VL_BF16)
     return vl_fail(VL_EDTYPE, "gemm (cpu): dtype %s is not supported (f32, f16, bf16, f64)",
@@ -137,6 +210,10 @@ vl_status vl_cpu_gemm(const vl_gemm_args *g) {
   A.packed = need_pack(&A, native);
   Bm.packed = need_pack(&Bm, native);
   C.packed = need_pack(&C, native);
+  if (!A.packed && !Bm.packed && !C.packed) return native_gemm(g);
+  /* The packed path (f16/bf16, or an ld BLAS would reject) runs batch after batch on OpenBLAS's
+   * own threads. */
+  blas_threads(vl_cpu_threads());
   if (A.packed) A.pk = malloc((size_t)(A.rows * A.cols * ec));
   if (Bm.packed) Bm.pk = malloc((size_t)(Bm.rows * Bm.cols * ec));
   if (C.packed) C.pk = malloc((size_t)(C.rows * C.cols * ec));
@@ -181,5 +258,6 @@ vl_status vl_cpu_gemm(const vl_gemm_args *g) {
   free(A.pk);
   free(Bm.pk);
   free(C.pk);
+  blas_threads(1);
   return VL_OK;
 }

@@ -300,11 +300,28 @@ done:
 /* ======================= softmax backward =======================
  * Lanes of one outer index: with inner == 1 one lane (the row) walked in blocks; otherwise up to
  * B lanes side by side, one contiguous block per step along len. */
+/* A contiguous f32 row: the dot product in double, the rest in float (expf for log-softmax). */
+static void softmax_bw_row_f32(const float *y, const float *g, float *dx, int64_t len, bool log_out) {
+  double s = 0;
+  for (int64_t i = 0; i < len; i++) s += log_out ? (double)g[i] : (double)g[i] * (double)y[i];
+  float sf = (float)s;
+  if (log_out)
+    for (int64_t i = 0; i < len; i++) dx[i] = g[i] - expf(y[i]) * sf;
+  else
+    for (int64_t i = 0; i < len; i++) dx[i] = y[i] * (g[i] - sf);
+}
+
 static void softmax_bw_range(void *vj, int64_t lo, int64_t hi) {
   const vl_softmax_bw_args *a = vj;
   int64_t es = (int64_t)vl_dtype_size(a->dtype), len = a->len, inner = a->inner;
   double yb[B], gb[B], ob[B], sum[B];
   bool row = inner == 1;
+  if (a->dtype == VL_F32 && row) {
+    for (int64_t o = lo; o < hi; o++)
+      softmax_bw_row_f32((const float *)a->y + o * len, (const float *)a->dy + o * len, (float *)a->dx + o * len, len,
+                         a->log);
+    return;
+  }
   int64_t nblk = (inner + B - 1) / B;
   for (int64_t t = lo; t < hi; t++) {
     int64_t o = t / nblk, j0 = (t % nblk) * B;

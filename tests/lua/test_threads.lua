@@ -1,7 +1,8 @@
 -- tests/lua/test_threads.lua: the CPU backend's threads change no result. Elementwise ops (on
 -- contiguous, strided and broadcast operands), softmax and its backward, layer norm and its
 -- backward (whose weight and bias gradients are sums over rows, taken in fixed chunks) give
--- bitwise the same tensors with 1 and with 4 threads; v100.set_num_threads/get_num_threads.
+-- bitwise the same tensors with 1 and with 4 threads; GEMMs (blocks of C over the threads, OpenBLAS
+-- single-threaded in each) agree within rounding; v100.set_num_threads/get_num_threads.
 local T = require 'testlib'
 local v100 = require 'v100'
 local F = require 'v100.nn.functional'
@@ -70,6 +71,30 @@ T.test('softmax, layer norm and their backwards: the same with 1 and 4 threads',
   same(g1, g4, 'input gradient')
   same(p1[1], p4[1], 'layer_norm weight gradient')
   same(p1[2], p4[2], 'layer_norm bias gradient')
+end)
+
+T.test('matmul (f32, f64, batched, transposed, with a bias): the same with 1 and 4 threads', function()
+  v100.manual_seed(5)
+  local a = v100.randn{ 700, 300 }
+  local b = v100.randn{ 300, 500 }
+  local bt = v100.randn{ 500, 300 }
+  local wide = v100.randn{ 8, 300 }
+  local bias = v100.randn{ 500 }
+  local ba = v100.randn{ 6, 130, 64 }
+  local bb = v100.randn{ 6, 64, 120 }
+  local function mm()
+    return { a:matmul(b), a:matmul(bt:t()), a:t():t():matmul(b), wide:matmul(b), ba:matmul(bb),
+      a:to('f64'):matmul(b:to('f64')), F.linear(a, bt, bias), a:to('bf16'):matmul(b:to('bf16')) }
+  end
+  local one = with_threads(1, mm)
+  local four = with_threads(4, mm)
+  -- OpenBLAS's kernels for the edge of a block may sum in another order: within rounding
+  for i = 1, #one do
+    local tol = one[i].dtype == 'f64' and 1e-13 or one[i].dtype == 'bf16' and 1e-2 or 1e-6
+    T.allclose(one[i], four[i], tol, tol, 'matmul ' .. i .. ' with 1 and 4 threads')
+  end
+  T.allclose(one[1], a:to('f64'):matmul(b:to('f64')):to('f32'), 1e-4, 1e-4, 'f32 matmul against f64')
+  T.allclose(one[7], a:matmul(bt:t()) + bias, 1e-5, 1e-5, 'linear = x w^T + b')
 end)
 
 T.run()
