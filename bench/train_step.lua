@@ -24,7 +24,7 @@ local train = require 'v100.train'
 local opts, parser = recipe.options{
   name = 'train_step.lua',
   description = 'Synthetic ResNet-50 / BERT-Large training steps under AMP, eager or as a CUDA graph.',
-  { '--model', 'resnet50', 'the model', { 'resnet50', 'bert-large', 'bert-base' } },
+  { '--model', 'resnet50', 'the model (bert-tiny: Google\'s BERT-Tiny with an 8,192-token vocabulary, the CPU recipe\'s)', { 'resnet50', 'bert-large', 'bert-base', 'bert-tiny' } },
   { '--amp', 'O1', 'AMP policy', { 'O0', 'O1', 'O2', 'O3' } },
   { '--dtype', 'bf16', 'half dtype', { 'fp16', 'bf16' } },
   { '--graph', 'off', 'replay the step as one CUDA graph', { 'on', 'off' } },
@@ -68,7 +68,8 @@ if opts.model == 'resnet50' then
 else
   local bert = require 'v100.models.bert'
   batch = opts.batch > 0 and opts.batch or 128
-  local cfg = bert.config(opts.model == 'bert-large' and 'large' or 'base')
+  local cfg = opts.model == 'bert-tiny' and bert.config('base', { num_hidden_layers = 2, hidden_size = 128,
+    num_attention_heads = 2, intermediate_size = 512, vocab_size = 8192 }) or bert.config(opts.model == 'bert-large' and 'large' or 'base')
   model = bert.BertForPreTraining(cfg):to(dev)
   policy:convert(model)
   opt = optim.AdamW(model:parameters(), policy:optimizer_opts{ lr = 1e-4, weight_decay = 0.01,

@@ -19,6 +19,8 @@ usage: python3 bench/train_step.py --model resnet50|bert-large [--amp O1] [--dty
 """
 import argparse
 
+import time
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -26,7 +28,9 @@ import torch.nn.functional as F
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="resnet50", choices=["resnet50", "bert-large", "bert-base"])
+    ap.add_argument("--model", default="resnet50", choices=["resnet50", "bert-large", "bert-base", "bert-tiny"])
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (torch.set_num_threads; 0: torch's default)")
     ap.add_argument("--amp", default="O1", choices=["O0", "O1", "O2"])
     ap.add_argument("--dtype", default="bf16", choices=["fp16", "bf16"])
     ap.add_argument("--graph", default="off", choices=["on", "off"])
@@ -35,7 +39,10 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     a = ap.parse_args()
-    dev = torch.device("cuda")
+    dev = torch.device(a.device)
+    cuda = a.device == "cuda"
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(1)
@@ -52,8 +59,12 @@ def main():
     else:
         from transformers import BertConfig, BertForPreTraining
         batch = a.batch or 128
-        cfg = BertConfig() if a.model == "bert-base" else BertConfig(
-            hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
+        sizes = {"bert-base": {}, "bert-large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                                                      intermediate_size=4096),
+                 # Google's BERT-Tiny, with recipes/bert.lua's CPU vocabulary
+                 "bert-tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512,
+                                   vocab_size=8192)}
+        cfg = BertConfig(**sizes[a.model])
         cfg.attn_implementation = "sdpa"
         model = BertForPreTraining(cfg).to(dev)
         L = a.seq
@@ -79,7 +90,7 @@ def main():
 
     if a.model == "resnet50":
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-5,
-                              fused=True)
+                              fused=cuda)
 
         def loss_fn():
             return F.cross_entropy(model(x).float(), y, label_smoothing=0.1)
@@ -88,7 +99,7 @@ def main():
         for n, p in model.named_parameters():
             (no_decay if n.endswith("bias") or "LayerNorm" in n else decay).append(p)
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                                lr=1e-4, fused=True, capturable=graphed)
+                                lr=1e-4, fused=cuda, capturable=graphed)
 
         def loss_fn():
             out = model(input_ids=ids, token_type_ids=types, attention_mask=mask)
@@ -101,7 +112,7 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=half, enabled=a.amp == "O1"):
+        with torch.autocast(a.device, dtype=half, enabled=a.amp == "O1"):
             loss = loss_fn()
         if scaler is not None:
             scaler.scale(loss).backward()
@@ -132,16 +143,23 @@ def main():
             step()
         run = step
 
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    e0.record()
-    for _ in range(a.steps):
-        loss = run()
-    e1.record()
-    e1.synchronize()
-    ms = e0.elapsed_time(e1) / a.steps
+    if cuda:
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        e0.record()
+        for _ in range(a.steps):
+            loss = run()
+        e1.record()
+        e1.synchronize()
+        ms = e0.elapsed_time(e1) / a.steps
+    else:
+        t0 = time.perf_counter()
+        for _ in range(a.steps):
+            loss = run()
+        ms = (time.perf_counter() - t0) * 1000 / a.steps
     name = "torch_train_%s_%s_%s_%s" % (a.model.replace("-", "_"), a.amp, a.dtype, "graph" if graphed else "eager")
-    print("# %s batch %d, loss %.4f, torch %s" % (a.model, batch, loss.item(), torch.__version__))
+    print("# %s batch %d, loss %.4f, torch %s, %s%s" % (a.model, batch, loss.item(), torch.__version__, a.device,
+                                                      "" if cuda else ", %d threads" % torch.get_num_threads()))
     print("BENCH %s %.1f samples/s" % (name, batch * 1000 / ms))
     print("BENCH %s_ms %.2f ms/step" % (name, ms))
 

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""PyTorch's side of bench/cpu_ops.lua: the same CPU ops on the same 2048 x 1024 f32 tensors, with
+one thread and with the given count (default: what torch uses), in ms (mean of 5 after a warm-up).
+
+    python3 bench/cpu_ops.py [--threads N]      # beside: V100LUA_NUM_THREADS=N v100lua bench/cpu_ops.lua
+"""
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def bench(f):
+    f()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        f()
+    return (time.perf_counter() - t0) / 5 * 1000
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    a = ap.parse_args()
+    x = torch.randn(2048, 1024)
+    y = torch.randn(2048, 1024)
+    xt = torch.randn(1024, 2048).t()
+    for th in ([1, a.threads] if a.threads > 1 else [1]):
+        torch.set_num_threads(th)
+        r = [
+            ("add", lambda: x + y),
+            ("add(strided)", lambda: x + xt),
+            ("tanh", lambda: x.tanh()),
+            ("gelu", lambda: F.gelu(x)),
+            ("exp", lambda: x.exp()),
+            ("softmax", lambda: x.softmax(1)),
+            ("sum(2)", lambda: x.sum(1)),
+            ("layernorm", lambda: F.layer_norm(x, (1024,))),
+        ]
+        print(f"torch {torch.__version__} threads {th} (ms, 2048 x 1024 f32): "
+              + "  ".join(f"{n} {bench(f):.2f}" for n, f in r), flush=True)
+
+
+if __name__ == "__main__":
+    main()
