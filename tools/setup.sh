@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tools/setup.sh: install the build and test dependencies of v100lua on Debian 12 / Ubuntu.
+# tools/setup.sh [extra packages...]: install the build and test dependencies of v100lua on Debian
+# 12 / Ubuntu (and the extra packages named, e.g. clang for tools/fuzz.sh, as CI does).
 # Idempotent: only missing packages are installed, and `apt-get update` runs only when something
 # is missing. Needs root (or sudo). The CUDA toolkit is not installed here: CUDA is used when
 # nvcc exists (e.g. /usr/local/cuda/bin/nvcc), see docs/BUILDING.md.
@@ -8,6 +9,7 @@ set -euo pipefail
 PACKAGES=(build-essential cmake ninja-build pkg-config liblua5.4-dev libopenblas-dev zlib1g-dev
           libopenmpi-dev openmpi-bin libreadline-dev libcjson-dev libutf8proc-dev lua-argparse
           libturbojpeg0-dev libisal-dev dataset-fashion-mnist wordnet-base)
+PACKAGES+=("$@")
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "setup.sh: not a Debian-based system; install the equivalents of: ${PACKAGES[*]}" >&2

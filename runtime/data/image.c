@@ -37,6 +37,11 @@ vl_status vl_jpeg_header(vl_jpeg_decoder *d, const void *buf, size_t len, const 
   if (tjDecompressHeader3(d->tj, (const unsigned char *)buf, (unsigned long)len, &w, &h, &subsamp, &cs) != 0)
     return vl_fail(VL_EIO, "decode_jpeg: %s: not a readable JPEG (%s)", name, tjGetErrorStr2(d->tj));
   if (w <= 0 || h <= 0) return vl_fail(VL_EIO, "decode_jpeg: %s: not a readable JPEG (image of size %dx%d)", name, h, w);
+  /* The size comes from the file's header, and a few hundred bytes of progressive JPEG can
+   * claim 65535 x 65535: the cap comes before the pixel buffer is allocated. */
+  if ((uint64_t)w * (uint64_t)h > VL_JPEG_MAX_PIXELS)
+    return vl_fail(VL_EIO, "decode_jpeg: %s: image of %dx%d is over the limit of %llu pixels (VL_JPEG_MAX_PIXELS)",
+                   name, h, w, (unsigned long long)VL_JPEG_MAX_PIXELS);
   *width = w;
   *height = h;
   *stored_channels = cs == TJCS_GRAY ? 1 : cs == TJCS_CMYK || cs == TJCS_YCCK ? 4 : 3;

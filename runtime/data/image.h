@@ -33,6 +33,10 @@ typedef struct vl_jpeg_decoder vl_jpeg_decoder;
 vl_status vl_jpeg_decoder_new(vl_jpeg_decoder **out);
 void vl_jpeg_decoder_free(vl_jpeg_decoder *d); /* NULL is fine */
 
+/* The most pixels (width x height) a decoded image may have: 2^28, 16384 x 16384. A header that
+ * claims more is refused before anything is allocated (VL_EIO naming the size). */
+#define VL_JPEG_MAX_PIXELS ((uint64_t)1 << 28)
+
 /* Image size and channel count as stored (1 for gray, 4 for CMYK/YCCK, 3 otherwise). */
 vl_status vl_jpeg_header(vl_jpeg_decoder *d, const void *buf, size_t len, const char *name, int *width,
                          int *height, int *stored_channels);

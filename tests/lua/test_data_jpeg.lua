@@ -329,5 +329,15 @@ T.test('resize_image and the upscaled RGB variant of the tool', function()
   T.eq(xs[1].shape, {8, 3, 32, 32})
 end)
 
+T.test('a header claiming more than VL_JPEG_MAX_PIXELS is refused before the pixels are allocated', function()
+  -- tests/fuzz/regress: an 8x8 JPEG whose SOF0 says 20000 x 20000 (4e8 pixels, over 2^28); the
+  -- fuzzer's mutations of such headers made every decode try a buffer of gigabytes
+  local f = assert(io.open('tests/fuzz/regress/jpeg_20000x20000_header.jpg', 'rb'))
+  local bytes = f:read('a')
+  f:close()
+  T.raises(function() data.decode_jpeg(bytes, {channels = 1}) end, 'image of 20000x20000 is over the limit of 268435456 pixels')
+  T.raises(function() data.decode_jpeg('tests/fuzz/regress/jpeg_20000x20000_header.jpg') end, 'over the limit')
+end)
+
 sh("rm -rf '" .. dir .. "'")
 T.run()
