@@ -70,8 +70,21 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* A forked child has none of the parent's workers (only the forking thread survives a fork):
+ * it starts with an empty pool of its own. */
+static void forget_pool(void) {
+  pthread_mutex_init(&pool.mu, NULL);
+  pthread_cond_init(&pool.work, NULL);
+  pthread_cond_init(&pool.done, NULL);
+  pool.started = pool.ready = pool.active = pool.wanted = 0;
+  atomic_flag_clear(&pool.busy);
+}
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void) { pthread_atfork(NULL, NULL, forget_pool); }
+
 /* Starts workers up to `want` (called between jobs, under `busy`). */
 static void grow(int want) {
+  pthread_once(&atfork_once, register_atfork);
   if (want > VL_CPU_MAX_THREADS - 1) want = VL_CPU_MAX_THREADS - 1;
   pthread_attr_t attr;
   pthread_attr_init(&attr);

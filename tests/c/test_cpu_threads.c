@@ -1,13 +1,15 @@
 /* tests/c/test_cpu_threads.c: the CPU backend's thread pool (kernels/cpu/cpu_threads.c): every
  * item of a range is run exactly once whatever the thread count and grain; a call from inside a
  * job, and calls from two threads at once, run correctly (serially where the pool is busy); the
- * thread count follows vl_set_num_threads. */
+ * thread count follows vl_set_num_threads; a forked child gets a pool of its own. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kernels/cpu/cpu_internal.h"
 #include "runtime/core/context.h"
@@ -103,10 +105,27 @@ static void test_default(void) {
   CHECK(vl_num_threads() >= 1, "n <= 0 restores the default");
 }
 
+/* A forked child (only the forking thread survives) gets a pool of its own and finishes. */
+static void test_fork(void) {
+  vl_set_num_threads(4);
+  CHECK(run(100000, 100, false, NULL), "the parent's pool runs");
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    bool ok = run(100000, 100, false, NULL) && run(100000, 100, false, NULL);
+    _exit(ok ? 0 : 3);
+  }
+  int st = 0;
+  CHECK(pid > 0 && waitpid(pid, &st, 0) == pid, "fork and wait");
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's parallel_for covered its ranges (status %d)", st);
+  CHECK(run(100000, 100, false, NULL), "the parent's pool still runs after the fork");
+}
+
 int main(void) {
   test_cover();
   test_nested();
   test_concurrent();
+  test_fork();
   test_default();
   return vl_test_finish();
 }
