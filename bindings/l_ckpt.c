@@ -1,7 +1,8 @@
 /* bindings/l_ckpt.c: v100._ckpt, the primitives of scripts/v100/checkpoint.lua.
  *   fsync_dir(path), list_dir(path) -> {names, sorted}, remove_tree(path),
  *   rename(from, to[, exchange]), write_atomic(path, string), pid() -> this process's id,
- *   pid_alive(pid) -> boolean, is_dir(path) -> boolean        (runtime/io/fsutil.h)
+ *   pid_alive(pid) -> boolean, is_dir(path) -> boolean, truncate(path, size)
+ *                                                             (runtime/io/fsutil.h)
  * Directories are made with v100.io.makedirs and JSON is v100.io.json_encode/json_decode
  * (bindings/l_log.c, bindings/l_json.c): one of each for the logger and the checkpoints. */
 #define _POSIX_C_SOURCE 200809L
@@ -26,6 +27,13 @@ static int status_or_true(lua_State *L, vl_status s) {
 
 static int c_fsync_dir(lua_State *L) { return status_or_true(L, vl_fs_fsync_dir(check_path(L, 1, "fsync_dir"))); }
 static int c_remove_tree(lua_State *L) { return status_or_true(L, vl_fs_remove_tree(check_path(L, 1, "remove_tree"))); }
+
+static int c_truncate(lua_State *L) {
+  const char *path = check_path(L, 1, "truncate");
+  lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, n >= 0, 2, "size must not be negative");
+  return status_or_true(L, vl_fs_truncate(path, (uint64_t)n));
+}
 
 static int c_rename(lua_State *L) {
   const char *from = check_path(L, 1, "rename"), *to = check_path(L, 2, "rename");
@@ -73,7 +81,8 @@ static int c_is_dir(lua_State *L) {
 static const luaL_Reg ckpt_funcs[] = {
     {"fsync_dir", c_fsync_dir}, {"list_dir", c_list_dir},   {"remove_tree", c_remove_tree},
     {"rename", c_rename},       {"write_atomic", c_write_atomic}, {"pid", c_pid},
-    {"pid_alive", c_pid_alive}, {"is_dir", c_is_dir},         {NULL, NULL},
+    {"pid_alive", c_pid_alive}, {"is_dir", c_is_dir},         {"truncate", c_truncate},
+    {NULL, NULL},
 };
 
 int luaopen_v100_ckpt(lua_State *L) {

@@ -51,6 +51,12 @@ vl_status vl_fs_fsync_dir(const char *path) {
   return VL_OK;
 }
 
+vl_status vl_fs_truncate(const char *path, uint64_t size) {
+  if (size > (uint64_t)INT64_MAX) return vl_fail(VL_EINVAL, "truncate: %s: size %llu out of range", path, (unsigned long long)size);
+  if (truncate(path, (off_t)size) != 0) return vl_fail(VL_EIO, "truncate: %s: %s", path, strerror(errno));
+  return VL_OK;
+}
+
 void vl_fs_free_list(char **names, int n) {
   if (!names) return;
   for (int i = 0; i < n; i++) free(names[i]);

@@ -10,6 +10,7 @@
 #define VL_FSUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "runtime/core/status.h"
 
@@ -39,6 +40,10 @@ vl_status vl_fs_rename(const char *from, const char *to, int exchange);
 /* Writes n bytes to path atomically and durably (runtime/io/replace.h: temporary file, fsync,
  * rename, directory fsync). On failure path holds what it held before. */
 vl_status vl_fs_write_atomic(const char *path, const void *bytes, size_t n);
+
+/* Cuts the file at path to `size` bytes (truncate(2)): an appender whose last write failed half
+ * way (a full disk) takes its partial record back. */
+vl_status vl_fs_truncate(const char *path, uint64_t size);
 
 /* 1 when path is a directory (symlinks followed), 0 otherwise (absent, a file, unreadable). */
 int vl_fs_is_dir(const char *path);

@@ -262,9 +262,17 @@ function Logger:log(step, metrics, extra)
   for _, k in ipairs(mkeys) do parts[#parts + 1] = enc(k) .. ':' .. enc(values[k]) end
   parts[#parts + 1] = '"time":' .. enc(now)
   if self.file then
+    local before = self.file:seek('end')
     local ok, err = self.file:write('{', table.concat(parts, ','), '}\n')
     if ok then ok, err = self.file:flush() end
-    if not ok then error('Logger:log: writing ' .. self.jsonl_path .. ': ' .. tostring(err), 2) end
+    if not ok then
+      -- A full disk took part of the line: the file is cut back to its whole lines (a JSON-lines
+      -- reader would choke on the half line) and reopened for the next call.
+      pcall(self.file.close, self.file)
+      if before then pcall(core._ckpt.truncate, self.jsonl_path, before) end
+      self.file = io.open(self.jsonl_path, 'a')
+      error('Logger:log: writing ' .. self.jsonl_path .. ': ' .. tostring(err), 2)
+    end
   end
   if self.writer then
     local prefix = type(extra.split) == 'string' and extra.split .. '/' or ''
