@@ -460,4 +460,31 @@ T.test('bad files: the message names the file and what is wrong', function()
 end)
 
 fs.remove_tree(ROOT)
+T.test('loading a checkpoint never runs code: Lua in its metadata and state stays a string', function()
+  -- Checkpoints are safetensors plus JSON: nothing in them is code. A checkpoint whose user
+  -- state, metadata and tensor names hold Lua chunks loads them as strings, and none runs.
+  local dir = fresh_dir()
+  _G.CKPT_CODE_RAN = nil
+  local chunk = 'CKPT_CODE_RAN = true; os.exit(7)'
+  local m = nn.Linear(2, 2)
+  local p = ckpt.save(dir, { model = m, step = 1, state = { note = chunk, [chunk] = chunk },
+    files = { ['notes.txt'] = 'return ' .. chunk } })
+  v100.save_safetensors(p .. '/model.safetensors', { weight = m.weight, bias = m.bias },
+    { format = 'pt', code = chunk, ['return os.exit(7)'] = 'dofile("/etc/passwd")' })
+  local c = ckpt.load(p)
+  T.eq(c.state.note, chunk, 'the state is data')
+  T.eq(c.state[chunk], chunk)
+  local m2 = nn.Linear(2, 2)
+  ckpt.restore(c, { model = m2 })
+  T.eq(_G.CKPT_CODE_RAN, nil, 'nothing in the checkpoint ran')
+  -- and the loaders contain no way to run what they read
+  for _, f in ipairs { 'scripts/v100/checkpoint.lua', 'scripts/v100/models/bert_hf.lua', 'scripts/v100/bert_data.lua' } do
+    -- the global functions, not methods or fields named so (M.load, ds:load)
+    local src = ' ' .. T.read_file(here .. '../../' .. f):gsub('%-%-[^\n]*', '')
+    for _, fn in ipairs { 'load%s*%(', 'loadstring', 'loadfile', 'dofile' } do
+      T.ok(not src:find('[^%w_%.:]' .. fn), f .. ' calls ' .. fn)
+    end
+  end
+end)
+
 T.run()
