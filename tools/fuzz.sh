@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
 done
 command -v clang >/dev/null || { echo "tools/fuzz.sh: needs clang (apt-get install clang)" >&2; exit 1; }
 if [ ${#targets[@]} -eq 0 ]; then
-  for f in "$ROOT"/tests/fuzz/fuzz_*.c; do targets+=("$(basename "$f" .c)"); done
+  for f in "$ROOT"/tests/fuzz/fuzz_*.c "$ROOT"/tests/fuzz/host/fuzz_*.c; do targets+=("$(basename "$f" .c)"); done
 fi
 CC=clang V100LUA_CUDA=OFF JOBS="${JOBS:-$(nproc)}" bash "$ROOT/tools/build.sh" "$B" -DV100LUA_FUZZ=ON \
   -DV100LUA_READLINE=OFF >/dev/null
