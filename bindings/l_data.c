@@ -8,6 +8,8 @@
  *     l:next_to(device) -> x, y | nil (new tensors on device; async copy on CUDA),
  *     l:cpu_fallbacks(), l:nvjpeg_backend() (decoder 'nvjpeg': images decoded on the CPU instead; backend)
  *   have_nvjpeg() -> boolean (built with nvJPEG)
+ *   permutation(n, seed) -> i64 CPU tensor; sampler_indices(order or nil, n, rank, size, num_samples)
+ *     -> i64 CPU tensor (runtime/data/sampler.h: the loaders' epoch orders)
  *     l:batches(n), l:skipped(), l:skip_message(i), l:workers(), l:close() (also __gc, __close)
  * Options arrive checked for type by data.lua; the runtime checks their values. */
 #include <lauxlib.h>
@@ -18,6 +20,7 @@
 #include "runtime/core/device.h"
 #include "runtime/data/folder.h"
 #include "runtime/data/image.h"
+#include "runtime/data/sampler.h"
 #include "runtime/data/loader.h"
 #include "runtime/data/nvjpeg.h"
 #include "runtime/data/transform.h"
@@ -312,9 +315,30 @@ static const luaL_Reg loader_methods[] = {{"epoch", loader_epoch},     {"next", 
                                           {"skip_message", loader_skip_message}, {"workers", loader_workers},
                                           {"close", loader_close},     {NULL, NULL}};
 
+static int l_permutation(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1), seed = luaL_checkinteger(L, 2);
+  vl_tensor *t = NULL;
+  vl_status s = vl_permutation(n, seed, &t);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  vl_lua_pushtensor(L, t);
+  return 1;
+}
+
+static int l_sampler_indices(lua_State *L) {
+  vl_tensor *order = lua_isnil(L, 1) ? NULL : vl_lua_checktensor(L, 1);
+  lua_Integer n = luaL_checkinteger(L, 2), rank = luaL_checkinteger(L, 3), size = luaL_checkinteger(L, 4);
+  lua_Integer num = luaL_checkinteger(L, 5);
+  vl_tensor *t = NULL;
+  vl_status s = vl_sampler_indices(order, n, rank, size, num, &t);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  vl_lua_pushtensor(L, t);
+  return 1;
+}
+
 static const luaL_Reg data_funcs[] = {{"folder", l_folder}, {"decode", l_decode}, {"encode", l_encode},
                                       {"resize", l_resize}, {"loader", l_loader_new},
-                                      {"have_nvjpeg", l_have_nvjpeg}, {NULL, NULL}};
+                                      {"have_nvjpeg", l_have_nvjpeg}, {"permutation", l_permutation},
+                                      {"sampler_indices", l_sampler_indices}, {NULL, NULL}};
 
 static void new_mt(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc) {
   luaL_newmetatable(L, name);

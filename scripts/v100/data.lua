@@ -65,28 +65,12 @@ end
 
 -- A small deterministic generator (xorshift64*) so that shuffles depend only on opts.seed and
 -- not on Lua's global math.random state, which scripts may reseed.
-local function make_rng(seed)
-  local state = (math.tointeger(seed) or 0) ~ 0x2545F4914F6CDD1D
-  if state == 0 then state = 1 end
-  return function(n) -- uniform integer in [1, n]
-    state = state ~ (state >> 12)
-    state = state ~ (state << 25)
-    state = state ~ (state >> 27)
-    local r = (state * 0x2545F4914F6CDD1D) >> 11 -- 53 bits, non-negative
-    return r % n + 1
-  end
-end
-
--- A 0-based random permutation of n as an i64 tensor on `device`.
+-- A 0-based random permutation of n as an i64 tensor on `device` (runtime/data/sampler.c:
+-- Fisher-Yates with xorshift64*, the order this function always gave).
 function data.permutation(n, seed, device)
-  local rand = make_rng(seed)
-  local p = {}
-  for i = 1, n do p[i] = i - 1 end
-  for i = n, 2, -1 do
-    local j = rand(i)
-    p[i], p[j] = p[j], p[i]
-  end
-  return v100.tensor(p, {dtype = 'i64', device = device or 'cpu'})
+  local p = _data.permutation(n, math.tointeger(seed) or 0)
+  if device and device ~= 'cpu' then return p:to(device) end
+  return p
 end
 
 -- data.batches(x, y, batch_size, opts) -> iterator of (xb, yb, k): consecutive batches along

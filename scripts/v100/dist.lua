@@ -222,20 +222,11 @@ end
 function Sampler:set_epoch(e) self.epoch = e end
 function Sampler:__len() return self.num_samples end
 
+-- (In C, runtime/data/sampler.c: an epoch of tens of millions of samples as Lua tables took
+-- seconds and made every full collection of the heap slower.)
 function Sampler:indices()
-  local order
-  if self.shuffle then
-    order = require('v100.data').permutation(self.n, self.seed + self.epoch):totable()
-  else
-    order = {}
-    for i = 1, self.n do order[i] = i - 1 end
-  end
-  local mine = {}
-  for k = 0, self.num_samples - 1 do
-    local pos = self.rank + k * self.size -- 0-based position in the padded order
-    mine[k + 1] = order[pos % self.n + 1]
-  end
-  return core.tensor(mine, {dtype = 'i64'})
+  local order = self.shuffle and core._data.permutation(self.n, self.seed + self.epoch) or nil
+  return core._data.sampler_indices(order, self.n, self.rank, self.size, self.num_samples)
 end
 
 -- dist.epoch_indices(n, epoch, {shuffle =, seed =, rank =, size =}) -> this rank's 0-based i64
