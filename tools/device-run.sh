@@ -6,7 +6,8 @@
 # compute-sanitizer memcheck, the benchmarks (ours and PyTorch's), and optional extra commands.
 # Usage: tools/device-run.sh OUTDIR [step...]; steps: tests memcheck bench recipe:<args...> py:<args...>
 # train:<args...> (bench/train_step.lua and .py side by side) mpi:<test file> (under mpirun -np 1:
-# the NCCL path at world size 1)
+# the NCCL path at world size 1) cpu:<threads> (the CPU backend against PyTorch's CPU with the same
+# thread count: bench/cpu_ops.lua/.py and a BERT-Tiny training step, f32)
 # (arguments joined by commas). Environment: GPU_TESTS, MEMCHECK_TESTS (files), MEMCHECK_TIMEOUT (s),
 # DEADLINE_S (skip the steps that would start later than this), TEST_TIMEOUT (s per GPU test; 0 = none).
 set -uo pipefail
@@ -124,6 +125,17 @@ for step in $steps; do
       echo "rc=$rc mpi ${n} $((SECONDS - t0))s" >>"$OUT/mpi_$n.log"
       summary+=("rc=$rc mpirun -np 1 ${n} $((SECONDS - t0))s | $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/mpi_$n.log" | tail -1)")
       [ "$rc" = 0 ] || { echo "--- mpi $n"; grep -E '^FAIL|^\[|error|Error' "$OUT/mpi_$n.log" | head -12; } >>"$FINAL/failures.txt"
+      ;;
+    cpu:*)
+      # ours and PyTorch's CPU side by side, both with the same number of threads
+      th="${step#cpu:}"
+      t0=$SECONDS
+      log="$OUT/cpu_${th}.log"
+      { V100LUA_NUM_THREADS="$th" "$V" bench/cpu_ops.lua; python3 bench/cpu_ops.py --threads "$th";
+        V100LUA_NUM_THREADS="$th" "$V" bench/train_step.lua --model bert-tiny --device cpu --amp O0 --batch 32 --steps 10 --warmup 2;
+        PYTHONUNBUFFERED=1 python3 bench/train_step.py --model bert-tiny --device cpu --amp O0 --batch 32 --steps 10 --warmup 2 --threads "$th";
+      } >"$log" 2>&1
+      summary+=("cpu threads=$th $((SECONDS - t0))s: $(grep -E '^BENCH [a-z_0-9A-Z]+ [0-9.]+ samples' "$log" | awk '{printf "%s=%s ", $2, $3}')")
       ;;
     py:*)
       # A Python (PyTorch) script with arguments, e.g. py:bench/fashion_resnet.py,--epochs,3: the other
