@@ -144,6 +144,34 @@ static void reduce_i64(int cb, const char *in, vl_dtype dt, int64_t outer, int64
   }
 }
 
+/* The outer index's reductions are independent: split over the CPU threads, each range of outer
+ * indices reduced exactly as alone (the same sums in the same order for any thread count). A
+ * reduction with one outer index (a whole-tensor sum) stays on one thread. */
+typedef struct {
+  const red_plan *pl;
+  int cb;
+  const char *in;
+  vl_dtype dt;
+  int64_t len, inner;
+  const double *mean;
+  double *acc;
+  int64_t *iacc, *idx;
+} red_job;
+
+static void red_range(void *vj, int64_t lo, int64_t hi) {
+  const red_job *j = vj;
+  int64_t es = (int64_t)vl_dtype_size(j->dt), off = lo * j->inner;
+  const char *in = j->in + lo * j->len * j->inner * es;
+  int64_t *idx = j->idx ? j->idx + off : NULL;
+  if (j->iacc) reduce_i64(j->cb, in, j->dt, hi - lo, j->len, j->inner, j->iacc + off, idx);
+  else reduce_f64(j->pl, in, j->dt, hi - lo, j->len, j->inner, j->mean ? j->mean + off : NULL, j->acc + off, idx);
+}
+
+static void reduce_par(red_job *j, int64_t outer) {
+  int64_t per = j->len * j->inner; /* elements read per outer index */
+  vl_cpu_parallel_for(outer, per >= 16384 ? 1 : 16384 / (per > 0 ? per : 1), red_range, j);
+}
+
 static const char *red_name(vl_reduce_op op) {
   static const char *const names[] = {"sum", "prod", "mean", "max", "min", "var", "norm"};
   VL_TABLE_SIZE(names, VL_NREDUCE);
@@ -162,8 +190,9 @@ vl_status vl_cpu_reduce(const vl_reduce_args *a) {
                                        a->op == VL_RED_MAX || a->op == VL_RED_MIN)) {
     int64_t *acc = malloc((size_t)nout * sizeof *acc);
     if (!acc) return vl_fail(VL_EOOM, "%s (cpu): cannot allocate %lld accumulators", red_name(a->op), (long long)nout);
-    reduce_i64(cb, a->in, a->in_dtype, a->outer, a->len, a->inner, acc,
-               want_idx ? a->indices : NULL);
+    red_job j = {.cb = cb, .in = a->in, .dt = a->in_dtype, .len = a->len, .inner = a->inner, .iacc = acc,
+                 .idx = want_idx ? a->indices : NULL};
+    reduce_par(&j, a->outer);
     vl_cpu_store_i64(a->out, eo, a->out_dtype, acc, nout);
     free(acc);
     return VL_OK;
@@ -187,12 +216,14 @@ vl_status vl_cpu_reduce(const vl_reduce_args *a) {
     else pl = (red_plan){TF_POW, CB_SUM, p};
   }
   if (a->op == VL_RED_VAR) {
-    reduce_f64(&pl, a->in, a->in_dtype, a->outer, a->len, a->inner, NULL, mean, NULL);
+    red_job jm = {.pl = &pl, .in = a->in, .dt = a->in_dtype, .len = a->len, .inner = a->inner, .acc = mean};
+    reduce_par(&jm, a->outer);
     for (int64_t i = 0; i < nout; i++) mean[i] /= len;
     pl.tf = TF_DEV2;
   }
-  reduce_f64(&pl, a->in, a->in_dtype, a->outer, a->len, a->inner, mean, acc,
-             want_idx ? a->indices : NULL);
+  red_job j = {.pl = &pl, .in = a->in, .dt = a->in_dtype, .len = a->len, .inner = a->inner, .mean = mean, .acc = acc,
+               .idx = want_idx ? a->indices : NULL};
+  reduce_par(&j, a->outer);
   if (a->op == VL_RED_MEAN) {
     for (int64_t i = 0; i < nout; i++) acc[i] /= len;
   } else if (a->op == VL_RED_VAR) {

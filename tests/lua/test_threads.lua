@@ -1,5 +1,5 @@
 -- tests/lua/test_threads.lua: the CPU backend's threads change no result. Elementwise ops (on
--- contiguous, strided and broadcast operands), softmax and its backward, layer norm and its
+-- contiguous, strided and broadcast operands), reductions over a dim, softmax and its backward, layer norm and its
 -- backward (whose weight and bias gradients are sums over rows, taken in fixed chunks) give
 -- bitwise the same tensors with 1 and with 4 threads; GEMMs (blocks of C over the threads, OpenBLAS
 -- single-threaded in each) agree within rounding; v100.set_num_threads/get_num_threads.
@@ -71,6 +71,22 @@ T.test('softmax, layer norm and their backwards: the same with 1 and 4 threads',
   same(g1, g4, 'input gradient')
   same(p1[1], p4[1], 'layer_norm weight gradient')
   same(p1[2], p4[2], 'layer_norm bias gradient')
+end)
+
+T.test('reductions over a dim (sum, mean, max with indices, var, norm, integers): the same with 1 and 4 threads', function()
+  v100.manual_seed(13)
+  local x = v100.randn{ 300, 200 }
+  local x3 = v100.randn{ 40, 50, 30 }
+  local xi = (v100.rand{ 500, 70 } * 1000):to('i64')
+  local function red()
+    local mx, imx = x:max(2)
+    local mn, imn = x3:min(2)
+    return { x:sum(2), x:sum(1), x:mean(2), mx, imx, mn, imn, x:var(2), x:norm(2, 2), x3:sum(3), x3:sum(2), xi:sum(2),
+      x:sum() }
+  end
+  local one = with_threads(1, red)
+  local four = with_threads(4, red)
+  for i = 1, #one do same(one[i], four[i], 'reduction ' .. i) end
 end)
 
 T.test('matmul (f32, f64, batched, transposed, with a bias): the same with 1 and 4 threads', function()
