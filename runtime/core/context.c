@@ -61,19 +61,34 @@ static int env_int(const char *name) {
   return *end == '\0' && x > 0 && x < 100000 ? (int)x : 0;
 }
 
+/* Leading decimal digits of $name (Slurm writes "4(x2)"), or 0. */
+static int env_lead_int(const char *name) {
+  const char *v = getenv(name);
+  if (!v) return 0;
+  long x = 0;
+  for (; *v >= '0' && *v <= '9' && x < 100000; v++) x = 10 * x + (*v - '0');
+  return x > 0 && x < 100000 ? (int)x : 0;
+}
+
+int vl_cores_per_rank(void) {
+  static int n;
+  if (n == 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (local == 0) local = env_int("MPI_LOCALNRANKS");
+    if (local == 0) local = env_lead_int("SLURM_NTASKS_PER_NODE");
+    if (local > 1) cores /= local;
+    n = cores < 1 ? 1 : (int)cores;
+  }
+  return n;
+}
+
 int vl_num_threads(void) {
   if (g_ctx.cpu_threads > 0) return g_ctx.cpu_threads;
-  static int dflt;
+  static int dflt; /* read once: every parallel kernel asks */
   if (dflt == 0) {
     int n = env_int("V100LUA_NUM_THREADS");
-    if (n == 0) {
-      long cores = sysconf(_SC_NPROCESSORS_ONLN);
-      int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
-      if (local == 0) local = env_int("MPI_LOCALNRANKS");
-      if (local > 1) cores /= local;
-      n = cores < 1 ? 1 : (int)cores;
-    }
-    dflt = n;
+    dflt = n > 0 ? n : vl_cores_per_rank();
   }
   return dflt;
 }

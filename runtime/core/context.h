@@ -78,11 +78,14 @@ void vl_set_deterministic(bool on);
 bool vl_deterministic(void);
 /* Threads of the CPU backend's elementwise ops, reductions, softmax and norms (kernels/cpu/
  * cpu_threads.c), as torch.set_num_threads. n <= 0 restores the default: $V100LUA_NUM_THREADS, else
- * the online cores divided among the ranks a launcher started on this node
- * ($OMPI_COMM_WORLD_LOCAL_SIZE or $MPI_LOCALNRANKS), at least 1. GEMMs are cut into blocks over
+ * vl_cores_per_rank(). GEMMs are cut into blocks over
  * the same threads (kernels/cpu/cpu_gemm.c). */
 void vl_set_num_threads(int n);
 int vl_num_threads(void);
+/* The online cores divided among the ranks a launcher started on this node (Open MPI's, MPICH's
+ * or Slurm's variables), at least 1: the default of vl_num_threads and of the image loader's
+ * worker count. */
+int vl_cores_per_rank(void);
 /* The CUDA device that the device string 'cuda' (without an index) names: 0 until set; dist.init
  * sets it to this rank's device (local rank mod the visible devices), as torch.cuda.set_device.
  * Fails for an index that is not a visible device. */

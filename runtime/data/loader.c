@@ -17,7 +17,7 @@
 #include "runtime/core/cuda.h"
 #include "runtime/data/image.h"
 #include "runtime/data/nvjpeg.h"
-#include "runtime/dist/comm.h"
+#include "runtime/core/context.h"
 
 enum { SLOT_IDLE, SLOT_FILLING, SLOT_FULL, SLOT_OUT };
 
@@ -335,11 +335,8 @@ vl_status vl_loader_create(vl_folder *f, const vl_loader_opts *o, vl_loader **ou
   l->o = *o;
   if (l->o.workers == 0) {
     /* The cores shared among the ranks of this node (one loader per rank), at most 16 each. */
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    vl_dist_info di;
-    vl_dist_get_info(&di);
-    if (di.local_size > 1) n /= di.local_size;
-    l->o.workers = n < 1 ? 1 : n > 16 ? 16 : (int)n;
+    int n = vl_cores_per_rank();
+    l->o.workers = n > 16 ? 16 : n;
   }
   l->sample_bytes = (size_t)o->tf.channels * o->tf.size * o->tf.size * vl_dtype_size(o->tf.dtype);
   l->out_batch = -1;
