@@ -35,6 +35,8 @@ local opts, parser = recipe.options{
   { '--layout', 'nhwc', 'ResNet-50 activation layout', { 'nchw', 'nhwc' } },
   { '--tf32', 'on', 'f32 GEMMs and convolutions on TF32 tensor cores', { 'on', 'off' } },
   { '--device', nil, 'cpu, cuda or cuda:N (default: cuda:0 when a GPU is present, else cpu)', recipe.device },
+  { '--cudnn-benchmark', 'on', 'time cuDNN\'s convolution algorithms on first use (PyTorch\'s cudnn.benchmark)', { 'on', 'off' } },
+  { '--profile', 'off', 'after timing, run one more step between cudaProfilerStart/Stop (for ncu --profile-from-start off)', { 'on', 'off' } },
   { '--dp', 'off', 'wrap the model in dist.DataParallel (its overhead; under mpirun: data-parallel)', { 'on', 'off' } },
 }
 local dist = require 'v100.dist'
@@ -42,6 +44,7 @@ if opts.dp == 'on' then dist.init() end
 local dev = opts.device or v100.device()
 if opts.graph == 'on' and not dev:match('^cuda') then parser:error("option '--graph' on needs a CUDA device, got " .. dev) end
 v100.set_allow_tf32(opts.tf32 == 'on')
+if dev:match('^cuda') then v100.set_cudnn_benchmark(opts.cudnn_benchmark == 'on') end
 v100.manual_seed(1)
 
 local policy = amp.policy(opts.amp, { dtype = opts.dtype })
@@ -131,6 +134,13 @@ else
   for _ = 1, opts.steps do loss = run() end
   ms = (recipe.clock() - t0) * 1000 / opts.steps
 end
+if opts.profile == 'on' and dev:match('^cuda') then
+  sync()
+  v100.cuda.profiler(true)
+  loss = run()
+  sync()
+  v100.cuda.profiler(false)
+end
 local lv = loss:item()
 if lv ~= lv then error('train_step.lua: the loss is NaN') end
 local name = string.format('train_%s_%s_%s_%s%s', opts.model:gsub('-', '_'), opts.amp, opts.dtype,
@@ -140,3 +150,8 @@ print(string.format('# %s batch %d%s, loss %.4f, %s', opts.model, batch,
   capturable and 'graphed' or 'eager'))
 print(string.format('BENCH %s %.1f samples/s', name, batch * 1000 / ms))
 print(string.format('BENCH %s_ms %.2f ms/step', name, ms))
+if dev:match('^cuda') then
+  local st = v100.memory.stats()
+  print(string.format('BENCH %s_peak %.2f GiB (peak allocated; %.2f GiB peak reserved)', name,
+    st.peak_allocated / 2 ^ 30, st.peak_reserved / 2 ^ 30))
+end

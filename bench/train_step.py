@@ -38,6 +38,9 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--cudnn-benchmark", default="on", choices=["on", "off"])
+    ap.add_argument("--profile", default="off", choices=["on", "off"],
+                    help="after timing, one more step under torch.profiler: the kernels by GPU time")
     a = ap.parse_args()
     dev = torch.device(a.device)
     cuda = a.device == "cuda"
@@ -45,6 +48,7 @@ def main():
         torch.set_num_threads(a.threads)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = a.cudnn_benchmark == "on"
     torch.manual_seed(1)
     half = torch.float16 if a.dtype == "fp16" else torch.bfloat16
     graphed = a.graph == "on"
@@ -162,6 +166,26 @@ def main():
                                                       "" if cuda else ", %d threads" % torch.get_num_threads()))
     print("BENCH %s %.1f samples/s" % (name, batch * 1000 / ms))
     print("BENCH %s_ms %.2f ms/step" % (name, ms))
+    if cuda:
+        print("BENCH %s_peak %.2f GiB (peak allocated; %.2f GiB peak reserved)" % (
+            name, torch.cuda.max_memory_allocated() / 2 ** 30, torch.cuda.max_memory_reserved() / 2 ** 30))
+    if cuda and a.profile == "on":
+        from torch.profiler import profile, ProfilerActivity
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+        # kernels by GPU time, as tools/ncu_summary.py prints ours
+        rows = {}
+        for ev in prof.events():
+            if ev.device_type == torch.autograd.DeviceType.CUDA:
+                r = rows.setdefault(ev.name, [0.0, 0])
+                r[0] += ev.time_range.elapsed_us() / 1000.0
+                r[1] += 1
+        total = sum(r[0] for r in rows.values())
+        print("# PROFILE torch one step: %.2f ms of kernel time, %d kernels" % (total, sum(r[1] for r in rows.values())))
+        for n, (t, c) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:45]:
+            print("# PROFILE %8.3f ms %5.1f%% %5d  %s" % (t, 100 * t / total, c, n[:150]))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,12 @@ static int c_synchronize(lua_State *L) {
   return check(L, vl_cuda_synchronize(l_optcudadev(L, 1, "cuda.synchronize")));
 }
 
+/* cuda.profiler(on [, device]): cudaProfilerStart / cudaProfilerStop. */
+static int c_profiler(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  return check(L, vl_cuda_profiler(l_optcudadev(L, 2, "cuda.profiler"), lua_toboolean(L, 1)));
+}
+
 static int c_get_device_properties(lua_State *L) {
   int dev = l_optcudadev(L, 1, "cuda.get_device_properties");
   vl_device_info info;
@@ -263,6 +269,7 @@ static const luaL_Reg cuda_funcs[] = {
     {"is_available", c_is_available},
     {"device_count", c_device_count},
     {"synchronize", c_synchronize},
+    {"profiler", c_profiler},
     {"get_device_properties", c_get_device_properties},
     {"Stream", c_Stream},
     {"current_stream", c_current_stream},

@@ -4,8 +4,9 @@
 # tools/device-pack.sh; the host finds the Lua modules packed in .dev/lua, argparse for the
 # recipes, from .dev/run/../lua). Runs every tests/lua/gpu_*.lua (in parallel), a subset under
 # compute-sanitizer memcheck, the benchmarks (ours and PyTorch's), and optional extra commands.
-# Usage: tools/device-run.sh OUTDIR [step...]; steps: tests memcheck bench recipe:<args...> py:<args...>
-# train:<args...> (bench/train_step.lua and .py side by side) mpi:<test file> (under mpirun -np 1:
+# Usage: tools/device-run.sh OUTDIR [step...]; steps: tests memcheck sanitize bench recipe:<args...> py:<args...>
+# train:<args...> (bench/train_step.lua and .py side by side) prof:<args...> (one step of each under
+# ncu / torch.profiler, kernels by time) mpi:<test file> (under mpirun -np 1:
 # the NCCL path at world size 1) cpu:<threads> (the CPU backend against PyTorch's CPU with the same
 # thread count: bench/cpu_ops.lua/.py and a BERT-Tiny training step, f32)
 # (arguments joined by commas). Environment: GPU_TESTS, MEMCHECK_TESTS (files), MEMCHECK_TIMEOUT (s),
@@ -91,6 +92,14 @@ for step in $steps; do
         summary+=("memcheck $n $(tail -1 "$OUT/memcheck_$n.log") $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$n.log" | tail -1) | $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/memcheck_$n.log" | tail -1)")
       done
       ;;
+    sanitize)
+      # compute-sanitizer memcheck over two steps of each recipe under each AMP policy, eager and
+      # graphed; racecheck, synccheck and initcheck on our own kernels (tools/device-sanitize.sh)
+      t0=$SECONDS
+      V="$V" bash tools/device-sanitize.sh "$OUT/sanitize" >"$OUT/sanitize.txt" 2>&1
+      cp "$OUT/sanitize.txt" "$FINAL/sanitize.txt"
+      summary+=("sanitize $((SECONDS - t0))s: $(grep -c 'rc=0 ' "$OUT/sanitize.txt") of $(grep -c 'rc=' "$OUT/sanitize.txt") runs rc=0 (table in sanitize.txt)")
+      ;;
     bench)
       { "$V" bench/bench_ops.lua; [ -x "$BIN/bench_alloc" ] && "$BIN/bench_alloc";
         python3 bench/bench_ops.py; python3 bench/bench_alloc.py; } >"$OUT/bench.log" 2>&1
@@ -136,6 +145,21 @@ for step in $steps; do
         PYTHONUNBUFFERED=1 python3 bench/train_step.py --model bert-tiny --device cpu --amp O0 --batch 32 --steps 10 --warmup 2 --threads "$th";
       } >"$log" 2>&1
       summary+=("cpu threads=$th $((SECONDS - t0))s: $(grep -E '^BENCH [a-z_0-9A-Z]+ [0-9.]+ samples' "$log" | awk '{printf "%s=%s ", $2, $3}')")
+      ;;
+    prof:*)
+      # One step of bench/train_step.lua under ncu (kernel durations at the GPU's own clocks) and
+      # the same step of bench/train_step.py under torch.profiler: where each side's time goes.
+      args="${step#prof:}"
+      t0=$SECONDS
+      nrecipe=$((nrecipe + 1))
+      log="$OUT/prof${nrecipe}.log"
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      { timeout 400 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+          --print-units base "$V" bench/train_step.lua ${args//,/ } --steps 3 --warmup 3 --profile on >"$OUT/prof${nrecipe}.csv" 2>"$OUT/prof${nrecipe}.err"
+        echo "ncu rc=$?"; python3 tools/ncu_summary.py "$OUT/prof${nrecipe}.csv"
+        PYTHONUNBUFFERED=1 python3 bench/train_step.py ${args//,/ } --steps 5 --warmup 3 --profile on; echo "rc=$?"; } >"$log" 2>&1
+      cp "$log" "$FINAL/prof${nrecipe}.txt"
+      summary+=("prof ${args} $((SECONDS - t0))s: $(grep -E '^# PROFILE (ours|torch) one step' "$log" | tr '\n' ' ')")
       ;;
     py:*)
       # A Python (PyTorch) script with arguments, e.g. py:bench/fashion_resnet.py,--epochs,3: the other

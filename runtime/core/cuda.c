@@ -35,6 +35,7 @@ static void mpi_version(char *buf, size_t n) {
 #ifdef VL_HAVE_CUDA
 
 #include <cublasLt.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <nccl.h>
@@ -274,6 +275,13 @@ vl_status vl_cuda_synchronize(int dev) {
   VL_TRY(set_device(dev));
   VL_CUDA_CHECK(cudaDeviceSynchronize());
   if (vl_cuda_backend.check_async) return vl_cuda_backend.check_async(dev);
+  return VL_OK;
+}
+
+vl_status vl_cuda_profiler(int dev, bool on) {
+  VL_TRY(check_dev("vl_cuda_profiler", dev));
+  VL_TRY(set_device(dev));
+  VL_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
   return VL_OK;
 }
 
@@ -539,6 +547,11 @@ vl_status vl_event_elapsed_ms(void *start, void *end, float *ms) {
   return VL_NO_CUDA("vl_event_elapsed_ms");
 }
 vl_status vl_cuda_synchronize(int dev) { return VL_NO_CUDA("vl_cuda_synchronize"); }
+vl_status vl_cuda_profiler(int dev, bool on) {
+  (void)dev;
+  (void)on;
+  return VL_NO_CUDA("vl_cuda_profiler");
+}
 
 vl_status vl_memcpy(void *dst, vl_device dst_dev, const void *src, vl_device src_dev, size_t nbytes,
                     void *stream, bool sync) {

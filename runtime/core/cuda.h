@@ -62,6 +62,9 @@ vl_status vl_event_query(int dev, void *event, bool *done);
 vl_status vl_event_elapsed_ms(void *start, void *end, float *ms);
 /* Waits for all work on the device, then reports errors kernels flagged asynchronously. */
 vl_status vl_cuda_synchronize(int dev);
+/* cudaProfilerStart/Stop: the region a profiler started with `--profile-from-start off` (ncu)
+ * records, e.g. one training step of bench/train_step.lua. */
+vl_status vl_cuda_profiler(int dev, bool on);
 
 /* Copies nbytes between devices (host<->device, device<->device incl. peer). Enqueued on `stream`
  * of the CUDA side (the destination's for D2D). When `sync` is true, returns after the copy has

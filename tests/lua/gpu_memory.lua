@@ -119,6 +119,50 @@ T.test('set_limit: an allocation beyond it raises an error naming the sizes; set
   v100.memory.empty_cache()
 end)
 
+-- Issue 13's fault: a request larger than the whole card, with no limit set, in the middle of
+-- training. cudaMalloc fails; the pool frees its cache and retries once, then raises an error
+-- naming the requested, free and reserved bytes; the model's next step runs as before.
+T.test('an allocation larger than the card: a Lua error naming requested, free and reserved; the next step runs', function()
+  local nn, optim = require 'v100.nn', require 'v100.optim'
+  v100.manual_seed(3)
+  local model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+  model:to('cuda')
+  local opt = optim.SGD(model:parameters(), { lr = 0.1, momentum = 0.9 })
+  local x = v100.randn({ 32, 64 }, { device = 'cuda' })
+  local ids = {}
+  for i = 1, 32 do ids[i] = (i * 7) % 10 end
+  local y = v100.tensor(ids, { dtype = 'i64', device = 'cuda' })
+  local function step()
+    local loss = nn.F.cross_entropy(model(x), y)
+    loss:backward()
+    opt:step()
+    opt:zero_grad()
+    return loss:item()
+  end
+  local l1 = step()
+  local total = v100.cuda.get_device_properties(0).total_memory
+  local s0 = stats()
+  local n = math.floor(2 * total / 4) -- f32 elements: twice the card
+  local err = T.raises(function() return v100.empty({ n }, { device = 'cuda' }) end, 'out of memory')
+  T.ok(err:find('tried to allocate', 1, true), 'names the request: ' .. err)
+  T.ok(err:find(' free of ', 1, true), 'names the device\'s free and total bytes: ' .. err)
+  T.ok(err:find('reserved', 1, true) and err:find('allocated', 1, true), 'names reserved and allocated: ' .. err)
+  T.ok(err:find('GiB', 1, true), 'sizes in readable units: ' .. err)
+  local s1 = v100.memory.stats()
+  T.eq(s1.oom_count, s0.oom_count + 1, 'oom_count counts it once')
+  T.ok(s1.allocated <= s0.allocated, 'nothing half-allocated is left behind')
+  -- and inside a step: the failed op leaves the model and optimizer as they were
+  local ok = pcall(function()
+    local h = model(x)
+    local _ = v100.empty({ n }, { device = 'cuda' })
+    return h
+  end)
+  T.ok(not ok, 'the request fails inside a forward too')
+  local l2 = step()
+  local l3 = step()
+  T.ok(l2 == l2 and l3 == l3 and l3 < l1, string.format('training continues: loss %.4f -> %.4f -> %.4f', l1, l2, l3))
+end)
+
 T.test('memory stays bounded in a loop that drops 1000 tensors of 64 MiB', function()
   v100.memory.empty_cache()
   v100.memory.reset_peak()
