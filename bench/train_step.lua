@@ -36,6 +36,7 @@ local opts, parser = recipe.options{
   { '--tf32', 'on', 'f32 GEMMs and convolutions on TF32 tensor cores', { 'on', 'off' } },
   { '--device', nil, 'cpu, cuda or cuda:N (default: cuda:0 when a GPU is present, else cpu)', recipe.device },
   { '--cudnn-benchmark', 'on', 'time cuDNN\'s convolution algorithms on first use (PyTorch\'s cudnn.benchmark)', { 'on', 'off' } },
+  { '--mlm-head', 'masked', 'BERT: the MLM head at the masked positions only (max 20 per 128 tokens, as NVIDIA\'s and Google\'s pretraining) or over every position (HF\'s BertForPreTraining)', { 'masked', 'full' } },
   { '--profile', 'off', 'after timing, run one more step between cudaProfilerStart/Stop (for ncu --profile-from-start off)', { 'on', 'off' } },
   { '--dp', 'off', 'wrap the model in dist.DataParallel (its overhead; under mpirun: data-parallel)', { 'on', 'off' } },
 }
@@ -85,13 +86,35 @@ else
   end
   local input_ids = v100.tensor(ids, { dtype = 'i64' }):view(batch, L):to(dev)
   local mlm = v100.tensor(labels, { dtype = 'i64' }):view(batch, L):to(dev)
+  local positions = nil
+  if opts.mlm_head == 'masked' then
+    -- P = 20 per 128 tokens (MLPerf's max_predictions_per_seq); the first P positions of a fixed
+    -- shuffle of each sequence, their original tokens as labels (the same work per step as
+    -- bench/train_step.py --mlm-head masked)
+    local P = math.max(1, math.floor(20 * L / 128 + 0.5))
+    local pos, lab = {}, {}
+    for b = 1, batch do
+      local perm = {}
+      for i = 1, L do perm[i] = i - 1 end
+      for i = L, 2, -1 do
+        local j = math.random(1, i)
+        perm[i], perm[j] = perm[j], perm[i]
+      end
+      for k = 1, P do
+        pos[#pos + 1] = perm[k]
+        lab[#lab + 1] = ids[(b - 1) * L + perm[k] + 1]
+      end
+    end
+    positions = v100.tensor(pos, { dtype = 'i64' }):view(batch, P):to(dev)
+    mlm = v100.tensor(lab, { dtype = 'i64' }):view(batch, P):to(dev)
+  end
   local nsp_t = {}
   for i = 1, batch do nsp_t[i] = math.random(0, 1) end
   local nsp = v100.tensor(nsp_t, { dtype = 'i64' }):to(dev)
   local types = v100.zeros({ batch, L }, { dtype = 'i64', device = dev })
   local mask = v100.ones({ batch, L }, { dtype = 'i64', device = dev })
   loss_fn = function()
-    local scores, rel = model(input_ids, types, mask)
+    local scores, rel = model(input_ids, types, mask, positions)
     return bert.pretraining_loss(scores:float(), rel:float(), mlm, nsp)
   end
 end
@@ -144,7 +167,7 @@ end
 local lv = loss:item()
 if lv ~= lv then error('train_step.lua: the loss is NaN') end
 local name = string.format('train_%s_%s_%s_%s%s', opts.model:gsub('-', '_'), opts.amp, opts.dtype,
-  capturable and 'graph' or 'eager', dp and '_dp' or '')
+  capturable and 'graph' or 'eager', dp and '_dp' or '') .. ((opts.model ~= 'resnet50' and opts.mlm_head == 'full') and '_fullhead' or '')
 print(string.format('# %s batch %d%s, loss %.4f, %s', opts.model, batch,
   opts.model == 'resnet50' and (', ' .. opts.layout) or (', seq ' .. opts.seq), lv,
   capturable and 'graphed' or 'eager'))

@@ -39,6 +39,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--cudnn-benchmark", default="on", choices=["on", "off"])
+    ap.add_argument("--mlm-head", default="masked", choices=["masked", "full"],
+                    help="BERT: the MLM head at 20 positions per 128 tokens only, or at every position")
     ap.add_argument("--profile", default="off", choices=["on", "off"],
                     help="after timing, one more step under torch.profiler: the kernels by GPU time")
     a = ap.parse_args()
@@ -74,6 +76,11 @@ def main():
         L = a.seq
         ids = torch.randint(1, cfg.vocab_size, (batch, L), device=dev)
         mlm = torch.where(torch.rand(batch, L, device=dev) < 0.15, ids, torch.full_like(ids, -100))
+        positions = None
+        if a.mlm_head == "masked":
+            P = max(1, int(20 * L / 128 + 0.5))
+            positions = torch.argsort(torch.rand(batch, L, device=dev), dim=1)[:, :P].contiguous()
+            mlm = torch.gather(ids, 1, positions)
         nsp = torch.randint(0, 2, (batch,), device=dev)
         types = torch.zeros_like(ids)
         mask = torch.ones_like(ids)
@@ -106,10 +113,18 @@ def main():
                                 lr=1e-4, fused=cuda, capturable=graphed)
 
         def loss_fn():
-            out = model(input_ids=ids, token_type_ids=types, attention_mask=mask)
-            V = out.prediction_logits.shape[-1]
-            return (F.cross_entropy(out.prediction_logits.float().reshape(-1, V), mlm.reshape(-1), ignore_index=-100)
-                    + F.cross_entropy(out.seq_relationship_logits.float(), nsp))
+            if positions is not None:
+                # the head on the gathered rows, as NVIDIA's BERT pretraining does
+                seq, pooled = model.bert(input_ids=ids, token_type_ids=types, attention_mask=mask)[:2]
+                H = seq.shape[-1]
+                seq = torch.gather(seq, 1, positions.unsqueeze(-1).expand(-1, -1, H))
+                pred, rel = model.cls(seq, pooled)
+            else:
+                out = model(input_ids=ids, token_type_ids=types, attention_mask=mask)
+                pred, rel = out.prediction_logits, out.seq_relationship_logits
+            V = pred.shape[-1]
+            return (F.cross_entropy(pred.float().reshape(-1, V), mlm.reshape(-1), ignore_index=-100)
+                    + F.cross_entropy(rel.float(), nsp))
 
     use_scaler = a.amp != "O0" and a.dtype == "fp16" and not graphed
     scaler = torch.amp.GradScaler("cuda") if use_scaler else None
@@ -162,6 +177,8 @@ def main():
             loss = run()
         ms = (time.perf_counter() - t0) * 1000 / a.steps
     name = "torch_train_%s_%s_%s_%s" % (a.model.replace("-", "_"), a.amp, a.dtype, "graph" if graphed else "eager")
+    if a.model != "resnet50" and a.mlm_head == "full":
+        name += "_fullhead"
     print("# %s batch %d, loss %.4f, torch %s, %s%s" % (a.model, batch, loss.item(), torch.__version__, a.device,
                                                       "" if cuda else ", %d threads" % torch.get_num_threads()))
     print("BENCH %s %.1f samples/s" % (name, batch * 1000 / ms))

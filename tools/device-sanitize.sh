@@ -34,12 +34,14 @@ for g in off on; do
     done
   done
 done
+# The recipes' steps run the optimizer kernels (SGD, LAMB); gpu_optim under racecheck takes over
+# 5 minutes (measured 2026-12-02), so it gets synccheck and initcheck only.
 for t in racecheck synccheck; do
   runs+=("$t|resnet_O1_fp16|$RES --amp O1 --dtype fp16 --graph off")
   runs+=("$t|bert_O1_bf16|$BERT --amp O1 --dtype bf16 --graph off")
   runs+=("$t|gpu_nn_norm|tests/lua/gpu_nn_norm.lua")
-  runs+=("$t|gpu_optim|tests/lua/gpu_optim.lua")
 done
+runs+=("synccheck|gpu_optim|tests/lua/gpu_optim.lua")
 runs+=("initcheck|gpu_optim|tests/lua/gpu_optim.lua")
 runs+=("initcheck|gpu_nn_norm|tests/lua/gpu_nn_norm.lua")
 
@@ -48,7 +50,7 @@ for r in "${runs[@]}"; do
   IFS='|' read -r tool name cmd <<<"$r"
   extra=""
   # racecheck: shared-memory hazards of every kernel, with the report of each race.
-  [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
+  [ "$tool" = racecheck ] && extra="--racecheck-report hazard --print-limit 100000"
   ( V100_UNDER_MEMCHECK=1 timeout "${SAN_TIMEOUT:-480}" "$CS" --tool "$tool" $extra --error-exitcode 99 \
       --target-processes application-only $api_flag "$V" $cmd >"$LOG/${tool}_$name.log" 2>&1
     echo "rc=$?" >>"$LOG/${tool}_$name.log" ) &
@@ -59,4 +61,15 @@ for r in "${runs[@]}"; do
   IFS='|' read -r tool name cmd <<<"$r"
   f="$LOG/${tool}_$name.log"
   printf '%-10s %-26s %s %s\n' "$tool" "$name" "$(tail -1 "$f")" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f" | tail -1)"
+  if [ "$tool" = racecheck ]; then
+    # Hazards by kernel. cuDNN's and cuBLASLt's Hopper kernels (sm90_xmma*, nvjet*, cutlass*)
+    # synchronise shared memory through mbarriers and TMA, which racecheck does not model: it
+    # reports them (2026-12-02) as hazards; ours are every other kernel, and must have none.
+    grep -E '(Read|Write) Thread' "$f" | sed -E 's/.* at ([A-Za-z_0-9]+).*/\1/' | sort | uniq -c |
+      while read -r cnt k; do
+        case "$k" in sm90_xmma*|nvjet*|cutlass*|cudnn*|xmma*) who="vendor" ;; *) who="OURS" ;; esac
+        printf '           %s kernel %s: %s hazard accesses\n' "$who" "$k" "$cnt"
+      done
+    printf '           hazards in our kernels: %s\n' "$(grep -E '(Read|Write) Thread' "$f" | grep -cvE ' at (sm90_xmma|nvjet|cutlass|cudnn|xmma)')"
+  fi
 done

@@ -103,8 +103,38 @@ static vl_status vl_copy_to(const vl_iter *it) {
   return VL_OK;
 }
 
+/* A same-dtype strided copy whose innermost dim is contiguous on both sides (the permutes of
+ * attention heads: [B, L, nh, hd] <-> [B, nh, L, hd]) moves `wbytes` per element instead: the
+ * innermost size and every other stride divided by the widening factor, pointers aligned to it.
+ * One element per thread moved 2 bytes per load and ran at a quarter of HBM bandwidth (19.5 ms of
+ * a BERT-Large step, ncu 2026-12-02). Returns false when the layout does not allow it. */
+static bool vl_copy_widen(const vl_iter *it, int64_t es, int64_t wbytes, vl_iter *w) {
+  const int64_t f = wbytes / es;
+  const int last = it->ndim - 1;
+  if (f <= 1 || last < 0 || it->size[last] % f) return false;
+  for (int k = 0; k < 2; k++) {
+    if (it->stride[k][last] != 1 || (uintptr_t)it->data[k] % (uintptr_t)wbytes) return false;
+    for (int d = 0; d < last; d++)
+      if (it->size[d] > 1 && it->stride[k][d] % f) return false;
+  }
+  *w = *it;
+  w->size[last] = it->size[last] / f;
+  w->numel = it->numel / f;
+  for (int k = 0; k < 2; k++)
+    for (int d = 0; d < last; d++) w->stride[k][d] = it->size[d] > 1 ? it->stride[k][d] / f : 0;
+  return true;
+}
+
+struct alignas(8) vl_bytes8 { uint32_t v[2]; };
+
 vl_status vl_cuda_copy(const vl_iter *it) {
   const vl_dtype odt = it->dtype[0], idt = it->dtype[1];
+  if (odt == idt && it->numel > 0 && !vl_iter_is_flat(it)) {
+    const int64_t es = (int64_t)vl_dtype_size(odt);
+    vl_iter w;
+    if (vl_copy_widen(it, es, 16, &w)) return vl_launch_any(&w, vl_copy_f<uint4, uint4>());
+    if (vl_copy_widen(it, es, 8, &w)) return vl_launch_any(&w, vl_copy_f<vl_bytes8, vl_bytes8>());
+  }
   if (odt == idt) {
     VL_DISPATCH_SIZE(odt, S, "copy", return vl_launch_any(it, vl_copy_f<S, S>()));
     return VL_OK;

@@ -71,6 +71,10 @@ T.test('batch_norm cuda vs cpu: dtypes, layouts, affine on/off, small and ResNet
     bn_case({ 64, 256, 14, 14 }, dt, 'nchw', true, dt .. ' 64x256x14x14 nchw')
     bn_case({ 64, 256, 14, 14 }, dt, 'nhwc', true, dt .. ' 64x256x14x14 nhwc')
     bn_case({ 32, 64, 56, 56 }, dt, 'nhwc', true, dt .. ' 32x64x56x56 nhwc')
+    -- the vectorised channels-last kernels with 3 vectors of channels per row (f16/bf16: 24 / 8),
+    -- and a channel count no vector width divides (the scalar kernels)
+    bn_case({ 8, 24, 5, 7 }, dt, 'nhwc', true, dt .. ' 8x24x5x7 nhwc')
+    bn_case({ 6, 13, 4, 4 }, dt, 'nhwc', true, dt .. ' 6x13x4x4 nhwc')
   end
 end)
 

@@ -323,6 +323,28 @@ local function mm_check(g, c, ca, cb, dt, msg)
   T.tensor_close(g, c, tol, 1e-30, msg, bound)
 end
 
+-- The permutes of attention heads, [B, L, nh, hd] <-> [B, nh, L, hd]: the copy moves 16 or 8 bytes
+-- per element where the innermost dim and the alignment allow, else one element; every case
+-- bitwise equal to the CPU's copy.
+T.test('cuda contiguous() of permuted views: widened and element-wise copies equal the cpu', function()
+  for _, dt in ipairs({ 'f32', 'f16', 'bf16', 'f64', 'i64', 'i32', 'u8' }) do
+    for _, shp in ipairs({ { 2, 5, 4, 64 }, { 3, 7, 2, 8 }, { 2, 3, 4, 3 }, { 1, 9, 3, 12 } }) do
+      local c = (v100.rand(shp) * 100):to(dt)
+      local g = c:to('cuda')
+      local name = string.format('%s %s', dt, table.concat(shp, 'x'))
+      T.tensor_eq(g:transpose(2, 3):contiguous():cpu(), c:transpose(2, 3):contiguous(), name .. ' heads')
+      T.tensor_eq(g:transpose(2, 3):contiguous():transpose(2, 3):contiguous():cpu(), c, name .. ' round trip')
+      -- a view one element in: misaligned for the widened copy
+      local gn, cn = g:narrow(4, 2, shp[4] - 1), c:narrow(4, 2, shp[4] - 1)
+      T.tensor_eq(gn:transpose(2, 3):contiguous():cpu(), cn:transpose(2, 3):contiguous(), name .. ' narrowed')
+      -- copy_ into a permuted destination
+      local gd = v100.empty({ shp[1], shp[3], shp[2], shp[4] }, { dtype = dt, device = 'cuda' })
+      gd:transpose(2, 3):copy_(g)
+      T.tensor_eq(gd:cpu(), c:transpose(2, 3):contiguous(), name .. ' copy_ into a permuted view')
+    end
+  end
+end)
+
 T.test('cuda matmul / mm / bmm / addmm (256x512x384 batched, broadcast, transposed views)', function()
   for _, dt in ipairs(FLOATS) do
     local cases = {
