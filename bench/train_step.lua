@@ -11,8 +11,15 @@
 -- steps. Inputs are random and fixed (synthetic data: no loader in the timing). fp16 uses an
 -- amp.Scaler (its skip decision stays on the device, so it is captured too); bf16 none.
 --
+-- BERT's MLM head runs at 20 positions per 128 tokens by default (--mlm-head masked, as NVIDIA's
+-- and Google's pretraining; bench/train_step.py does the same gather), or at every position
+-- (--mlm-head full, HF's BertForPreTraining; BENCH names end in _fullhead). --profile on runs one
+-- more step between cudaProfilerStart/Stop for ncu (tools/device-run.sh's prof: step). A GPU run
+-- also prints `BENCH <name>_peak <GiB> GiB` (peak allocated bytes of the pool).
+--
 -- usage: v100lua bench/train_step.lua --model resnet50|bert-large [--amp O1] [--dtype bf16]
 --        [--graph on] [--batch N] [--seq N] [--steps 20] [--warmup 5] [--layout nhwc] [--device cpu]
+--        [--mlm-head masked|full] [--cudnn-benchmark on|off] [--profile on|off]
 local v100 = require 'v100'
 local nn = require 'v100.nn'
 local F = nn.F
