@@ -6,10 +6,10 @@
  * scale, mask and causal in registers, an online softmax (running max and sum per row, the
  * accumulator rescaled when the max grows), dropout decided from Philox and written as bits,
  * then O += P V with P fed from the accumulator registers. The rows' log-sum-exp is kept.
- * Backward: delta = rowsum(dO * O) first; then one kernel per 64 keys accumulates dK and dV over
- * every query tile (S^T = K Q^T, P^T from lse, dV += P~^T dO, dP^T = V dO^T,
- * dS^T = P^T (dP~^T - delta), dK += dS^T Q), and one kernel per 64 queries accumulates dQ over
- * every key tile. Splitting dQ from dK/dV recomputes S once more but needs no atomics, so the
+ * Backward: one kernel per 64 queries accumulates dQ over every key tile (and writes the rows'
+ * delta = dO . O on its way), then one kernel per 64 keys accumulates dK and dV over every query
+ * tile (S^T = K Q^T, P^T from lse, dV += P~^T dO, dP^T = V dO^T, dS^T = P^T (dP~^T - delta),
+ * dK += dS^T Q). Splitting dQ from dK/dV recomputes S once more but needs no atomics, so the
  * gradients are deterministic.
  *
  * Scope: f16 and bf16, head dim 64, sm_80 or newer (mma.sync m16n8k16, ldmatrix, cp.async),
@@ -107,8 +107,9 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_fwd(const att_dev p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int E = vl_att_tile<D>::ELEMS;
-  T *Qs = reinterpret_cast<T *>(smem), *Ks = Qs + E, *Vs = Ks + E;
-  float *mask_s = reinterpret_cast<float *>(Vs + E);
+  /* Q, then K and V twice: the next key tile loads while this one is computed */
+  T *Qs = reinterpret_cast<T *>(smem), *Kb = Qs + E, *Vb = Kb + 2 * E;
+  float *mask_b = reinterpret_cast<float *>(Vb + 2 * E); /* [2][64] */
   const int bh = blockIdx.x, b = bh / p.H, h = bh % p.H, q0 = blockIdx.y * VL_ATT_ROWS;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
   const T *qg = static_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
@@ -121,9 +122,15 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_fwd(const att_dev p) {
   }
   const bool per_key = p.mask && p.m_st[2] == 0;
 
+  int ntiles = (p.S + VL_ATT_ROWS - 1) / VL_ATT_ROWS;
+  if (p.causal) ntiles = min(ntiles, q0 / VL_ATT_ROWS + 1);
   vl_att_load_tile<T, D>(Qs, qg, p.q_st[2], q0, p.L);
   vl_cp_async_commit();
-  vl_cp_async_wait<0>();
+  vl_att_load_tile<T, D>(Kb, kg, p.k_st[2], 0, p.S);
+  vl_att_load_tile<T, D>(Vb, vg, p.v_st[2], 0, p.S);
+  vl_cp_async_commit();
+  if (per_key) load_mask_keys(p, mask_b, b, h, 0);
+  vl_cp_async_wait<1>();
   __syncthreads();
   uint32_t qf[D / 16][4];
   vl_att_frags<T, D>(qf, Qs, warp * 16);
@@ -133,18 +140,18 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_fwd(const att_dev p) {
   for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};
   const int rq[2] = {q0 + warp * 16 + gq, q0 + warp * 16 + gq + 8};
-  int ntiles = (p.S + VL_ATT_ROWS - 1) / VL_ATT_ROWS;
-  if (p.causal) ntiles = min(ntiles, q0 / VL_ATT_ROWS + 1);
 
   for (int kt = 0; kt < ntiles; kt++) {
-    const int k0 = kt * VL_ATT_ROWS;
-    __syncthreads(); /* the previous tile's K, V and mask are no longer read */
-    vl_att_load_tile<T, D>(Ks, kg, p.k_st[2], k0, p.S);
-    vl_cp_async_commit();
-    vl_att_load_tile<T, D>(Vs, vg, p.v_st[2], k0, p.S);
-    vl_cp_async_commit();
-    if (per_key) load_mask_keys(p, mask_s, b, h, k0);
-    vl_cp_async_wait<1>();
+    const int k0 = kt * VL_ATT_ROWS, cur = kt & 1;
+    const T *Ks = Kb + cur * E, *Vs = Vb + cur * E;
+    const float *mask_s = mask_b + cur * VL_ATT_ROWS;
+    if (kt + 1 < ntiles) { /* the other buffers were last read before the previous tile's end barrier */
+      vl_att_load_tile<T, D>(Kb + (cur ^ 1) * E, kg, p.k_st[2], k0 + VL_ATT_ROWS, p.S);
+      vl_att_load_tile<T, D>(Vb + (cur ^ 1) * E, vg, p.v_st[2], k0 + VL_ATT_ROWS, p.S);
+      if (per_key) load_mask_keys(p, mask_b + (cur ^ 1) * VL_ATT_ROWS, b, h, k0 + VL_ATT_ROWS);
+    }
+    vl_cp_async_commit(); /* possibly empty: one group per iteration keeps the count simple */
+    vl_cp_async_wait<1>(); /* all but the newest group: this tile's K and V are in */
     __syncthreads();
 
     float s[8][4];
@@ -182,15 +189,39 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_fwd(const att_dev p) {
 
     if (p.dropout) {
 #pragma unroll
-      for (int half = 0; half < 2; half++) {
-        const int q = rq[half];
+      for (int nt = 0; nt < 8; nt++) {
+        const int key = k0 + nt * 8 + 2 * t;
+        bool kb[2][2]; /* [row half][key 0/1] */
+        if (p.S % 4 == 0) {
+          /* keys key0 & ~3 .. +3 of a row are one Philox block, shared by threads t and t^1:
+           * each computes the block of one of its two rows and hands the partner the two words
+           * of the partner's keys, so every block is computed once. */
+          const int mine = t & 1, q = mine ? rq[1] : rq[0];
+          const uint64_t e = ((uint64_t)bh * p.L + (q < p.L ? q : 0)) * p.S + (k0 + nt * 8 + 2 * (t & ~1));
+          const vl_philox4 w = vl_philox(seed, offset + (e >> 2));
+          const uint32_t s0 = mine ? w.x[0] : w.x[2], s1 = mine ? w.x[1] : w.x[3];
+          const uint32_t r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+          const uint32_t own0 = mine ? w.x[2] : w.x[0], own1 = mine ? w.x[3] : w.x[1];
+          const bool a0 = (own0 >> 9) < p.keep_below, a1 = (own1 >> 9) < p.keep_below;
+          const bool b0 = (r0 >> 9) < p.keep_below, b1 = (r1 >> 9) < p.keep_below;
+          /* selects, not kb[mine][.]: a run-time index would put kb in local memory */
+          kb[0][0] = mine ? b0 : a0;
+          kb[0][1] = mine ? b1 : a1;
+          kb[1][0] = mine ? a0 : b0;
+          kb[1][1] = mine ? a1 : b1;
+        } else {
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-          const int key = k0 + nt * 8 + 2 * t;
-          bool k0b = false, k1b = false;
-          if (q < p.L && key < p.S)
-            keep_pair(seed, offset, ((uint64_t)bh * p.L + q) * p.S + key, p.keep_below, k0b, k1b);
-          if (key + 1 >= p.S) k1b = false; /* past the row: no bit (the CPU leaves it 0 too) */
+          for (int half = 0; half < 2; half++) {
+            kb[half][0] = kb[half][1] = false;
+            if (rq[half] < p.L && key < p.S)
+              keep_pair(seed, offset, ((uint64_t)bh * p.L + rq[half]) * p.S + key, p.keep_below, kb[half][0], kb[half][1]);
+          }
+        }
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+          const int q = rq[half];
+          const bool in = q < p.L && key < p.S;
+          const bool k0b = in && kb[half][0], k1b = in && key + 1 < p.S && kb[half][1]; /* no bits past the row */
           s[nt][2 * half] = k0b ? s[nt][2 * half] * p.inv_keep : 0.f;
           s[nt][2 * half + 1] = k1b ? s[nt][2 * half + 1] * p.inv_keep : 0.f;
           /* the row's byte for these 8 keys: bits 2t, 2t+1 from each thread of the quad */
@@ -203,9 +234,8 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_fwd(const att_dev p) {
       }
     }
 
-    vl_cp_async_wait<0>();
-    __syncthreads();
     vl_att_mm_pb<T, D>(o, s, Vs);
+    __syncthreads(); /* this tile's buffers may be refilled by the next iteration's prefetch */
   }
 
   float mul[2];
@@ -222,40 +252,45 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_fwd(const att_dev p) {
 #endif
 }
 
-/* delta[row] = dout[row] . o[row] in f32, a warp per row. */
-template <typename T, int D>
-__global__ void att_delta(const att_dev p, int64_t rows) {
-  const int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (row >= rows) return;
-  const int lane = threadIdx.x & 31;
-  const int64_t bh = row / p.L, q = row % p.L, b = bh / p.H, h = bh % p.H;
-  const T *go = static_cast<const T *>(p.dout) + b * p.do_st[0] + h * p.do_st[1] + q * p.do_st[2];
-  const T *oo = static_cast<const T *>(p.o) + b * p.o_st[0] + h * p.o_st[1] + q * p.o_st[2];
-  float acc = 0.f;
-  for (int e = lane; e < D; e += 32) acc += vl_val(go[e]) * vl_val(oo[e]);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) p.delta[row] = acc;
-}
-
 /* dK and dV of 64 keys, over every query tile. */
 template <typename T, int D>
 __global__ void __launch_bounds__(VL_ATT_THREADS) att_bwd_kv(const att_dev p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int E = vl_att_tile<D>::ELEMS;
-  T *Ks = reinterpret_cast<T *>(smem), *Vs = Ks + E, *Qs = Vs + E, *Os = Qs + E; /* Os: dO */
-  float *lse_s = reinterpret_cast<float *>(Os + E), *delta_s = lse_s + VL_ATT_ROWS;
-  uint8_t *keep_s = reinterpret_cast<uint8_t *>(delta_s + VL_ATT_ROWS); /* 64 queries x 8 bytes */
-  const int bh = blockIdx.x, b = bh / p.H, h = bh % p.H, k0 = blockIdx.y * VL_ATT_ROWS;
+  constexpr int E = vl_att_tile<D>::ELEMS, R = VL_ATT_ROWS;
+  /* K, V, then Q and dO twice (the next query tile loads while this one is computed), then per
+   * buffer the queries' lse, delta and 8 bytes of dropout bits (this block's 64 keys) */
+  T *Ks = reinterpret_cast<T *>(smem), *Vs = Ks + E, *Qb = Vs + E, *Ob = Qb + 2 * E;
+  float *lse_b = reinterpret_cast<float *>(Ob + 2 * E), *delta_b = lse_b + 2 * R;
+  uint8_t *keep_b = reinterpret_cast<uint8_t *>(delta_b + 2 * R);
+  const int bh = blockIdx.x, b = bh / p.H, h = bh % p.H, k0 = blockIdx.y * R;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
   const T *qg = static_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
   const T *kg = static_cast<const T *>(p.k) + b * p.k_st[0] + h * p.k_st[1];
   const T *vg = static_cast<const T *>(p.v) + b * p.v_st[0] + h * p.v_st[1];
   const T *dog = static_cast<const T *>(p.dout) + b * p.do_st[0] + h * p.do_st[1];
+  const int nq = (p.L + R - 1) / R, qt0 = p.causal ? k0 / R : 0;
+
+  auto stage = [&](int qt, int buf) {
+    const int q0 = qt * R;
+    vl_att_load_tile<T, D>(Qb + buf * E, qg, p.q_st[2], q0, p.L);
+    vl_att_load_tile<T, D>(Ob + buf * E, dog, p.do_st[2], q0, p.L);
+    if (threadIdx.x < R) {
+      const int q = q0 + threadIdx.x;
+      const bool in = q < p.L;
+      lse_b[buf * R + threadIdx.x] = in ? p.lse[(int64_t)bh * p.L + q] : kInf;
+      delta_b[buf * R + threadIdx.x] = in ? p.delta[(int64_t)bh * p.L + q] : 0.f;
+    }
+    if (p.dropout)
+      for (int i = threadIdx.x; i < R * 8; i += VL_ATT_THREADS) {
+        const int q = q0 + (i >> 3), byte = k0 / 8 + (i & 7);
+        keep_b[buf * R * 8 + i] = q < p.L && byte < p.S8 ? p.keep[((int64_t)bh * p.L + q) * p.S8 + byte] : 0;
+      }
+  };
 
   vl_att_load_tile<T, D>(Ks, kg, p.k_st[2], k0, p.S);
   vl_att_load_tile<T, D>(Vs, vg, p.v_st[2], k0, p.S);
+  if (qt0 < nq) stage(qt0, 0);
   vl_cp_async_commit();
   vl_cp_async_wait<0>();
   __syncthreads();
@@ -276,26 +311,15 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_bwd_kv(const att_dev p) {
 #pragma unroll
     for (int c = 0; c < 4; c++) dk[i][c] = dv[i][c] = 0.f;
 
-  const int nq = (p.L + VL_ATT_ROWS - 1) / VL_ATT_ROWS;
-  for (int qt = p.causal ? k0 / VL_ATT_ROWS : 0; qt < nq; qt++) {
-    const int q0 = qt * VL_ATT_ROWS;
-    __syncthreads();
-    vl_att_load_tile<T, D>(Qs, qg, p.q_st[2], q0, p.L);
-    vl_att_load_tile<T, D>(Os, dog, p.do_st[2], q0, p.L);
+  for (int qt = qt0; qt < nq; qt++) {
+    const int q0 = qt * R, cur = (qt - qt0) & 1;
+    if (qt + 1 < nq) stage(qt + 1, cur ^ 1); /* the other buffers were last read before the end barrier */
     vl_cp_async_commit();
-    if (threadIdx.x < VL_ATT_ROWS) {
-      int q = q0 + threadIdx.x;
-      bool in = q < p.L;
-      lse_s[threadIdx.x] = in ? p.lse[(int64_t)bh * p.L + q] : kInf;
-      delta_s[threadIdx.x] = in ? p.delta[(int64_t)bh * p.L + q] : 0.f;
-    }
-    if (p.dropout)
-      for (int i = threadIdx.x; i < VL_ATT_ROWS * 8; i += VL_ATT_THREADS) {
-        int r = i >> 3, j = i & 7, q = q0 + r, byte = k0 / 8 + j;
-        keep_s[i] = q < p.L && byte < p.S8 ? p.keep[((int64_t)bh * p.L + q) * p.S8 + byte] : 0;
-      }
-    vl_cp_async_wait<0>();
+    vl_cp_async_wait<1>();
     __syncthreads();
+    const T *Qs = Qb + cur * E, *Os = Ob + cur * E;
+    const float *lse_s = lse_b + cur * R, *delta_s = delta_b + cur * R;
+    const uint8_t *keep_s = keep_b + cur * R * 8;
 
     /* s = S^T: rows keys rk, columns queries q0 + nt * 8 + 2t + c */
     float s[8][4];
@@ -333,6 +357,7 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_bwd_kv(const att_dev p) {
       }
     vl_att_mm_pb<T, D>(dv, s, Os);
     vl_att_mm_pb<T, D>(dk, ds, Qs);
+    __syncthreads();
   }
   const float one[2] = {1.f, 1.f};
   T *dkg = static_cast<T *>(p.dk) + b * p.dk_st[0] + h * p.dk_st[1];
@@ -348,8 +373,9 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_bwd_q(const att_dev p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int E = vl_att_tile<D>::ELEMS;
-  T *Qs = reinterpret_cast<T *>(smem), *Os = Qs + E, *Ks = Os + E, *Vs = Ks + E; /* Os: dO */
-  float *mask_s = reinterpret_cast<float *>(Vs + E);
+  /* Q, dO, then K and V twice (the next key tile loads while this one is computed) */
+  T *Qs = reinterpret_cast<T *>(smem), *Os = Qs + E, *Kb = Os + E, *Vb = Kb + 2 * E;
+  float *mask_b = reinterpret_cast<float *>(Vb + 2 * E); /* [2][64] */
   const int bh = blockIdx.x, b = bh / p.H, h = bh % p.H, q0 = blockIdx.y * VL_ATT_ROWS;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
   const T *qg = static_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
@@ -358,37 +384,62 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_bwd_q(const att_dev p) {
   const T *dog = static_cast<const T *>(p.dout) + b * p.do_st[0] + h * p.do_st[1];
   const bool per_key = p.mask && p.m_st[2] == 0;
 
+  int ntiles = (p.S + VL_ATT_ROWS - 1) / VL_ATT_ROWS;
+  if (p.causal) ntiles = min(ntiles, q0 / VL_ATT_ROWS + 1);
   vl_att_load_tile<T, D>(Qs, qg, p.q_st[2], q0, p.L);
   vl_att_load_tile<T, D>(Os, dog, p.do_st[2], q0, p.L);
   vl_cp_async_commit();
-  vl_cp_async_wait<0>();
+  vl_att_load_tile<T, D>(Kb, kg, p.k_st[2], 0, p.S);
+  vl_att_load_tile<T, D>(Vb, vg, p.v_st[2], 0, p.S);
+  vl_cp_async_commit();
+  if (per_key) load_mask_keys(p, mask_b, b, h, 0);
+  vl_cp_async_wait<1>();
   __syncthreads();
   uint32_t qf[D / 16][4], of[D / 16][4];
   vl_att_frags<T, D>(qf, Qs, warp * 16);
   vl_att_frags<T, D>(of, Os, warp * 16);
 
   const int rq[2] = {q0 + warp * 16 + gq, q0 + warp * 16 + gq + 8};
+  /* delta = dO . O of the warp's rows (the quad's four threads each sum a quarter of a row, with
+   * 16-byte loads), written for att_bwd_kv, which runs after this kernel */
+  const T *og = static_cast<const T *>(p.o) + b * p.o_st[0] + h * p.o_st[1];
   float lse[2], delta[2];
 #pragma unroll
   for (int half = 0; half < 2; half++) {
-    bool in = rq[half] < p.L;
+    const bool in = rq[half] < p.L;
+    float acc = 0.f;
+    if (in) {
+      const T *orow = og + (int64_t)rq[half] * p.o_st[2] + t * (D / 4);
+      const T *drow = dog + (int64_t)rq[half] * p.do_st[2] + t * (D / 4);
+#pragma unroll
+      for (int c = 0; c < D / 4; c += 8) {
+        const vl_vec<T, 8> ov = *reinterpret_cast<const vl_vec<T, 8> *>(orow + c);
+        const vl_vec<T, 8> dv = *reinterpret_cast<const vl_vec<T, 8> *>(drow + c);
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc += vl_val(ov.v[j]) * vl_val(dv.v[j]);
+      }
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    delta[half] = acc;
     lse[half] = in ? p.lse[(int64_t)bh * p.L + rq[half]] : kInf;
-    delta[half] = in ? p.delta[(int64_t)bh * p.L + rq[half]] : 0.f;
+    if (in && t == 0) p.delta[(int64_t)bh * p.L + rq[half]] = acc;
   }
   float dq[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
 
-  int ntiles = (p.S + VL_ATT_ROWS - 1) / VL_ATT_ROWS;
-  if (p.causal) ntiles = min(ntiles, q0 / VL_ATT_ROWS + 1);
   for (int kt = 0; kt < ntiles; kt++) {
-    const int k0 = kt * VL_ATT_ROWS;
-    __syncthreads();
-    vl_att_load_tile<T, D>(Ks, kg, p.k_st[2], k0, p.S);
-    vl_att_load_tile<T, D>(Vs, vg, p.v_st[2], k0, p.S);
+    const int k0 = kt * VL_ATT_ROWS, cur = kt & 1;
+    const T *Ks = Kb + cur * E, *Vs = Vb + cur * E;
+    const float *mask_s = mask_b + cur * VL_ATT_ROWS;
+    if (kt + 1 < ntiles) {
+      vl_att_load_tile<T, D>(Kb + (cur ^ 1) * E, kg, p.k_st[2], k0 + VL_ATT_ROWS, p.S);
+      vl_att_load_tile<T, D>(Vb + (cur ^ 1) * E, vg, p.v_st[2], k0 + VL_ATT_ROWS, p.S);
+      if (per_key) load_mask_keys(p, mask_b + (cur ^ 1) * VL_ATT_ROWS, b, h, k0 + VL_ATT_ROWS);
+    }
     vl_cp_async_commit();
-    if (per_key) load_mask_keys(p, mask_s, b, h, k0);
-    vl_cp_async_wait<0>();
+    vl_cp_async_wait<1>();
     __syncthreads();
 
     float s[8][4], ds[8][4];
@@ -417,6 +468,7 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_bwd_q(const att_dev p) {
       }
     }
     vl_att_mm_pb<T, D>(dq, ds, Ks);
+    __syncthreads();
   }
   const float one[2] = {1.f, 1.f};
   T *dqg = static_cast<T *>(p.dq) + b * p.dq_st[0] + h * p.dq_st[1];
@@ -488,7 +540,7 @@ template <typename K> vl_status smem_limit(K kernel, int bytes) {
 
 template <typename T, int D> vl_status forward_t(const vl_attention_args *a, cudaStream_t st) {
   att_dev p = dev_args(a);
-  const int smem = smem_tiles_bytes<T, D>(3) + VL_ATT_ROWS * (int)sizeof(float);
+  const int smem = smem_tiles_bytes<T, D>(5) + 2 * VL_ATT_ROWS * (int)sizeof(float);
   VL_TRY(smem_limit(att_fwd<T, D>, smem));
   dim3 grid((unsigned)(a->b * a->h), (unsigned)((a->l + VL_ATT_ROWS - 1) / VL_ATT_ROWS));
   att_fwd<T, D><<<grid, VL_ATT_THREADS, smem, st>>>(p);
@@ -498,18 +550,16 @@ template <typename T, int D> vl_status forward_t(const vl_attention_args *a, cud
 
 template <typename T, int D> vl_status backward_t(const vl_attention_args *a, cudaStream_t st) {
   att_dev p = dev_args(a);
-  const int64_t rows = a->b * a->h * a->l;
-  att_delta<T, D><<<(unsigned)((rows + 3) / 4), 128, 0, st>>>(p, rows);
-  VL_LAUNCH_CHECK();
-  const int smem_kv = smem_tiles_bytes<T, D>(4) + 2 * VL_ATT_ROWS * (int)sizeof(float) + VL_ATT_ROWS * 8;
-  VL_TRY(smem_limit(att_bwd_kv<T, D>, smem_kv));
-  dim3 gkv((unsigned)(a->b * a->h), (unsigned)((a->s + VL_ATT_ROWS - 1) / VL_ATT_ROWS));
-  att_bwd_kv<T, D><<<gkv, VL_ATT_THREADS, smem_kv, st>>>(p);
-  VL_LAUNCH_CHECK();
-  const int smem_q = smem_tiles_bytes<T, D>(4) + VL_ATT_ROWS * (int)sizeof(float);
+  /* dQ first: it also writes delta (dO . O per row), which the dK/dV kernel reads */
+  const int smem_q = smem_tiles_bytes<T, D>(6) + 2 * VL_ATT_ROWS * (int)sizeof(float);
   VL_TRY(smem_limit(att_bwd_q<T, D>, smem_q));
   dim3 gq((unsigned)(a->b * a->h), (unsigned)((a->l + VL_ATT_ROWS - 1) / VL_ATT_ROWS));
   att_bwd_q<T, D><<<gq, VL_ATT_THREADS, smem_q, st>>>(p);
+  VL_LAUNCH_CHECK();
+  const int smem_kv = smem_tiles_bytes<T, D>(6) + 4 * VL_ATT_ROWS * (int)sizeof(float) + 2 * VL_ATT_ROWS * 8;
+  VL_TRY(smem_limit(att_bwd_kv<T, D>, smem_kv));
+  dim3 gkv((unsigned)(a->b * a->h), (unsigned)((a->s + VL_ATT_ROWS - 1) / VL_ATT_ROWS));
+  att_bwd_kv<T, D><<<gkv, VL_ATT_THREADS, smem_kv, st>>>(p);
   VL_LAUNCH_CHECK();
   return VL_OK;
 }

@@ -173,7 +173,9 @@ function F.scaled_dot_product_attention(q, k, v, opts)
     if mask.dtype == 'bool' then
       scores = scores:masked_fill(mask:logical_not(), -math.huge)
     else
-      scores = scores + mask -- a float mask (check_sdpa refused the other dtypes)
+      -- a float mask (check_sdpa refused the other dtypes), in the scores' dtype as the fused op
+      -- takes any float mask
+      scores = scores + (mask.dtype == scores.dtype and mask or mask:to(scores.dtype))
     end
   end
   local attn = scores:softmax(-1)
