@@ -126,6 +126,11 @@ else
   end
 end
 model:train()
+-- The memory plan before step 1 (parameters, gradients, optimizer state, masters), completed by
+-- the first step's measured peak below.
+local memplan = require 'v100.memplan'
+local plan = memplan.static(model, opt)
+print('# ' .. memplan.format(plan))
 -- DataParallel: the loss functions above call `model`, which now is the wrapper (it forwards to
 -- the module); its buckets are all-reduced during backward and finished by the stepper.
 local dp = nil
@@ -143,10 +148,12 @@ local step = train.stepper{ opt = opt, policy = policy, scaler = scaler, graph =
   dp = dp, loss = function() return loss_fn() end }
 local run = function() return step(dummy_x, dummy_y) end
 if not capturable then
-  for _ = 1, opts.warmup do run() end
+  memplan.measure(plan, run, dev)
+  for _ = 2, opts.warmup do run() end
 else
-  run() -- warm-up and capture (and one replay)
+  memplan.measure(plan, run, dev) -- warm-up and capture (and one replay)
 end
+if plan.peak_allocated then print('# ' .. memplan.format(plan):gsub('\n', '\n# ')) end
 
 -- CUDA events around the timed steps on a GPU; the host clock after a no-op sync on the CPU.
 local sync = recipe.syncer(dev)

@@ -9,6 +9,18 @@
 #include <math.h>
 #include <stdlib.h>
 
+/* The inner loops are axpys over contiguous rows: -O3 vectorises them (the default -O2 does only
+ * loops that need no aliasing checks), and on x86-64 the range functions are also built for
+ * Haswell and newer (AVX2 + FMA), picked at load time; the sums keep their order either way. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(VL_NO_TARGET_CLONES)
+#define VL_ATTN_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#else
+#define VL_ATTN_CLONES
+#endif
+
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/nn_kernels.h"
 #include "runtime/core/philox.h"

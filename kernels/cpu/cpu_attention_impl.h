@@ -19,7 +19,8 @@ static void FN(store_row)(char *dst, vl_dtype dt, const REAL *src, int64_t n) {
 
 /* The scaled, masked scores of query i against every key into z[0..S): z = scale q.k + mask,
  * -inf where causal drops the key. kt is K transposed (E x S), q the query row. Returns the max. */
-static REAL FN(scores)(const vl_attention_args *a, int64_t bh, int64_t i, const REAL *q, const REAL *kt, REAL *z) {
+static REAL FN(scores)(const vl_attention_args *a, int64_t bh, int64_t i, const REAL *restrict q,
+                       const REAL *restrict kt, REAL *restrict z) {
   const int64_t S = a->s, E = a->e;
   for (int64_t j = 0; j < S; j++) z[j] = 0;
   for (int64_t e = 0; e < E; e++) {
@@ -45,7 +46,7 @@ static void FN(transpose)(const REAL *src, int64_t rows, int64_t cols, REAL *dst
     for (int64_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
 }
 
-static void FN(attn_fw_range)(void *vj, int64_t lo, int64_t hi) {
+VL_ATTN_CLONES static void FN(attn_fw_range)(void *vj, int64_t lo, int64_t hi) {
   attn_job *job = vj;
   const vl_attention_args *a = job->a;
   const int64_t L = a->l, S = a->s, E = a->e, H = a->h, es = (int64_t)vl_dtype_size(a->dtype);
@@ -55,8 +56,8 @@ static void FN(attn_fw_range)(void *vj, int64_t lo, int64_t hi) {
     job->failed = 1;
     return;
   }
-  REAL *k = mem, *v = k + S * E, *kt = v + S * E, *vt = kt + S * E, *z = vt + S * E, *q = z + S, *o = q + E;
-  (void)vt;
+  REAL *restrict k = mem, *restrict v = k + S * E, *restrict kt = v + S * E, *restrict z = kt + 2 * S * E,
+                *restrict q = z + S, *restrict o = q + E;
   const REAL inv_keep = a->p > 0 ? (REAL)(1.0 / (1.0 - a->p)) : (REAL)1;
   keep_cache kc = {.seed = a->seed, .offset = a->offset};
   for (int64_t bh = lo; bh < hi; bh++) {
@@ -100,18 +101,20 @@ static void FN(attn_fw_range)(void *vj, int64_t lo, int64_t hi) {
   free(mem);
 }
 
-static void FN(attn_bw_range)(void *vj, int64_t lo, int64_t hi) {
+VL_ATTN_CLONES static void FN(attn_bw_range)(void *vj, int64_t lo, int64_t hi) {
   attn_job *job = vj;
   const vl_attention_args *a = job->a;
   const int64_t L = a->l, S = a->s, E = a->e, H = a->h, es = (int64_t)vl_dtype_size(a->dtype);
   const int64_t S8 = (S + 7) / 8;
-  REAL *mem = malloc(sizeof(REAL) * (size_t)(6 * S * E + 3 * S + 4 * E));
+  REAL *mem = malloc(sizeof(REAL) * (size_t)(6 * S * E + 2 * S + 4 * E));
   if (!mem) {
     job->failed = 1;
     return;
   }
-  REAL *k = mem, *v = k + S * E, *kt = v + S * E, *vt = kt + S * E, *dk = vt + S * E, *dv = dk + S * E;
-  REAL *z = dv + S * E, *dp = z + S, *ds = dp + S, *q = ds + S, *go = q + E, *ob = go + E, *dq = ob + E;
+  REAL *restrict k = mem, *restrict v = k + S * E, *restrict kt = v + S * E, *restrict vt = kt + S * E,
+                *restrict dk = vt + S * E, *restrict dv = dk + S * E;
+  REAL *restrict z = dv + S * E, *restrict dp = z + S, *restrict q = dp + S,
+                *restrict go = q + E, *restrict ob = go + E, *restrict dq = ob + E;
   const REAL inv_keep = a->p > 0 ? (REAL)(1.0 / (1.0 - a->p)) : (REAL)1;
   const REAL scale = (REAL)a->scale;
   for (int64_t bh = lo; bh < hi; bh++) {
@@ -145,7 +148,6 @@ static void FN(attn_bw_range)(void *vj, int64_t lo, int64_t hi) {
         REAL pd = keep ? pj * inv_keep : (REAL)0;
         /* dV_j += P~_ij dO_i; dS_ij = P_ij (dP_ij - delta_i) with dP through the dropout */
         REAL dsj = pj * ((keep ? dp[j] * inv_keep : (REAL)0) - delta) * scale;
-        ds[j] = dsj;
         REAL *dvr = dv + j * E, *dkr = dk + j * E;
         const REAL *kr = k + j * E;
         if (pd != 0)

@@ -124,10 +124,11 @@ end
 -- opts: mask, scale (default 1/sqrt(E)), dropout (attention dropout, training only: pass 0 in
 -- eval), causal, impl ('auto' default, 'fused', 'math').
 -- 'auto' takes the fused op (runtime/nn/attention.c: FlashAttention's scheme, no L x S scores
--- in memory, dropout bits instead of a mask tensor) whenever the device's kernels take the
--- problem: 4-D q B x H x L x E, k and v B x H x S x E of one dtype, a mask needing no gradient
--- (and on CUDA f16/bf16 with head dim 64 or 128, sm_80 or newer). Otherwise, or with 'math', the
--- composition of tensor ops below. Both give the same values (within rounding) and, for one
+-- in memory, dropout bits instead of a mask tensor) on a GPU whenever its kernels take the
+-- problem: 4-D q B x H x L x E, k and v B x H x S x E of one dtype, a mask needing no gradient,
+-- f16/bf16 with head dim 64, sm_80 or newer. Otherwise, or with 'math', the composition of tensor
+-- ops below. On the CPU 'auto' composes too: there the fused op is the reference of the GPU
+-- kernels ('fused' runs it), and OpenBLAS's GEMMs in the composition are faster. Both give the same values (within rounding) and, for one
 -- generator state, the same dropout mask; they differ on a query row whose every key is masked
 -- with -inf: the fused op returns zeros there (and zero gradients), the composition NaN.
 -- The fused output is a B x H x L x E view of B x L x H x E memory: out:transpose(2, 3) is
@@ -154,7 +155,8 @@ function F.scaled_dot_product_attention(q, k, v, opts)
       -- the additive form of a bool mask (its own, small, shape): 0 where attended, -inf elsewhere
       fmask = v100.zeros(mask.shape, { device = mask.device }):masked_fill(mask:logical_not(), -math.huge)
     end
-    if (fmask == nil or not fmask.requires_grad) and nnc.attention_supported(q, k, v, fmask, scale, p, opts.causal) then
+    if (impl == 'fused' or q.device ~= 'cpu') and (fmask == nil or not fmask.requires_grad) and
+        nnc.attention_supported(q, k, v, fmask, scale, p, opts.causal) then
       return nnc.attention(q, k, v, fmask, scale, p, opts.causal)
     end
     if impl == 'fused' then
