@@ -185,7 +185,8 @@ typedef struct vl_optim_kernels {
  * scaled by 1/(1-p). The forward writes the decisions as bits, `keep` [B*H*L][ceil(S/8)] u8 (bit
  * j%8 of byte j/8 of row (b*H + h)*L + i), and the backward reads them, so it draws nothing.
  * Backward: dq, dk, dv (same shapes and stride conventions) from dout, o and lse; `delta`
- * [B*H*L] f32 is scratch (the rows' dout . o). */
+ * [B*H*L] and `dq_acc` [B*H*L*E] f32 are scratch the kernels may use (the rows' dout . o; an f32
+ * accumulator of dq). */
 typedef struct vl_attention_args {
   vl_dtype dtype;                 /* q, k, v, o, dout and the gradients */
   int64_t b, h, l, s, e;
@@ -202,6 +203,7 @@ typedef struct vl_attention_args {
   void *dq, *dk, *dv;             /* backward outputs */
   int64_t dq_st[3], dk_st[3], dv_st[3];
   float *delta;
+  float *dq_acc;
   double scale, p;
   uint32_t keep_below;            /* keep when (word >> 9) < keep_below */
   bool causal;

@@ -6,11 +6,12 @@
  * scale, mask and causal in registers, an online softmax (running max and sum per row, the
  * accumulator rescaled when the max grows), dropout decided from Philox and written as bits,
  * then O += P V with P fed from the accumulator registers. The rows' log-sum-exp is kept.
- * Backward: one kernel per 64 queries accumulates dQ over every key tile (and writes the rows'
- * delta = dO . O on its way), then one kernel per 64 keys accumulates dK and dV over every query
- * tile (S^T = K Q^T, P^T from lse, dV += P~^T dO, dP^T = V dO^T, dS^T = P^T (dP~^T - delta),
- * dK += dS^T Q). Splitting dQ from dK/dV recomputes S once more but needs no atomics, so the
- * gradients are deterministic.
+ * Backward: delta = dO . O per row first (and the f32 dQ accumulator zeroed); then one kernel
+ * per 64 keys walks every query tile: S^T = K Q^T, P^T from lse, dV += P~^T dO, dP^T = V dO^T,
+ * dS^T = P^T (dP~^T - delta), dK += dS^T Q, and this tile's share of dQ = dS K, which goes through
+ * shared memory (dS by query rows) and is added to the accumulator with f32 atomics; a last pass
+ * rounds dQ into its output. The atomics make dQ's last bits depend on the order the key tiles
+ * arrive in (dK and dV are deterministic).
  *
  * Scope: f16 and bf16, head dim 64, sm_80 or newer (mma.sync m16n8k16, ldmatrix, cp.async),
  * rows 16-byte aligned; everything else is refused by `supports` and runs as the composition of
@@ -38,6 +39,7 @@ struct att_dev {
   int64_t m_st[4];
   float *lse;
   float *delta;
+  float *dq_acc;
   uint8_t *keep;
   int H, L, S, S8;
   float scale, inv_keep;
@@ -258,10 +260,11 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_bwd_kv(const att_dev p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int E = vl_att_tile<D>::ELEMS, R = VL_ATT_ROWS;
-  /* K, V, then Q and dO twice (the next query tile loads while this one is computed), then per
-   * buffer the queries' lse, delta and 8 bytes of dropout bits (this block's 64 keys) */
-  T *Ks = reinterpret_cast<T *>(smem), *Vs = Ks + E, *Qb = Vs + E, *Ob = Qb + 2 * E;
-  float *lse_b = reinterpret_cast<float *>(Ob + 2 * E), *delta_b = lse_b + 2 * R;
+  /* K, V, then Q and dO twice (the next query tile loads while this one is computed), the tile's
+   * dS^T (keys x queries, for dQ), then per buffer the queries' lse, delta and 8 bytes of dropout
+   * bits (this block's 64 keys) */
+  T *Ks = reinterpret_cast<T *>(smem), *Vs = Ks + E, *Qb = Vs + E, *Ob = Qb + 2 * E, *dSs = Ob + 2 * E;
+  float *lse_b = reinterpret_cast<float *>(dSs + E), *delta_b = lse_b + 2 * R;
   uint8_t *keep_b = reinterpret_cast<uint8_t *>(delta_b + 2 * R);
   const int bh = blockIdx.x, b = bh / p.H, h = bh % p.H, k0 = blockIdx.y * R;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
@@ -356,8 +359,33 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_bwd_kv(const att_dev p) {
         s[nt][c] = keep ? s[nt][c] * p.inv_keep : 0.f; /* P~^T for dV */
       }
     vl_att_mm_pb<T, D>(dv, s, Os);
+    /* dS^T to shared memory, rounded as the products use it: dQ = dS K needs dS by query rows,
+     * which no warp holds (each has 16 keys of every query) */
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+      for (int half = 0; half < 2; half++)
+        *reinterpret_cast<uint32_t *>(dSs + (warp * 16 + gq + 8 * half) * vl_att_tile<D>::P + nt * 8 + 2 * t) =
+            vl_att_mma<T>::pack(ds[nt][2 * half], ds[nt][2 * half + 1]);
     vl_att_mm_pb<T, D>(dk, ds, Qs);
     __syncthreads();
+    /* this key tile's part of dQ for the warp's 16 queries, added to the f32 accumulator */
+    float dqp[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) dqp[i][0] = dqp[i][1] = dqp[i][2] = dqp[i][3] = 0.f;
+    vl_att_mm_dst_k<T, D>(dqp, dSs, warp * 16, Ks);
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      const int q = q0 + warp * 16 + gq + 8 * half;
+      if (q >= p.L) continue;
+      float *acc = p.dq_acc + ((int64_t)bh * p.L + q) * D + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++) {
+        atomicAdd(acc + dt * 8, dqp[dt][2 * half]);
+        atomicAdd(acc + dt * 8 + 1, dqp[dt][2 * half + 1]);
+      }
+    }
+    __syncthreads(); /* dS^T and this tile's buffers are rewritten next */
   }
   const float one[2] = {1.f, 1.f};
   T *dkg = static_cast<T *>(p.dk) + b * p.dk_st[0] + h * p.dk_st[1];
@@ -367,113 +395,45 @@ __global__ void __launch_bounds__(VL_ATT_THREADS) att_bwd_kv(const att_dev p) {
 #endif
 }
 
-/* dQ of 64 queries, over every key tile. */
+/* Before the dK/dV kernel: delta = dO . O per row (the four threads of a quad each sum a quarter
+ * of a row with 16-byte loads) and the row's f32 dQ accumulator zeroed. 32 rows a block. */
 template <typename T, int D>
-__global__ void __launch_bounds__(VL_ATT_THREADS) att_bwd_q(const att_dev p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int E = vl_att_tile<D>::ELEMS;
-  /* Q, dO, then K and V twice (the next key tile loads while this one is computed) */
-  T *Qs = reinterpret_cast<T *>(smem), *Os = Qs + E, *Kb = Os + E, *Vb = Kb + 2 * E;
-  float *mask_b = reinterpret_cast<float *>(Vb + 2 * E); /* [2][64] */
-  const int bh = blockIdx.x, b = bh / p.H, h = bh % p.H, q0 = blockIdx.y * VL_ATT_ROWS;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
-  const T *qg = static_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
-  const T *kg = static_cast<const T *>(p.k) + b * p.k_st[0] + h * p.k_st[1];
-  const T *vg = static_cast<const T *>(p.v) + b * p.v_st[0] + h * p.v_st[1];
-  const T *dog = static_cast<const T *>(p.dout) + b * p.do_st[0] + h * p.do_st[1];
-  const bool per_key = p.mask && p.m_st[2] == 0;
-
-  int ntiles = (p.S + VL_ATT_ROWS - 1) / VL_ATT_ROWS;
-  if (p.causal) ntiles = min(ntiles, q0 / VL_ATT_ROWS + 1);
-  vl_att_load_tile<T, D>(Qs, qg, p.q_st[2], q0, p.L);
-  vl_att_load_tile<T, D>(Os, dog, p.do_st[2], q0, p.L);
-  vl_cp_async_commit();
-  vl_att_load_tile<T, D>(Kb, kg, p.k_st[2], 0, p.S);
-  vl_att_load_tile<T, D>(Vb, vg, p.v_st[2], 0, p.S);
-  vl_cp_async_commit();
-  if (per_key) load_mask_keys(p, mask_b, b, h, 0);
-  vl_cp_async_wait<1>();
-  __syncthreads();
-  uint32_t qf[D / 16][4], of[D / 16][4];
-  vl_att_frags<T, D>(qf, Qs, warp * 16);
-  vl_att_frags<T, D>(of, Os, warp * 16);
-
-  const int rq[2] = {q0 + warp * 16 + gq, q0 + warp * 16 + gq + 8};
-  /* delta = dO . O of the warp's rows (the quad's four threads each sum a quarter of a row, with
-   * 16-byte loads), written for att_bwd_kv, which runs after this kernel */
-  const T *og = static_cast<const T *>(p.o) + b * p.o_st[0] + h * p.o_st[1];
-  float lse[2], delta[2];
+__global__ void att_bwd_prep(const att_dev p, int64_t rows) {
+  const int64_t row = (int64_t)blockIdx.x * 32 + (threadIdx.x >> 2);
+  const int t = threadIdx.x & 3;
+  float acc = 0.f;
+  if (row < rows) {
+    const int64_t bh = row / p.L, q = row % p.L, b = bh / p.H, h = bh % p.H;
+    const T *orow = static_cast<const T *>(p.o) + b * p.o_st[0] + h * p.o_st[1] + q * p.o_st[2] + t * (D / 4);
+    const T *drow = static_cast<const T *>(p.dout) + b * p.do_st[0] + h * p.do_st[1] + q * p.do_st[2] + t * (D / 4);
 #pragma unroll
-  for (int half = 0; half < 2; half++) {
-    const bool in = rq[half] < p.L;
-    float acc = 0.f;
-    if (in) {
-      const T *orow = og + (int64_t)rq[half] * p.o_st[2] + t * (D / 4);
-      const T *drow = dog + (int64_t)rq[half] * p.do_st[2] + t * (D / 4);
+    for (int c = 0; c < D / 4; c += 8) {
+      const vl_vec<T, 8> ov = *reinterpret_cast<const vl_vec<T, 8> *>(orow + c);
+      const vl_vec<T, 8> dv = *reinterpret_cast<const vl_vec<T, 8> *>(drow + c);
 #pragma unroll
-      for (int c = 0; c < D / 4; c += 8) {
-        const vl_vec<T, 8> ov = *reinterpret_cast<const vl_vec<T, 8> *>(orow + c);
-        const vl_vec<T, 8> dv = *reinterpret_cast<const vl_vec<T, 8> *>(drow + c);
-#pragma unroll
-        for (int j = 0; j < 8; j++) acc += vl_val(ov.v[j]) * vl_val(dv.v[j]);
-      }
+      for (int j = 0; j < 8; j++) acc += vl_val(ov.v[j]) * vl_val(dv.v[j]);
     }
-    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-    delta[half] = acc;
-    lse[half] = in ? p.lse[(int64_t)bh * p.L + rq[half]] : kInf;
-    if (in && t == 0) p.delta[(int64_t)bh * p.L + rq[half]] = acc;
+    float4 *z = reinterpret_cast<float4 *>(p.dq_acc + row * D + t * (D / 4));
+#pragma unroll
+    for (int c = 0; c < D / 16; c++) z[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  float dq[D / 8][4];
-#pragma unroll
-  for (int i = 0; i < D / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  if (row < rows && t == 0) p.delta[row] = acc;
+}
 
-  for (int kt = 0; kt < ntiles; kt++) {
-    const int k0 = kt * VL_ATT_ROWS, cur = kt & 1;
-    const T *Ks = Kb + cur * E, *Vs = Vb + cur * E;
-    const float *mask_s = mask_b + cur * VL_ATT_ROWS;
-    if (kt + 1 < ntiles) {
-      vl_att_load_tile<T, D>(Kb + (cur ^ 1) * E, kg, p.k_st[2], k0 + VL_ATT_ROWS, p.S);
-      vl_att_load_tile<T, D>(Vb + (cur ^ 1) * E, vg, p.v_st[2], k0 + VL_ATT_ROWS, p.S);
-      if (per_key) load_mask_keys(p, mask_b + (cur ^ 1) * VL_ATT_ROWS, b, h, k0 + VL_ATT_ROWS);
-    }
-    vl_cp_async_commit();
-    vl_cp_async_wait<1>();
-    __syncthreads();
-
-    float s[8][4], ds[8][4];
+/* dQ from its f32 accumulator into the (strided) output, 8 elements a thread. */
+template <typename T, int D>
+__global__ void att_dq_store(const att_dev p, int64_t rows) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, row = i / (D / 8);
+  if (row >= rows) return;
+  const int c = (int)(i % (D / 8)) * 8;
+  const int64_t bh = row / p.L, q = row % p.L, b = bh / p.H, h = bh % p.H;
+  const float *src = p.dq_acc + row * D + c;
+  vl_vec<T, 8> out;
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-      s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-      ds[i][0] = ds[i][1] = ds[i][2] = ds[i][3] = 0.f;
-    }
-    vl_att_mm_abt<T, D>(s, qf, Ks);
-    scores_q_rows(p, s, b, h, rq, k0, per_key ? mask_s : nullptr);
-    vl_att_mm_abt<T, D>(ds, of, Vs); /* dP~ = dO V^T */
-#pragma unroll
-    for (int nt = 0; nt < 8; nt++) {
-#pragma unroll
-      for (int half = 0; half < 2; half++) {
-        const int q = rq[half], key = k0 + nt * 8 + 2 * t;
-        uint32_t bits = 3u;
-        if (p.dropout) bits = q < p.L && key < p.S ? p.keep[((int64_t)bh * p.L + q) * p.S8 + k0 / 8 + nt] >> (2 * t) : 0u;
-#pragma unroll
-        for (int c2 = 0; c2 < 2; c2++) {
-          const int c = 2 * half + c2;
-          const float pr = lse[half] == kInf ? 0.f : __expf(s[nt][c] - lse[half]);
-          const float dpv = (bits >> c2) & 1u ? ds[nt][c] * p.inv_keep : 0.f;
-          ds[nt][c] = pr * (dpv - delta[half]) * p.scale;
-        }
-      }
-    }
-    vl_att_mm_pb<T, D>(dq, ds, Ks);
-    __syncthreads();
-  }
-  const float one[2] = {1.f, 1.f};
-  T *dqg = static_cast<T *>(p.dq) + b * p.dq_st[0] + h * p.dq_st[1];
-  vl_att_store<T, D>(dqg, p.dq_st[2], q0 + warp * 16, p.L, dq, one);
-#endif
+  for (int j = 0; j < 8; j++) out.v[j] = vl_conv<T>::f(src[j]);
+  *reinterpret_cast<vl_vec<T, 8> *>(static_cast<T *>(p.dq) + b * p.dq_st[0] + h * p.dq_st[1] + q * p.dq_st[2] + c) = out;
 }
 
 bool aligned16(const void *ptr, const int64_t st[3], bool check_strides) {
@@ -522,7 +482,7 @@ att_dev dev_args(const vl_attention_args *a) {
   }
   p.mask = (const float *)a->mask;
   for (int i = 0; i < 4; i++) p.m_st[i] = a->mask_st[i];
-  p.lse = (float *)a->lse, p.delta = a->delta, p.keep = a->keep;
+  p.lse = (float *)a->lse, p.delta = a->delta, p.dq_acc = a->dq_acc, p.keep = a->keep;
   p.H = (int)a->h, p.L = (int)a->l, p.S = (int)a->s, p.S8 = (int)((a->s + 7) / 8);
   p.scale = (float)a->scale;
   p.inv_keep = a->p > 0 ? (float)(1.0 / (1.0 - a->p)) : 1.f;
@@ -550,16 +510,16 @@ template <typename T, int D> vl_status forward_t(const vl_attention_args *a, cud
 
 template <typename T, int D> vl_status backward_t(const vl_attention_args *a, cudaStream_t st) {
   att_dev p = dev_args(a);
-  /* dQ first: it also writes delta (dO . O per row), which the dK/dV kernel reads */
-  const int smem_q = smem_tiles_bytes<T, D>(6) + 2 * VL_ATT_ROWS * (int)sizeof(float);
-  VL_TRY(smem_limit(att_bwd_q<T, D>, smem_q));
-  dim3 gq((unsigned)(a->b * a->h), (unsigned)((a->l + VL_ATT_ROWS - 1) / VL_ATT_ROWS));
-  att_bwd_q<T, D><<<gq, VL_ATT_THREADS, smem_q, st>>>(p);
+  const int64_t rows = a->b * a->h * a->l;
+  att_bwd_prep<T, D><<<(unsigned)((rows + 31) / 32), 128, 0, st>>>(p, rows);
   VL_LAUNCH_CHECK();
-  const int smem_kv = smem_tiles_bytes<T, D>(6) + 4 * VL_ATT_ROWS * (int)sizeof(float) + 2 * VL_ATT_ROWS * 8;
+  const int smem_kv = smem_tiles_bytes<T, D>(7) + 4 * VL_ATT_ROWS * (int)sizeof(float) + 2 * VL_ATT_ROWS * 8;
   VL_TRY(smem_limit(att_bwd_kv<T, D>, smem_kv));
   dim3 gkv((unsigned)(a->b * a->h), (unsigned)((a->s + VL_ATT_ROWS - 1) / VL_ATT_ROWS));
   att_bwd_kv<T, D><<<gkv, VL_ATT_THREADS, smem_kv, st>>>(p);
+  VL_LAUNCH_CHECK();
+  const int64_t items = rows * (D / 8);
+  att_dq_store<T, D><<<(unsigned)((items + 255) / 256), 256, 0, st>>>(p, rows);
   VL_LAUNCH_CHECK();
   return VL_OK;
 }

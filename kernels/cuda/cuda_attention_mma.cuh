@@ -154,6 +154,26 @@ template <typename T, int D> VL_DEV void vl_att_mm_pb(float acc[D / 8][4], const
   }
 }
 
+/* acc[D/8][4] (16 rows x D) += X (16 x 64) * tile (64 x D), with X stored transposed in xt (xt's
+ * 64 rows are X's columns; X's rows are xt's columns r0 .. r0 + 15): dQ = dS K from dS^T. The A
+ * fragments come from ldmatrix.trans on xt, whose 8 x 8 pieces are the transposes of A's. */
+template <typename T, int D>
+VL_DEV void vl_att_mm_dst_k(float acc[D / 8][4], const T *xt, int r0, const T *tile) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int kc = 0; kc < 4; kc++) {
+    uint32_t a[4];
+    vl_ldsm_x4_t(a, xt + (kc * 16 + (lane & 7) + ((lane >> 4) << 3)) * vl_att_tile<D>::P + r0 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+    for (int dp = 0; dp < D / 16; dp++) {
+      uint32_t b[4];
+      vl_att_frag_b<T, D>(b, tile, kc * 16, dp * 16);
+      vl_att_mma<T>::run(acc[2 * dp], a, b[0], b[1]);
+      vl_att_mma<T>::run(acc[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
 /* The warp's 16 x D A fragments from rows r0.. of a tile (loaded once, kept in registers). */
 template <typename T, int D> VL_DEV void vl_att_frags(uint32_t af[D / 16][4], const T *tile, int r0) {
 #pragma unroll

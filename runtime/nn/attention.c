@@ -206,8 +206,8 @@ vl_status vl_attention_backward(vl_tensor *q, vl_tensor *k, vl_tensor *v, vl_ten
                                 vl_tensor **dq, vl_tensor **dk, vl_tensor **dv) {
   const char *op = "scaled_dot_product_attention_backward";
   vl_attention_args a;
-  /* 0 q, 1 k, 2 v, 3 mask f32, 4 o, 5 dout, 6 delta, 7 dq, 8 dk, 9 dv */
-  vl_tensor *t[10] = {0};
+  /* 0 q, 1 k, 2 v, 3 mask f32, 4 o, 5 dout, 6 delta, 7 dq, 8 dk, 9 dv, 10 dq accumulator */
+  vl_tensor *t[11] = {0};
   char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
   VL_TRY(prepare(op, q, k, v, mask, p, &a, t));
   vl_status s = VL_OK;
@@ -236,8 +236,11 @@ vl_status vl_attention_backward(vl_tensor *q, vl_tensor *k, vl_tensor *v, vl_ten
   if (s == VL_OK) s = empty_heads(q, &t[7]);
   if (s == VL_OK) s = empty_heads(k, &t[8]);
   if (s == VL_OK) s = empty_heads(v, &t[9]);
+  int64_t acc_size[4] = {a.b, a.h, a.l, a.e};
+  if (s == VL_OK) s = vl_tensor_empty(4, acc_size, VL_F32, dev, &t[10]);
   if (s == VL_OK) {
     a.lse = vl_tensor_data(lse);
+    a.dq_acc = vl_tensor_data(t[10]);
     a.keep = a.p > 0 ? vl_tensor_data(keep) : NULL;
     a.delta = vl_tensor_data(t[6]);
     a.dq = vl_tensor_data(t[7]);
@@ -270,12 +273,12 @@ vl_status vl_attention_backward(vl_tensor *q, vl_tensor *k, vl_tensor *v, vl_ten
   if (s == VL_OK) s = vl_exec_of(op, dev, &a.ex);
   if (s == VL_OK) s = be->attention->backward(&a);
   if (s != VL_OK) {
-    release_all(t, 10);
+    release_all(t, 11);
     return s;
   }
   if (dq) *dq = t[7], t[7] = NULL;
   if (dk) *dk = t[8], t[8] = NULL;
   if (dv) *dv = t[9], t[9] = NULL;
-  release_all(t, 10);
+  release_all(t, 11);
   return VL_OK;
 }
