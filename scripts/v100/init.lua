@@ -36,6 +36,9 @@ v100.kernel = require 'v100.kernel'
 -- Distributed runs (scripts/v100/dist.lua): dist.init(), collectives, DistributedSampler.
 v100.dist = require 'v100.dist'
 
+-- ONNX export for inference stacks (scripts/v100/onnx.lua): v100.onnx.export(model, inputs, path).
+v100.onnx = require 'v100.onnx'
+
 -- File helpers the Lua library and the recipes share (checkpoints, BERT folders, data caches):
 -- v100.io.read_file(path) -> the bytes, or nil and the reason; v100.io.exists(path);
 -- v100.io.join(dir, name) -> dir/name (one slash).
