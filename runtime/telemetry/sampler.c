@@ -174,7 +174,6 @@ static void *thread_main(void *arg) {
   struct timespec next;
   clock_gettime(CLOCK_MONOTONIC, &next);
   while (!tm->stop) {
-    (void)sample_locked(tm); /* failures are counted; the thread keeps going */
     double whole = floor(tm->interval);
     next.tv_sec += (time_t)whole;
     next.tv_nsec += (long)((tm->interval - whole) * 1e9);
@@ -190,6 +189,7 @@ static void *thread_main(void *arg) {
       int rc = pthread_cond_timedwait(&tm->cv, &tm->mu, &next);
       if (rc == ETIMEDOUT) break;
     }
+    if (!tm->stop) (void)sample_locked(tm); /* failures are counted; the thread keeps going */
   }
   pthread_mutex_unlock(&tm->mu);
   return NULL;

@@ -113,7 +113,8 @@ typedef struct vl_telemetry vl_telemetry;
 /* Takes ownership of src (closed by vl_telemetry_free, or here on failure). devs: the source's
  * indices to sample, ndev of them (devs NULL: all of the source's devices). */
 vl_status vl_telemetry_new(vl_tm_source *src, const int *devs, int ndev, vl_telemetry **out);
-/* Starts the thread: a sample of every device now and then every interval_s (>= 0.001 s). */
+/* Starts the thread: a sample of every device every interval_s (>= 0.001 s) from now (the first
+ * one interval_s from now: a caller that wants a start point samples first). */
 vl_status vl_telemetry_start(vl_telemetry *tm, double interval_s);
 /* Stops and joins the thread; a no-op when not running. */
 void vl_telemetry_stop(vl_telemetry *tm);
