@@ -277,7 +277,7 @@ Recorder.__name = 'v100.telemetry.Recorder'
 function telemetry.Recorder(opts)
   opts = opts or {}
   local self = setmetatable({ enabled = opts.enabled ~= false, unit = opts.unit or 'image', job = opts.job or 'v100lua',
-    samples_total = 0 }, Recorder)
+    samples_total = 0, acc = { energy_j = 0, energy_power_j = 0, samples = 0, seconds = 0, gpus = 0 } }, Recorder)
   if not self.enabled then return self end
   self.mon = telemetry.Monitor{ device = opts.device, interval_ms = opts.interval_ms, source = opts.source }
   local p = opts.prometheus
@@ -303,12 +303,26 @@ local function per(unit) return 'energy_per_' .. unit .. '_j' end
 
 -- rec:window(samples) -> metrics since the last call, over every rank, for logger:log (empty
 -- when off or no GPU anywhere); samples: the images / sequences all ranks processed in it.
+-- The windows' figures add up to the run's training figures (rec:summary()).
 function Recorder:window(samples)
   if not self.enabled then return {} end
   local m = telemetry.reduce_window(self.mon:window(true))
-  if m.gpus and samples and samples > 0 then m[per(self.unit)] = m.gpu_energy_j / samples end
+  if m.gpus then
+    if samples and samples > 0 then m[per(self.unit)] = m.gpu_energy_j / samples end
+    local a = self.acc
+    a.energy_j, a.energy_power_j = a.energy_j + m.gpu_energy_j, a.energy_power_j + m.gpu_energy_power_j
+    a.samples, a.seconds, a.gpus = a.samples + (samples or 0), a.seconds + m.seconds, m.gpus
+    a.source = (a.source == 'power' or m.energy_source == 'power') and 'power' or 'counter'
+    m.gpu_window_s, m.seconds = m.seconds, nil
+  end
   self.last = m
   return m
+end
+
+-- rec:skip(): the next window starts now (what ran since, e.g. an evaluation, is left out of the
+-- windows' figures). Not collective.
+function Recorder:skip()
+  if self.enabled then self.mon:window(true) end
 end
 
 -- rec:bar(fields, m) adds the power to a progress bar's fields (W: all GPUs together).
@@ -322,7 +336,9 @@ end
 -- rank {energy_j, energy_power_j, gpus, seconds, energy_per_<unit>_j, source} (nil when off or no
 -- GPU) and the text of the recipe's line.
 function Recorder:begin()
-  if self.enabled then self.epoch_mark = self.mon:mark() end
+  if not self.enabled then return end
+  self.epoch_mark = self.mon:mark()
+  self.mon:window(true)
 end
 
 local function summed(self, mark, samples)
@@ -355,12 +371,30 @@ function Recorder:total(samples)
   return summed(self, self.start_mark, samples)
 end
 
+-- rec:summary() -> the recipe's closing line: the training windows' energy (rec:window) per
+-- sample and the whole run's (evaluation, checkpoints and start-up included); nil when off or
+-- without a GPU. Collective.
+function Recorder:summary()
+  if not self.enabled then return nil end
+  local tot = self:total()
+  local a = self.acc
+  if not tot or a.gpus == 0 then return nil end
+  local diff = a.energy_j > 0 and math.abs(a.energy_power_j - a.energy_j) / a.energy_j or 0
+  return string.format('energy: training %.0f J for %d %ss = %.4g J/%s (%s; power x time %.0f J, %.1f%% apart), ' ..
+    '%d GPU%s, %.0f W average; whole run %.0f J in %.0f s', a.energy_j, a.samples, self.unit, a.samples > 0 and a.energy_j / a.samples or 0,
+    self.unit, a.source == 'power' and 'power x time: no energy counter' or 'energy counter', a.energy_power_j, 100 * diff,
+    a.gpus, a.gpus == 1 and '' or 's', a.seconds > 0 and a.energy_j / a.seconds or 0, tot.energy_j, tot.seconds), {
+    energy_j = a.energy_j, energy_power_j = a.energy_power_j, samples = a.samples, gpus = a.gpus,
+    [per(self.unit)] = a.samples > 0 and a.energy_j / a.samples or 0, run_energy_j = tot.energy_j, run_seconds = tot.seconds }
+end
+
 -- rec:export(train): the Prometheus text of this rank (rank-labelled): the training figures
 -- given ({step, epoch, loss, lr, samples_per_second, samples (added to a counter)}) and the GPUs'.
 -- Not collective.
 function Recorder:export(train, running)
   if not self.prom then return end
   train = train or {}
+  self.last_train = train
   local reg = self.prom:registry()
   local unit = self.unit
   reg:add('v100_train_running', 'gauge', 'Whether the training run is in progress (0 after it ended).', running == false and 0 or 1)
@@ -411,7 +445,9 @@ end
 
 function Recorder:close()
   if self.prom then
-    self:export(self.final_train, false)
+    local last = {}
+    for k, v in pairs(self.last_train or {}) do if k ~= 'samples' then last[k] = v end end
+    self:export(last, false)
     self.prom:close()
     self.prom = nil
   end
