@@ -36,7 +36,8 @@ void vl_tm_stats_add(vl_tm_stats *st, const vl_tm_sample *prev, const vl_tm_samp
       if (v > st->max[f]) st->max[f] = v;
     }
   }
-  if (cur->valid >> VL_TM_THROTTLE & 1) st->throttle_any |= (uint64_t)cur->v[VL_TM_THROTTLE];
+  double th = cur->v[VL_TM_THROTTLE];
+  if ((cur->valid >> VL_TM_THROTTLE & 1) && th >= 0 && th < 18446744073709551616.0) st->throttle_any |= (uint64_t)th;
   if (!prev) return;
   double dt = cur->t - prev->t;
   if (!(dt > 0)) return; /* a clock that did not move (or went back) gives no interval */
