@@ -397,6 +397,7 @@ int luaopen_v100_dist(lua_State *L); /* bindings/l_dist.c */
 int luaopen_v100_ckpt(lua_State *L); /* bindings/l_ckpt.c */
 int luaopen_v100_data(lua_State *L); /* bindings/l_data.c */
 int luaopen_v100_onnx(lua_State *L); /* bindings/l_onnx.c */
+int luaopen_v100_telemetry(lua_State *L); /* bindings/l_telemetry.c */
 
 static void set_submodule(lua_State *L, lua_CFunction open, const char *name) {
   lua_pushcfunction(L, open);
@@ -435,5 +436,6 @@ int luaopen_v100_core(lua_State *L) {
   set_submodule(L, luaopen_v100_ckpt, "_ckpt"); /* bindings/l_ckpt.c: v100.checkpoint's primitives */
   set_submodule(L, luaopen_v100_data, "_data"); /* bindings/l_data.c: v100.data's image pipeline */
   set_submodule(L, luaopen_v100_onnx, "_onnx"); /* bindings/l_onnx.c: v100.onnx's model writer */
+  set_submodule(L, luaopen_v100_telemetry, "_telemetry"); /* bindings/l_telemetry.c: telemetry, NVTX, HTTP */
   return 1;
 }

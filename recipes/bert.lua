@@ -27,6 +27,7 @@ local recipe = require 'v100.recipe'
 local train = require 'v100.train'
 local log = require 'v100.log'
 local ckpt = require 'v100.checkpoint'
+local telemetry = require 'v100.telemetry'
 
 dist.init()
 local RANK, WORLD = dist.rank(), dist.size()
@@ -82,6 +83,7 @@ local opts, parser = recipe.options{
   { '--eval-samples', 'auto', 'held-out sequences per evaluation; auto: 4096 on a GPU, 512 on a CPU', recipe.integer{ min = 1, auto = true } },
   { '--device', 'auto', 'cpu, cuda or cuda:N; auto: this rank\'s GPU when there is one, else cpu', recipe.device_auto },
   { '--tf32', 'on', 'f32 GEMMs on TF32 tensor cores (cuda only)', { 'on', 'off' } },
+  table.unpack(telemetry.options()), -- --telemetry, --telemetry-interval-ms, --prometheus-* (docs/OPERATIONS.md)
 }
 
 -- ---- defaults that depend on the machine ----
@@ -253,6 +255,8 @@ end
 
 local logger = log.Logger{ dir = opts.log_dir, jsonl = opts.log_dir ~= nil, tensorboard = opts.log_dir ~= nil }
 local sync = recipe.syncer(dev)
+-- GPU power, energy, clocks (NVML, read-only) beside the metrics, energy per sequence, Prometheus
+local tel = telemetry.from_options(opts, dev, 'sequence', 'bert')
 
 -- held-out MLM accuracy and loss over the first eval_samples sequences (split over the ranks)
 local function evaluate()
@@ -303,6 +307,7 @@ dist.print(string.format('bert.lua: BertForPreTraining %s (%d layers, hidden %d,
   WORLD, WORLD > 1 and 's' or '', dev, opts.batch_size, opts.micro_batch, ACC, WORLD, opts.steps, opts.optimizer, lr, warmup,
   opts.amp, opts.amp == 'O0' and '' or (' ' .. opts.dtype .. (scaler and ' + loss scaling' or '')), opts.graph,
   opts.resume and string.format(', resumed at step %d', step) or ''))
+dist.print(tel:describe())
 io.stdout:flush()
 
 local step_fn = train.stepper{ opt = opt, sched = sched, policy = policy, scaler = scaler, dp = dp, accumulate = ACC,
@@ -341,6 +346,7 @@ local bar = log.Progress{ total = opts.steps, label = 'pretrain' }
 local win_sum, win_n = v100.zeros({}, { device = dev }), 0
 local first_loss, last_loss
 sync()
+tel:skip() -- the windows time the training steps only, as t_win does
 local t_run, t_win, steps_done = clock(), clock(), 0
 while step < opts.steps do
   local mbs = {}
@@ -365,9 +371,12 @@ while step < opts.steps do
     if not first_loss then first_loss = l end
     last_loss = l
     local sps = win_n * opts.batch_size / (now - t_win)
-    logger:log(step, { loss = l, mlm_acc = acc, nsp_acc = nsp_acc, lr = sched:get_lr()[1], sequences_per_s = sps,
-      scale = scaler and scaler:get_scale() or 1 }, { split = 'train' })
-    bar:update(step, { loss = string.format('%.4f', l), mlm = string.format('%.3f', acc), ['seq/s'] = string.format('%.0f', sps) })
+    local m = tel:window(win_n * opts.batch_size) -- gpu_power_w, gpu_energy_j, energy_per_sequence_j, ... (all ranks)
+    m.loss, m.mlm_acc, m.nsp_acc, m.lr, m.sequences_per_s = l, acc, nsp_acc, sched:get_lr()[1], sps
+    m.scale = scaler and scaler:get_scale() or 1
+    logger:log(step, m, { split = 'train' })
+    bar:update(step, tel:bar({ loss = string.format('%.4f', l), mlm = string.format('%.3f', acc), ['seq/s'] = string.format('%.0f', sps) }, m))
+    tel:export{ step = step, epoch = epoch, loss = l, lr = m.lr, samples_per_second = sps, samples = win_n * opts.batch_size }
     dist.print(string.format('step %d/%d  loss %.4f  mlm acc %.4f  nsp acc %.4f  lr %.3g  seq/s %.0f', step, opts.steps, l, acc,
       nsp_acc, sched:get_lr()[1], sps))
     io.stdout:flush()
@@ -375,12 +384,14 @@ while step < opts.steps do
     win_n = 0
     if step % opts.eval_every ~= 0 and step ~= opts.steps then
       sync()
+      tel:skip()
       t_win = clock()
     end
   end
   if eval_ds and (step % opts.eval_every == 0 or step == opts.steps) then
     report_eval()
     sync()
+    tel:skip()
     t_win = clock()
   end
   if opts.checkpoint_every > 0 and step % opts.checkpoint_every == 0 and step < opts.steps then checkpoint(k_in_epoch) end
@@ -393,9 +404,12 @@ if opts.output and RANK == 0 then
   bert.save_pretrained(model, opts.output, { vocab = vocab_path })
   dist.print('wrote ' .. opts.output .. ' (config.json, model.safetensors, vocab.txt)')
 end
+local energy_line = tel:summary()
+tel:close()
 logger:close()
 dist.print(string.format('total time: %.0f s (%d steps, %.0f sequences/s)', total, steps_done,
   steps_done * opts.batch_size / math.max(total, 1e-9)))
+if energy_line then dist.print(energy_line) end
 if first_loss then dist.print(string.format('first loss: %.4f', first_loss)) end
 if last_loss then dist.print(string.format('final loss: %.4f', last_loss)) end
 if last_eval then dist.print(string.format('mlm accuracy: %.4f', last_eval.mlm_acc)) end

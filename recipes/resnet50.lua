@@ -24,6 +24,7 @@ local recipe = require 'v100.recipe'
 local train = require 'v100.train'
 local log = require 'v100.log'
 local ckpt = require 'v100.checkpoint'
+local telemetry = require 'v100.telemetry'
 
 dist.init() -- MPI (+ NCCL on GPUs) under mpirun/srun; world size 1 otherwise
 local RANK, WORLD = dist.rank(), dist.size()
@@ -72,6 +73,7 @@ local opts, parser = recipe.options{
   { '--steps-per-epoch', 'auto', 'cap on the steps of an epoch; auto: 100 for synthetic, else all', recipe.integer{ min = 1, auto = true } },
   { '--eval-every', 1, 'validate every N epochs (and after the last)', recipe.integer{ min = 1 } },
   { '--tf32', 'on', 'f32 convolutions and GEMMs on TF32 tensor cores (cuda only)', { 'on', 'off' } },
+  table.unpack(telemetry.options()), -- --telemetry, --telemetry-interval-ms, --prometheus-* (docs/OPERATIONS.md)
 }
 
 -- ---- defaults that depend on the machine and the data ----
@@ -259,6 +261,8 @@ end
 
 local logger = log.Logger{ dir = opts.log_dir, jsonl = opts.log_dir ~= nil, tensorboard = opts.log_dir ~= nil }
 local sync = recipe.syncer(dev)
+-- GPU power, energy, clocks (NVML, read-only) beside the metrics, energy per image, Prometheus
+local tel = telemetry.from_options(opts, dev, 'image', 'resnet50')
 
 dist.print(string.format('resnet50.lua: %s%s on %s (%d classes, %d train / %d val images), %d rank%s, device %s, ' ..
   'batch %d per rank (lr %g), %d epochs x %d steps, %s, amp %s%s, layout %s, graph %s, %d parameters%s',
@@ -266,6 +270,7 @@ dist.print(string.format('resnet50.lua: %s%s on %s (%d classes, %d train / %d va
   src.ntrain, src.nval, WORLD, WORLD > 1 and 's' or '', dev, B, lr, opts.epochs, steps_per_epoch, opts.optimizer,
   opts.amp, opts.amp == 'O0' and '' or (' ' .. opts.dtype .. (scaler and ' + loss scaling' or '')), opts.layout,
   opts.graph, model:num_parameters(), opts.resume and string.format(', resumed at epoch %d batch %d', first_epoch, first_batch) or ''))
+dist.print(tel:describe())
 io.stdout:flush()
 
 -- ---- validation: top-1, top-5 and loss over every validation image, across the ranks ----
@@ -308,6 +313,7 @@ if opts.evaluate then
   dist.print(string.format('test accuracy: %.4f', v.top1))
   logger:log(step, { top1 = v.top1, top5 = v.top5, loss = v.loss }, { split = 'val' })
   logger:close()
+  tel:close()
   return
 end
 
@@ -325,6 +331,7 @@ for epoch = first_epoch, opts.epochs do
   local loss_sum = v100.zeros({}, { device = dev })
   local win_sum, win_n = v100.zeros({}, { device = dev }), 0
   sync()
+  tel:begin()
   local t0, t_win, n_done = clock(), clock(), 0
   for k, x, y in src.batches(epoch, start) do
     local loss <close> = step_fn(x, y)
@@ -336,9 +343,11 @@ for epoch = first_epoch, opts.epochs do
       local now = clock()
       local l = log.reduce({ win_sum:item() / win_n }, 'sum')[1] / WORLD
       local ips = win_n * global_batch / (now - t_win)
-      logger:log(step, { loss = l, lr = sched:get_lr()[1], scale = scaler and scaler:get_scale() or 1, images_per_s = ips,
-        epoch = epoch }, { split = 'train' })
-      bar:update(k, { loss = string.format('%.4f', l), ['img/s'] = string.format('%.0f', ips) })
+      local m = tel:window(win_n * global_batch) -- gpu_power_w, gpu_energy_j, energy_per_image_j, ... (all ranks)
+      m.loss, m.lr, m.scale, m.images_per_s, m.epoch = l, sched:get_lr()[1], scaler and scaler:get_scale() or 1, ips, epoch
+      logger:log(step, m, { split = 'train' })
+      bar:update(k, tel:bar({ loss = string.format('%.4f', l), ['img/s'] = string.format('%.0f', ips) }, m))
+      tel:export{ step = step, epoch = epoch, loss = l, lr = m.lr, samples_per_second = ips, samples = win_n * global_batch }
       win_sum:zero_()
       win_n, t_win = 0, now
     end
@@ -346,6 +355,7 @@ for epoch = first_epoch, opts.epochs do
   end
   sync()
   local dt = clock() - t0
+  local energy = tel:finish(n_done * global_batch) -- the epoch's training steps, all ranks
   bar:finish()
   local train_loss = log.reduce({ loss_sum:item() / math.max(n_done, 1) }, 'sum')[1] / WORLD
   local line = string.format('epoch %d/%d  loss %.4f', epoch, opts.epochs, train_loss)
@@ -358,12 +368,20 @@ for epoch = first_epoch, opts.epochs do
   local eta = (opts.epochs - epoch) * steps_per_epoch * global_batch / math.max(ips, 1e-9)
   line = line .. string.format('  lr %.4g', sched:get_lr()[1]) .. (scaler and string.format('  scale %g', scaler:get_scale()) or '')
   dist.print(string.format('%s  time %.1f s  images/s %.0f  eta %s', line, dt, ips, log.format_eta(eta)))
+  if energy then
+    dist.print(string.format('epoch %d/%d  %s', epoch, opts.epochs, energy.text))
+    logger:log(step, { energy_j = energy.energy_j, energy_power_j = energy.energy_power_j, gpus = energy.gpus,
+      energy_per_image_j = energy.energy_per_image_j, seconds = energy.seconds, epoch = epoch }, { split = 'energy' })
+  end
   io.stdout:flush()
   checkpoint(epoch, steps_per_epoch)
 end
+local energy_line = tel:summary()
+tel:close()
 logger:close()
 local total = clock() - t_run
 dist.print(string.format('total time: %.0f s', total))
+if energy_line then dist.print(energy_line) end
 if last then dist.print(string.format('test accuracy: %.4f', last.top1)) end
 if scaler then
   local c = scaler:counters()

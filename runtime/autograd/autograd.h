@@ -83,6 +83,8 @@ struct vl_node {
   vl_tensor *leaf;            /* AccumulateGrad only: owning reference to the leaf */
   vl_hook *hooks;             /* tensor hooks of outputs (non-leaf tensors) */
   uint64_t seq;               /* creation order; among ready nodes, the newest runs first */
+  const struct vl_nvtx_scope *scope; /* the layer it was recorded in, while NVTX ranges are on
+                                        (runtime/telemetry/nvtx.h); NULL otherwise */
 };
 
 /* Autograd state of one tensor object (vl_tensor.autograd). Created on demand. */

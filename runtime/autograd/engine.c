@@ -10,6 +10,7 @@
 #include "runtime/core/context.h"
 #include "runtime/ops/ops.h"
 #include "runtime/ops/ops_internal.h"
+#include "runtime/telemetry/nvtx.h"
 
 typedef struct eng_item {
   vl_node *n;
@@ -342,7 +343,21 @@ static vl_status eng_exec(engine *e, int nroots, const vl_edge *roots, vl_tensor
   }
   for (size_t i = 0; i < e->nitems && s == VL_OK; i++)
     if (e->items[i].deps == 0) s = heap_push(e, i);
-  while (s == VL_OK && e->nheap) s = run_node(e, heap_pop(e));
+  if (!vl_nvtx_enabled()) {
+    while (s == VL_OK && e->nheap) s = run_node(e, heap_pop(e));
+    return s;
+  }
+  /* NVTX on: each node in a range of its name, inside the backward ranges of the layers it was
+   * recorded in (runtime/telemetry/nvtx.h). */
+  vl_nvtx_bw bw;
+  memset(&bw, 0, sizeof bw);
+  while (s == VL_OK && e->nheap) {
+    size_t i = heap_pop(e);
+    vl_nvtx_bw_node(&bw, e->items[i].n->scope, e->items[i].n->name);
+    s = run_node(e, i);
+    vl_nvtx_bw_node_done(&bw);
+  }
+  vl_nvtx_bw_end(&bw);
   return s;
 }
 

@@ -14,6 +14,7 @@
 #include "runtime/core/context.h"
 #include "runtime/ops/ops.h"
 #include "runtime/ops/ops_internal.h"
+#include "runtime/telemetry/nvtx.h"
 
 /* ---- grad mode ---- */
 
@@ -301,6 +302,7 @@ static vl_status node_alloc(const char *name, vl_backward_fn fn, int nin, int no
   }
   for (int i = 0; i < nout; i++) n->out_ndim[i] = -1; /* no output there (yet) */
   n->seq = vl_ctx()->node_seq++;
+  n->scope = vl_nvtx_current_scope();
   vl_ctx()->live_nodes++;
   *out = n;
   return VL_OK;

@@ -54,6 +54,7 @@ typedef struct vl_context {
   void *reclaim_ud;
   vl_autocast autocast;                      /* off by default */
   struct vl_dist *dist;                      /* runtime/dist/comm.c: the world; NULL until vl_dist_init */
+  struct vl_nvtx *nvtx;                      /* runtime/telemetry/nvtx.c: NVTX ranges; NULL until enabled */
 } vl_context;
 
 /* Idempotent. Counts CUDA devices (touching nothing else on them). */

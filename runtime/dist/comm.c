@@ -14,6 +14,7 @@
 #include "runtime/core/cuda.h"
 #include "runtime/dist/internal.h"
 #include "runtime/ops/ops_internal.h"
+#include "runtime/telemetry/nvtx.h"
 
 typedef struct vl_dist {
   vl_comm world;
@@ -446,6 +447,9 @@ static vl_status new_work(const char *op, vl_comm *c, const vl_comm_backend *be,
   w->comm = c;
   w->backend = be;
   w->expect = -1;
+  /* NVTX (runtime/telemetry/nvtx.h): the collective's start, and its completion when blocking. */
+  w->nvtx = vl_nvtx_enabled();
+  if (w->nvtx) vl_nvtx_push(op);
   *out = w;
   return VL_OK;
 }
@@ -458,7 +462,7 @@ static void set_result(vl_dist_work *w, vl_tensor *dst, vl_tensor *buf) {
 
 /* After the backend's start: on failure the work is dropped; else it is live, and either
  * handed out, queued in the group, or completed now. */
-static vl_status launch(vl_comm *c, vl_dist_work *w, vl_status started, vl_dist_work **work) {
+static vl_status launch_work(vl_comm *c, vl_dist_work *w, vl_status started, vl_dist_work **work) {
   if (started != VL_OK) {
     if (w->backend->release) w->backend->release(w);
     drop_tensors(w);
@@ -480,6 +484,13 @@ static vl_status launch(vl_comm *c, vl_dist_work *w, vl_status started, vl_dist_
   }
   vl_status s = vl_dist_wait(w);
   free(w);
+  return s;
+}
+
+static vl_status launch(vl_comm *c, vl_dist_work *w, vl_status started, vl_dist_work **work) {
+  bool nvtx = w->nvtx;
+  vl_status s = launch_work(c, w, started, work);
+  if (nvtx) vl_nvtx_pop();
   return s;
 }
 

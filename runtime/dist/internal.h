@@ -66,6 +66,7 @@ struct vl_dist_work {
   int divide;                    /* avg: the result is divided by this at completion (0: no) */
   int64_t expect;                /* recv: the element count the message must have (-1: none) */
   int peer;
+  bool nvtx;                     /* an NVTX range is open from new_work to the end of launch */
   vl_dist_work *live_prev, *live_next, *pending_next;
 };
 

@@ -10,6 +10,7 @@
 -- values (numbers, flags, tensors that require no grad) are stored raw, as attributes.
 -- Registration order is kept in the _pnames/_bnames/_mnames lists, because Lua tables have none.
 local v100 = require 'v100'
+local nvtx = require 'v100.nvtx'
 
 local Module = {}
 Module.__name = 'Module'
@@ -192,10 +193,24 @@ local function path_of(stack)
   return table.concat(parts, '.')
 end
 
+-- NVTX ranges (v100.nvtx): "<name in the parent>: <class>", cached per module (weak keys).
+local nvtx_labels = setmetatable({}, { __mode = 'k' })
+local function nvtx_label(self, depth)
+  local label = nvtx_labels[self]
+  if label then return label end
+  local cls = getmetatable(self).__name or 'Module'
+  local name = depth > 1 and child_name(active[depth - 1], self) or '<'
+  label = name:sub(1, 1) == '<' and cls or (name .. ': ' .. cls) -- '<': not registered below its caller
+  nvtx_labels[self] = label
+  return label
+end
+
 local function module_call(self, ...)
   local depth = #active + 1
   active[depth] = self
+  local tok = nvtx.on and nvtx.scope_enter(nvtx_label(self, depth)) or 0
   local res = table.pack(pcall(self.forward, self, ...))
+  if tok ~= 0 then nvtx.scope_leave(tok) end
   active[depth] = nil
   if res[1] then return table.unpack(res, 2, res.n) end
   local err = res[2]
