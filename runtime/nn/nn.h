@@ -35,10 +35,21 @@ typedef struct vl_pool2d_params {
   bool ceil_mode, count_include_pad;
   int64_t out_h, out_w;        /* ADAPTIVE_AVG only */
 } vl_pool2d_params;
-/* indices (MAX only, may be NULL for other kinds): i64 positions for the backward. */
-vl_status vl_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y, vl_tensor **indices);
-vl_status vl_pool2d_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *indices, const vl_pool2d_params *p,
+/* argmax (MAX only, may be NULL; none for other kinds): each output's window offset for the
+ * backward, u8 or i32 (vl_pool2d_args.argmax, kernels/nn_kernels.h). */
+vl_status vl_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y, vl_tensor **argmax);
+vl_status vl_pool2d_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *argmax, const vl_pool2d_params *p,
                              vl_tensor **dx);
+/* What the backward needs of the forward's input: its geometry only (autograd keeps this, not x). */
+typedef struct vl_pool2d_input {
+  int64_t size[4];
+  vl_dtype dtype;
+  vl_device device;
+  bool nhwc;                   /* channels-last (else NCHW-contiguous) */
+} vl_pool2d_input;
+vl_pool2d_input vl_pool2d_input_of(const vl_tensor *x);
+vl_status vl_pool2d_backward_in(const vl_pool2d_input *in, vl_tensor *dy, vl_tensor *argmax,
+                                const vl_pool2d_params *p, vl_tensor **dx);
 
 /* Batch norm over dim 2 (channels) of a 2-D (N x C), 3-D (N x C x L) or 4-D input. In training,
  * save_mean/save_invstd (new tensors [C], param dtype) are returned for the backward and the
