@@ -60,6 +60,24 @@ vl_status vl_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_ten
 vl_status vl_batch_norm_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight, vl_tensor *save_mean,
                                  vl_tensor *save_invstd, double eps, vl_tensor **dx, vl_tensor **dweight,
                                  vl_tensor **dbias);
+/* Batch norm fused with its activation and a residual: y = act(bn(x) + residual), in one pass
+ * over x (kernels/nn_kernels.h). residual (NULL: none) has x's shape and dtype, on its device;
+ * f NULL is plain batch norm. vl_batch_norm and vl_batch_norm_backward are these with f NULL. */
+typedef struct vl_bn_fusion {
+  vl_bn_act act;
+  vl_tensor *residual;
+} vl_bn_fusion;
+vl_status vl_batch_norm_fused(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
+                              vl_tensor *running_var, bool training, double momentum, double eps,
+                              const vl_bn_fusion *f, vl_tensor **y, vl_tensor **save_mean, vl_tensor **save_invstd);
+/* The backward of the training-mode fused forms. With act = RELU the ReLU's mask comes from y, the
+ * forward's output, when it is given (required with a residual), else it is recomputed from x
+ * with bias (the forward's bias, NULL when there was none). dr (may be NULL; set only when
+ * `residual`): the residual's gradient, the masked dy (dy itself without an activation). */
+vl_status vl_batch_norm_fused_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight, vl_tensor *bias,
+                                       vl_tensor *save_mean, vl_tensor *save_invstd, double eps, vl_bn_act act,
+                                       bool residual, vl_tensor *y, vl_tensor **dx, vl_tensor **dweight,
+                                       vl_tensor **dbias, vl_tensor **dr);
 /* Layer norm over the last `nnorm` dims; weight/bias of that shape or NULL. */
 vl_status vl_layer_norm(vl_tensor *x, int nnorm, vl_tensor *weight, vl_tensor *bias, double eps, vl_tensor **y,
                         vl_tensor **mean, vl_tensor **rstd);
@@ -128,6 +146,10 @@ vl_status vl_ag_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y);
 /* Running stats are updated in training mode (never recorded). */
 vl_status vl_ag_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
                            vl_tensor *running_var, bool training, double momentum, double eps, vl_tensor **y);
+/* The fused forms (f may be NULL); gradients flow to x, weight, bias and the residual. */
+vl_status vl_ag_batch_norm_fused(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
+                                 vl_tensor *running_var, bool training, double momentum, double eps,
+                                 const vl_bn_fusion *f, vl_tensor **y);
 vl_status vl_ag_layer_norm(vl_tensor *x, int nnorm, vl_tensor *weight, vl_tensor *bias, double eps, vl_tensor **y);
 
 #ifdef __cplusplus
