@@ -329,30 +329,51 @@ static void bn_pass_scalar(const bn_pass_args<T, A> &p, I numel, I c, I inner, u
                                                      p.w, p.b, p.r, p.relu);
 }
 
-template <typename T, typename A, typename I, bool DX, bool CL>
-static void bn_pass_vec(const bn_pass_args<T, A> &p, I nvec, I cv, I iv, I c, unsigned grid, cudaStream_t s) {
+template <typename T, typename A, typename I, bool DX>
+static void bn_pass_nchwv(const bn_pass_args<T, A> &p, I nvec, I iv, I c, unsigned grid, cudaStream_t s) {
   constexpr int V = 16 / (int)sizeof(T);
   if (DX)
-    bn_bw_dx_v<T, A, I, V, CL><<<grid, VL_NORM_BLOCK, 0, s>>>(p.x, p.dy, p.out, nvec, cv, iv, c, p.mean, p.sc, p.w,
-                                                              p.b, p.mk);
+    bn_bw_dx_v<T, A, I, V><<<grid, VL_NORM_BLOCK, 0, s>>>(p.x, p.dy, p.out, nvec, iv, c, p.mean, p.sc, p.w, p.b, p.mk);
   else
-    bn_apply_v<T, A, I, V, CL><<<grid, VL_NORM_BLOCK, 0, s>>>(p.x, p.out, nvec, cv, iv, c, p.mean, p.sc, p.sc_is_var,
-                                                              p.eps, p.w, p.b, p.r, p.relu);
+    bn_apply_v<T, A, I, V><<<grid, VL_NORM_BLOCK, 0, s>>>(p.x, p.out, nvec, iv, c, p.mean, p.sc, p.sc_is_var, p.eps,
+                                                          p.w, p.b, p.r, p.relu);
+}
+
+/* Channels last: blocks of (bx channel vectors, by rows) over splits of the rows, enough blocks
+ * for 4 waves of the device. */
+template <typename T, typename A, bool DX>
+static void bn_pass_clv(const vl_batchnorm_args *a, vl_cuda_state *st, const bn_pass_args<T, A> &p, cudaStream_t s) {
+  constexpr int V = 16 / (int)sizeof(T);
+  const int64_t rows = a->n * a->hw, cv = a->c / V;
+  const unsigned bx = (unsigned)vl_norm_min(cv, 256), by = VL_NORM_BLOCK / bx;
+  const int64_t gx = cdiv(cv, bx), waves = (int64_t)st->sm_count * (st->max_threads_per_sm / VL_NORM_BLOCK) * 4;
+  int64_t gy = cdiv(waves, gx);
+  if (gy > cdiv(rows, by)) gy = cdiv(rows, by);
+  if (gy > 65535) gy = 65535;
+  if (gy < 1) gy = 1;
+  const int64_t chunk = cdiv(rows, gy);
+  const dim3 grid((unsigned)gx, (unsigned)gy), block(bx, by);
+  if (DX)
+    bn_bw_dx_clv<T, A, V><<<grid, block, 0, s>>>(p.x, p.dy, p.out, rows, cv, chunk, p.mean, p.sc, p.w, p.b, p.mk);
+  else
+    bn_apply_clv<T, A, V><<<grid, block, 0, s>>>(p.x, p.out, rows, cv, chunk, p.mean, p.sc, p.sc_is_var, p.eps, p.w,
+                                                 p.b, p.r, p.relu);
 }
 
 template <typename T, typename A, bool DX>
 static vl_status bn_pass(const vl_batchnorm_args *a, vl_cuda_state *st, const bn_pass_args<T, A> &p) {
   cudaStream_t s = (cudaStream_t)a->ex.stream;
   const int64_t c = a->c, inner = a->nhwc ? 1 : a->hw, numel = a->n * a->hw * c;
-  if (bn_vec_ok<T>(a, DX)) {
+  if (bn_vec_ok<T>(a, DX) && a->nhwc) {
+    bn_pass_clv<T, A, DX>(a, st, p, s);
+  } else if (bn_vec_ok<T>(a, DX)) {
     constexpr int V = 16 / (int)sizeof(T);
-    const int64_t nvec = numel / V, cv = c / V, iv = inner / V;
+    const int64_t nvec = numel / V, iv = inner / V;
     const unsigned grid = vl_grid(nvec, VL_NORM_BLOCK, st, 4);
-    const bool small = nvec + (int64_t)grid * VL_NORM_BLOCK <= (int64_t)UINT32_MAX;
-    if (a->nhwc && small) bn_pass_vec<T, A, uint32_t, DX, true>(p, (uint32_t)nvec, (uint32_t)cv, 0u, (uint32_t)c, grid, s);
-    else if (a->nhwc) bn_pass_vec<T, A, int64_t, DX, true>(p, nvec, cv, (int64_t)0, c, grid, s);
-    else if (small) bn_pass_vec<T, A, uint32_t, DX, false>(p, (uint32_t)nvec, 0u, (uint32_t)iv, (uint32_t)c, grid, s);
-    else bn_pass_vec<T, A, int64_t, DX, false>(p, nvec, (int64_t)0, iv, c, grid, s);
+    if (nvec + (int64_t)grid * VL_NORM_BLOCK <= (int64_t)UINT32_MAX)
+      bn_pass_nchwv<T, A, uint32_t, DX>(p, (uint32_t)nvec, (uint32_t)iv, (uint32_t)c, grid, s);
+    else
+      bn_pass_nchwv<T, A, int64_t, DX>(p, nvec, iv, c, grid, s);
   } else {
     const unsigned grid = vl_grid(numel, VL_NORM_BLOCK, st, 4);
     if (numel + (int64_t)grid * VL_NORM_BLOCK <= (int64_t)UINT32_MAX)

@@ -34,18 +34,6 @@ VL_DEV void bn_load_params(const A *p, int64_t c0, A out[V], A def) {
   }
 }
 
-/* The parameters of vector i: V channels from c0 (CL), or one channel ci for all V (NCHW). */
-template <typename A, int V, bool CL, typename I>
-VL_DEV void bn_vparams(const A *p, I c0, I ci, A out[V], A def) {
-  if (CL) {
-    bn_load_params<A, V>(p, c0, out, def);
-  } else {
-    const A v = p ? p[ci] : def;
-#pragma unroll
-    for (int k = 0; k < V; k++) out[k] = v;
-  }
-}
-
 /* Channels last: block (bx vectors of channels, by row lanes), per-thread channels fixed, so the
  * mask's parameters are loaded once. BW: the sums of the masked dy (bn_mask). */
 template <typename T, typename A, bool BW, int V>
@@ -189,27 +177,22 @@ __global__ void __launch_bounds__(256) bn_sums_rowsv(const T *x, const T *dy, co
   }
 }
 
-/* y = act(bn(x) + r) over vectors: CL with cv = c / V vectors per position, NCHW with iv =
- * inner / V vectors per channel plane. */
-template <typename T, typename A, typename I, int V, bool CL>
-__global__ void __launch_bounds__(256) bn_apply_v(const T *x, T *y, I nvec, I cv, I iv, I c, const A *mean,
-                                                  const A *sc, bool sc_is_var, A eps, const A *w, const A *b,
-                                                  const T *r, bool relu) {
+/* NCHW: y = act(bn(x) + r) over vectors of one channel each (iv = inner / V per plane). */
+template <typename T, typename A, typename I, int V>
+__global__ void __launch_bounds__(256) bn_apply_v(const T *x, T *y, I nvec, I iv, I c, const A *mean, const A *sc,
+                                                  bool sc_is_var, A eps, const A *w, const A *b, const T *r,
+                                                  bool relu) {
   typedef vl_vec16<T, V> VT;
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < nvec; i += (I)gridDim.x * blockDim.x) {
-    const I c0 = CL ? (i % cv) * V : 0, ci = CL ? 0 : (i / iv) % c;
+    const I ci = (i / iv) % c;
+    const A mu = mean[ci], s = sc_is_var ? vl_norm_rsqrt(sc[ci] + eps) : sc[ci], wc = w ? w[ci] : (A)1,
+            bc = b ? b[ci] : (A)0;
     const VT xv = reinterpret_cast<const VT *>(x)[i];
-    A mu[V], is[V], wv[V], bv[V];
-    bn_vparams<A, V, CL>(mean, c0, ci, mu, (A)0);
-    bn_vparams<A, V, CL>(sc, c0, ci, is, (A)1);
-    bn_vparams<A, V, CL>(w, c0, ci, wv, (A)1);
-    bn_vparams<A, V, CL>(b, c0, ci, bv, (A)0);
     VT rv, yv;
     if (r) rv = reinterpret_cast<const VT *>(r)[i];
 #pragma unroll
     for (int k = 0; k < V; k++) {
-      const A s = sc_is_var ? vl_norm_rsqrt(is[k] + eps) : is[k];
-      A v = bn_value(vl_val(xv.v[k]), mu[k], s, wv[k], bv[k]);
+      A v = bn_value(vl_val(xv.v[k]), mu, s, wc, bc);
       if (r) v += vl_val(rv.v[k]);
       yv.v[k] = vl_conv<T>::f(bn_act(v, relu));
     }
@@ -217,27 +200,86 @@ __global__ void __launch_bounds__(256) bn_apply_v(const T *x, T *y, I nvec, I cv
   }
 }
 
-/* dx = k1 (g - k2 - (x - mean) k3), g = dy masked by the recomputed forward value (BN_MASK_X),
- * or dy as given (BN_MASK_Y hands in dr). */
-template <typename T, typename A, typename I, int V, bool CL>
-__global__ void __launch_bounds__(256) bn_bw_dx_v(const T *x, const T *dy, T *dx, I nvec, I cv, I iv, I c,
-                                                  const A *mean, const A *k1, const A *k2, const A *k3,
-                                                  bn_mask<T, A> mk) {
+/* NCHW: dx = k1 (g - k2 - (x - mean) k3), g = dy masked by the recomputed forward value
+ * (BN_MASK_X), or dy as given (BN_MASK_Y hands in dr). */
+template <typename T, typename A, typename I, int V>
+__global__ void __launch_bounds__(256) bn_bw_dx_v(const T *x, const T *dy, T *dx, I nvec, I iv, I c, const A *mean,
+                                                  const A *k1, const A *k2, const A *k3, bn_mask<T, A> mk) {
   typedef vl_vec16<T, V> VT;
-  const bool recompute = mk.mode == BN_MASK_X;
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < nvec; i += (I)gridDim.x * blockDim.x) {
-    const I c0 = CL ? (i % cv) * V : 0, ci = CL ? 0 : (i / iv) % c;
+    const I ci = (i / iv) % c;
+    const A mu = mean[ci], a1 = k1[ci], a2 = k2[ci], a3 = k3[ci];
+    A is, wc, bc;
+    bn_mask_params(mk, ci, is, wc, bc);
     const VT xv = reinterpret_cast<const VT *>(x)[i], gv = reinterpret_cast<const VT *>(dy)[i];
-    A mu[V], a1[V], a2[V], a3[V], is[V], wv[V], bv[V];
-    bn_vparams<A, V, CL>(mean, c0, ci, mu, (A)0);
-    bn_vparams<A, V, CL>(k1, c0, ci, a1, (A)0);
-    bn_vparams<A, V, CL>(k2, c0, ci, a2, (A)0);
-    bn_vparams<A, V, CL>(k3, c0, ci, a3, (A)0);
-    if (recompute) {
-      bn_vparams<A, V, CL>(mk.invstd, c0, ci, is, (A)1);
-      bn_vparams<A, V, CL>(mk.w, c0, ci, wv, (A)1);
-      bn_vparams<A, V, CL>(mk.b, c0, ci, bv, (A)0);
+    VT ov;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      const A xk = vl_val(xv.v[k]);
+      A g = vl_val(gv.v[k]);
+      if (mk.mode == BN_MASK_X && !bn_keep<T>(bn_value(xk, mu, is, wc, bc))) g = 0;
+      ov.v[k] = vl_conv<T>::f(a1 * (g - a2 - (xk - mu) * a3));
     }
+    reinterpret_cast<VT *>(dx)[i] = ov;
+  }
+}
+
+/* Channels last, 2-D: block (bx vectors of channels, by row lanes) over a split of the rows
+ * (blockIdx.y), as the sums. A thread's channels are fixed, so its per-channel parameters are
+ * loaded once, not per element (the masked dx needs 7 vectors of them), and no index needs a
+ * division. */
+template <typename T, typename A, int V>
+__global__ void __launch_bounds__(256) bn_apply_clv(const T *x, T *y, int64_t rows, int64_t cv, int64_t chunk,
+                                                    const A *mean, const A *sc, bool sc_is_var, A eps, const A *w,
+                                                    const A *b, const T *r, bool relu) {
+  typedef vl_vec16<T, V> VT;
+  const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j >= cv) return;
+  A mu[V], s[V], wv[V], bv[V];
+  bn_load_params<A, V>(mean, j * V, mu, (A)0);
+  bn_load_params<A, V>(sc, j * V, s, (A)1);
+  bn_load_params<A, V>(w, j * V, wv, (A)1);
+  bn_load_params<A, V>(b, j * V, bv, (A)0);
+  if (sc_is_var) {
+#pragma unroll
+    for (int k = 0; k < V; k++) s[k] = vl_norm_rsqrt(s[k] + eps);
+  }
+  const int64_t r1 = vl_norm_min(rows, (blockIdx.y + 1) * chunk);
+  for (int64_t row = blockIdx.y * chunk + threadIdx.y; row < r1; row += blockDim.y) {
+    const int64_t i = row * cv + j;
+    const VT xv = reinterpret_cast<const VT *>(x)[i];
+    VT rv, yv;
+    if (r) rv = reinterpret_cast<const VT *>(r)[i];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      A v = bn_value(vl_val(xv.v[k]), mu[k], s[k], wv[k], bv[k]);
+      if (r) v += vl_val(rv.v[k]);
+      yv.v[k] = vl_conv<T>::f(bn_act(v, relu));
+    }
+    reinterpret_cast<VT *>(y)[i] = yv;
+  }
+}
+
+template <typename T, typename A, int V>
+__global__ void __launch_bounds__(256) bn_bw_dx_clv(const T *x, const T *dy, T *dx, int64_t rows, int64_t cv,
+                                                    int64_t chunk, const A *mean, const A *k1, const A *k2,
+                                                    const A *k3, bn_mask<T, A> mk) {
+  typedef vl_vec16<T, V> VT;
+  const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j >= cv) return;
+  const bool recompute = mk.mode == BN_MASK_X;
+  A mu[V], a1[V], a2[V], a3[V], is[V], wv[V], bv[V];
+  bn_load_params<A, V>(mean, j * V, mu, (A)0);
+  bn_load_params<A, V>(k1, j * V, a1, (A)0);
+  bn_load_params<A, V>(k2, j * V, a2, (A)0);
+  bn_load_params<A, V>(k3, j * V, a3, (A)0);
+  bn_load_params<A, V>(recompute ? mk.invstd : NULL, j * V, is, (A)1);
+  bn_load_params<A, V>(recompute ? mk.w : NULL, j * V, wv, (A)1);
+  bn_load_params<A, V>(recompute ? mk.b : NULL, j * V, bv, (A)0);
+  const int64_t r1 = vl_norm_min(rows, (blockIdx.y + 1) * chunk);
+  for (int64_t row = blockIdx.y * chunk + threadIdx.y; row < r1; row += blockDim.y) {
+    const int64_t i = row * cv + j;
+    const VT xv = reinterpret_cast<const VT *>(x)[i], gv = reinterpret_cast<const VT *>(dy)[i];
     VT ov;
 #pragma unroll
     for (int k = 0; k < V; k++) {

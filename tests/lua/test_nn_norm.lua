@@ -477,4 +477,21 @@ T.test('fused batch_norm errors name the op and the operands', function()
     'batch_norm_backward: x and y must have the same shape and dtype')
 end)
 
+T.test('autocast treats the fused batch_norm as batch_norm: the residual is cast as x is', function()
+  local amp = require 'v100.amp'
+  local x = v100.randn({ 2, 4, 3, 3 }):to('f16')
+  local r = v100.randn({ 2, 4, 3, 3 }):to('f16')
+  local function run()
+    return N.batch_norm(x, nil, nil, v100.ones({ 4 }), v100.zeros({ 4 }), true, 0.1, 1e-5,
+      { activation = 'relu', residual = r })
+  end
+  T.eq(amp.autocast(run).dtype, 'f16', 'batch_norm keeps its inputs by default')
+  amp.set_op('batch_norm', 'fp32')
+  local ok, y = pcall(amp.autocast, run)
+  amp.reset_ops()
+  T.ok(ok, tostring(y))
+  T.eq(y.dtype, 'f32', 'batch_norm set to fp32 casts x and the residual')
+  T.allclose(y, (N.batch_norm(x:float(), nil, nil, nil, nil, true) + r:float()):relu(), 1e-5, 1e-5)
+end)
+
 T.run()
