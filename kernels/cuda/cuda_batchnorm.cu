@@ -289,8 +289,18 @@ static vl_status bn_sums(const vl_batchnorm_args *a, vl_cuda_state *st, const A 
     const int64_t vchunk = cdiv(units, vsplits);
     A *q1 = ws, *q2 = ws + vsplits * c;
     const size_t shmem = 2 * (size_t)by * bx * V * sizeof(A);
-    bn_sums_clv<T, A, BW, V><<<dim3((unsigned)gx, (unsigned)vsplits), dim3(bx, by), shmem, s>>>(
-        (const T *)a->x, (const T *)a->dy, mean, c, m, vchunk, q1, q2, mk);
+    const dim3 grid((unsigned)gx, (unsigned)vsplits), block(bx, by);
+    const T *x = (const T *)a->x, *dy = (const T *)a->dy;
+    if constexpr (BW) {
+      if (mk.mode == BN_MASK_X)
+        bn_sums_clv<T, A, BW, V, BN_MASK_X><<<grid, block, shmem, s>>>(x, dy, mean, c, m, vchunk, q1, q2, mk);
+      else if (mk.mode == BN_MASK_Y)
+        bn_sums_clv<T, A, BW, V, BN_MASK_Y><<<grid, block, shmem, s>>>(x, dy, mean, c, m, vchunk, q1, q2, mk);
+      else
+        bn_sums_clv<T, A, BW, V, BN_MASK_NONE><<<grid, block, shmem, s>>>(x, dy, mean, c, m, vchunk, q1, q2, mk);
+    } else {
+      bn_sums_clv<T, A, BW, V, BN_MASK_NONE><<<grid, block, shmem, s>>>(x, dy, mean, c, m, vchunk, q1, q2, mk);
+    }
     VL_LAUNCH_CHECK();
     *splits_out = (int)vsplits;
     return VL_OK;
@@ -354,7 +364,11 @@ static void bn_pass_clv(const vl_batchnorm_args *a, vl_cuda_state *st, const bn_
   const int64_t chunk = cdiv(rows, gy);
   const dim3 grid((unsigned)gx, (unsigned)gy), block(bx, by);
   if (DX)
-    bn_bw_dx_clv<T, A, V><<<grid, block, 0, s>>>(p.x, p.dy, p.out, rows, cv, chunk, p.mean, p.sc, p.w, p.b, p.mk);
+    if (p.mk.mode == BN_MASK_X)
+      bn_bw_dx_clv<T, A, V, true><<<grid, block, 0, s>>>(p.x, p.dy, p.out, rows, cv, chunk, p.mean, p.sc, p.w, p.b, p.mk);
+    else
+      bn_bw_dx_clv<T, A, V, false><<<grid, block, 0, s>>>(p.x, p.dy, p.out, rows, cv, chunk, p.mean, p.sc, p.w, p.b,
+                                                          p.mk);
   else
     bn_apply_clv<T, A, V><<<grid, block, 0, s>>>(p.x, p.out, rows, cv, chunk, p.mean, p.sc, p.sc_is_var, p.eps, p.w,
                                                  p.b, p.r, p.relu);

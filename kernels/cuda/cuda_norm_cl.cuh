@@ -35,8 +35,9 @@ VL_DEV void bn_load_params(const A *p, int64_t c0, A out[V], A def) {
 }
 
 /* Channels last: block (bx vectors of channels, by row lanes), per-thread channels fixed, so the
- * mask's parameters are loaded once. BW: the sums of the masked dy (bn_mask). */
-template <typename T, typename A, bool BW, int V>
+ * mask's parameters are loaded once. BW: the sums of the masked dy (bn_mask; M its mode, fixed at
+ * compile time so that the plain backward keeps no mask parameters in registers). */
+template <typename T, typename A, bool BW, int V, int M>
 __global__ void __launch_bounds__(256) bn_sums_clv(const T *x, const T *dy, const A *mean, int64_t c, int64_t rows,
                                                    int64_t chunk, A *p1, A *p2, bn_mask<T, A> mk) {
   extern __shared__ unsigned char bn_sh_raw[];
@@ -52,7 +53,7 @@ __global__ void __launch_bounds__(256) bn_sums_clv(const T *x, const T *dy, cons
     for (int k = 0; k < V; k++) is[k] = wv[k] = 1, bv[k] = 0;
     if (BW) {
       bn_load_params<A, V>(mean, j * V, K, (A)0);
-      if (mk.mode == BN_MASK_X) {
+      if (M == BN_MASK_X) {
         bn_load_params<A, V>(mk.invstd, j * V, is, (A)1);
         bn_load_params<A, V>(mk.w, j * V, wv, (A)1);
         bn_load_params<A, V>(mk.b, j * V, bv, (A)0);
@@ -71,11 +72,11 @@ __global__ void __launch_bounds__(256) bn_sums_clv(const T *x, const T *dy, cons
         A g[V];
 #pragma unroll
         for (int k = 0; k < V; k++) g[k] = vl_val(gv.v[k]);
-        if (mk.mode == BN_MASK_X) {
+        if (M == BN_MASK_X) {
 #pragma unroll
           for (int k = 0; k < V; k++)
             if (!bn_keep<T>(bn_value(vl_val(xv.v[k]), K[k], is[k], wv[k], bv[k]))) g[k] = 0;
-        } else if (mk.mode == BN_MASK_Y) {
+        } else if (M == BN_MASK_Y) {
           const VT yv = reinterpret_cast<const VT *>(mk.y)[r * cv + j];
           VT dv;
 #pragma unroll
@@ -227,11 +228,13 @@ __global__ void __launch_bounds__(256) bn_bw_dx_v(const T *x, const T *dy, T *dx
 /* Channels last, 2-D: block (bx vectors of channels, by row lanes) over a split of the rows
  * (blockIdx.y), as the sums. A thread's channels are fixed, so its per-channel parameters are
  * loaded once, not per element (the masked dx needs 7 vectors of them), and no index needs a
- * division. */
+ * division. The outputs are fresh tensors (__restrict__: the loads of the unrolled rows may be
+ * issued ahead of the stores). */
 template <typename T, typename A, int V>
-__global__ void __launch_bounds__(256) bn_apply_clv(const T *x, T *y, int64_t rows, int64_t cv, int64_t chunk,
-                                                    const A *mean, const A *sc, bool sc_is_var, A eps, const A *w,
-                                                    const A *b, const T *r, bool relu) {
+__global__ void __launch_bounds__(256) bn_apply_clv(const T *__restrict__ x, T *__restrict__ y, int64_t rows,
+                                                    int64_t cv, int64_t chunk, const A *mean, const A *sc,
+                                                    bool sc_is_var, A eps, const A *w, const A *b,
+                                                    const T *__restrict__ r, bool relu) {
   typedef vl_vec16<T, V> VT;
   const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (j >= cv) return;
@@ -245,6 +248,7 @@ __global__ void __launch_bounds__(256) bn_apply_clv(const T *x, T *y, int64_t ro
     for (int k = 0; k < V; k++) s[k] = vl_norm_rsqrt(s[k] + eps);
   }
   const int64_t r1 = vl_norm_min(rows, (blockIdx.y + 1) * chunk);
+#pragma unroll 4
   for (int64_t row = blockIdx.y * chunk + threadIdx.y; row < r1; row += blockDim.y) {
     const int64_t i = row * cv + j;
     const VT xv = reinterpret_cast<const VT *>(x)[i];
@@ -260,14 +264,15 @@ __global__ void __launch_bounds__(256) bn_apply_clv(const T *x, T *y, int64_t ro
   }
 }
 
-template <typename T, typename A, int V>
-__global__ void __launch_bounds__(256) bn_bw_dx_clv(const T *x, const T *dy, T *dx, int64_t rows, int64_t cv,
-                                                    int64_t chunk, const A *mean, const A *k1, const A *k2,
-                                                    const A *k3, bn_mask<T, A> mk) {
+template <typename T, typename A, int V, bool RECOMPUTE>
+__global__ void __launch_bounds__(256) bn_bw_dx_clv(const T *__restrict__ x, const T *__restrict__ dy,
+                                                    T *__restrict__ dx, int64_t rows, int64_t cv, int64_t chunk,
+                                                    const A *mean, const A *k1, const A *k2, const A *k3,
+                                                    bn_mask<T, A> mk) {
   typedef vl_vec16<T, V> VT;
   const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (j >= cv) return;
-  const bool recompute = mk.mode == BN_MASK_X;
+  const bool recompute = RECOMPUTE; /* mk.mode == BN_MASK_X */
   A mu[V], a1[V], a2[V], a3[V], is[V], wv[V], bv[V];
   bn_load_params<A, V>(mean, j * V, mu, (A)0);
   bn_load_params<A, V>(k1, j * V, a1, (A)0);
@@ -277,6 +282,7 @@ __global__ void __launch_bounds__(256) bn_bw_dx_clv(const T *x, const T *dy, T *
   bn_load_params<A, V>(recompute ? mk.w : NULL, j * V, wv, (A)1);
   bn_load_params<A, V>(recompute ? mk.b : NULL, j * V, bv, (A)0);
   const int64_t r1 = vl_norm_min(rows, (blockIdx.y + 1) * chunk);
+#pragma unroll 4
   for (int64_t row = blockIdx.y * chunk + threadIdx.y; row < r1; row += blockDim.y) {
     const int64_t i = row * cv + j;
     const VT xv = reinterpret_cast<const VT *>(x)[i], gv = reinterpret_cast<const VT *>(dy)[i];
