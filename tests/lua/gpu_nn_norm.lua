@@ -248,7 +248,7 @@ T.test('fused batch_norm cuda vs cpu: relu, add, add + relu; dtypes, layouts, ve
   end
 end)
 
-T.test('fused batch_norm cuda: a view with an offset (unaligned: the scalar kernels)', function()
+T.test('fused batch_norm cuda: a channel-narrowed view (made contiguous by the front end)', function()
   local x = v100.randn({ 4, 16, 4, 4 }):narrow(2, 2, 8)
   local r = v100.randn({ 4, 8, 4, 4 })
   local opts = { activation = 'relu', residual = r }
