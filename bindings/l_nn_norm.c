@@ -1,11 +1,14 @@
 /* bindings/l_nn_norm.c: batch norm, layer norm and softmax backward in `v100.core._nn`.
  *
- *   batch_norm(x, running_mean, running_var, weight, bias, training, momentum=0.1, eps=1e-5) -> y
+ *   batch_norm(x, running_mean, running_var, weight, bias, training, momentum=0.1, eps=1e-5,
+ *              {activation='relu'|'none', residual=r}) -> y        (y = act(bn(x) + r), fused)
  *   layer_norm(x, normalized_shape, weight, bias, eps=1e-5) -> y
  * record autograd nodes (scripts/v100/nn/functional.lua wraps them). The raw entry points, for
  * tests and Lua-defined Functions, record nothing:
- *   batch_norm_forward(x, rm, rv, w, b, training, momentum, eps) -> y, save_mean, save_invstd
- *   batch_norm_backward(x, dy, w, save_mean, save_invstd, eps) -> dx, dweight, dbias
+ *   batch_norm_forward(x, rm, rv, w, b, training, momentum, eps, {activation, residual})
+ *     -> y, save_mean, save_invstd
+ *   batch_norm_backward(x, dy, w, save_mean, save_invstd, eps,
+ *                       {activation, residual=bool, bias=b, y=y}) -> dx, dweight, dbias[, dresidual]
  *   layer_norm_forward(x, normalized_shape, w, b, eps) -> y, mean, rstd
  *   layer_norm_backward(x, dy, normalized_shape, w, mean, rstd) -> dx, dweight, dbias
  *   softmax_backward(y, dy, dim, log=false) -> dx       (dim 1-based, y the forward's output)
@@ -22,16 +25,49 @@ static vl_tensor *opt_tensor(lua_State *L, int idx) {
   return lua_isnoneornil(L, idx) ? NULL : vl_lua_checktensor(L, idx);
 }
 
-/* Three result slots were pushed before the runtime call: account each, or raise. */
-static int done3(lua_State *L, vl_status s) {
+/* n result slots were pushed before the runtime call: account each, or raise. */
+static int done_n(lua_State *L, vl_status s, int n) {
   if (s != VL_OK) return vl_lua_error(L, s);
   int top = lua_gettop(L);
-  for (int i = top - 2; i <= top; i++) {
+  for (int i = top - n + 1; i <= top; i++) {
     lua_pushvalue(L, i);
     l_done(L, VL_OK);
     lua_pop(L, 1);
   }
-  return 3;
+  return n;
+}
+
+static int done3(lua_State *L, vl_status s) { return done_n(L, s, 3); }
+
+/* Field `key` of the options table at idx: a tensor or nil. */
+static vl_tensor *opt_field_tensor(lua_State *L, int idx, const char *key, const char *fname) {
+  if (lua_isnoneornil(L, idx)) return NULL;
+  lua_getfield(L, idx, key);
+  vl_tensor *t = NULL;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TUSERDATA)
+      l_nn_error(L, "%s: %s must be a tensor, got %s", fname, key, luaL_typename(L, -1));
+    t = vl_lua_checktensor(L, -1);
+  }
+  lua_pop(L, 1); /* the options table still holds the tensor */
+  return t;
+}
+
+/* opts.activation: 'relu' or 'none' (the default). */
+static vl_bn_act opt_act(lua_State *L, int idx, const char *fname) {
+  if (lua_isnoneornil(L, idx)) return VL_BN_ACT_NONE;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_getfield(L, idx, "activation");
+  vl_bn_act act = VL_BN_ACT_NONE;
+  if (!lua_isnil(L, -1)) {
+    const char *a = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    if (a && strcmp(a, "relu") == 0) act = VL_BN_ACT_RELU;
+    else if (!a || strcmp(a, "none") != 0)
+      l_nn_error(L, "%s: activation must be 'relu' or 'none', got %s", fname,
+                 a ? a : luaL_typename(L, -1));
+  }
+  lua_pop(L, 1);
+  return act;
 }
 
 static int l_batch_norm(lua_State *L) {
@@ -39,8 +75,9 @@ static int l_batch_norm(lua_State *L) {
   vl_tensor *rm = opt_tensor(L, 2), *rv = opt_tensor(L, 3), *w = opt_tensor(L, 4), *b = opt_tensor(L, 5);
   bool training = lua_toboolean(L, 6);
   double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
+  vl_bn_fusion f = {opt_act(L, 9, "batch_norm"), opt_field_tensor(L, 9, "residual", "batch_norm")};
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_ag_batch_norm(x, w, b, rm, rv, training, momentum, eps, slot));
+  return l_done(L, vl_ag_batch_norm_fused(x, w, b, rm, rv, training, momentum, eps, &f, slot));
 }
 
 static int l_batch_norm_forward(lua_State *L) {
@@ -48,18 +85,29 @@ static int l_batch_norm_forward(lua_State *L) {
   vl_tensor *rm = opt_tensor(L, 2), *rv = opt_tensor(L, 3), *w = opt_tensor(L, 4), *b = opt_tensor(L, 5);
   bool training = lua_toboolean(L, 6);
   double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
-  lua_settop(L, 8);
+  vl_bn_fusion f = {opt_act(L, 9, "batch_norm"), opt_field_tensor(L, 9, "residual", "batch_norm")};
+  lua_settop(L, 9);
   vl_tensor **y = l_slot(L), **sm = l_slot(L), **si = l_slot(L);
-  return done3(L, vl_batch_norm(x, w, b, rm, rv, training, momentum, eps, y, sm, si));
+  return done3(L, vl_batch_norm_fused(x, w, b, rm, rv, training, momentum, eps, &f, y, sm, si));
 }
 
 static int l_batch_norm_backward(lua_State *L) {
   vl_tensor *x = vl_lua_checktensor(L, 1), *dy = vl_lua_checktensor(L, 2);
   vl_tensor *w = opt_tensor(L, 3), *sm = vl_lua_checktensor(L, 4), *si = vl_lua_checktensor(L, 5);
   double eps = luaL_optnumber(L, 6, 1e-5);
-  lua_settop(L, 6);
-  vl_tensor **dx = l_slot(L), **dw = l_slot(L), **db = l_slot(L);
-  return done3(L, vl_batch_norm_backward(x, dy, w, sm, si, eps, dx, dw, db));
+  const char *fn = "batch_norm_backward";
+  vl_bn_act act = opt_act(L, 7, fn);
+  vl_tensor *b = opt_field_tensor(L, 7, "bias", fn), *y = opt_field_tensor(L, 7, "y", fn);
+  bool residual = false;
+  if (!lua_isnoneornil(L, 7)) {
+    lua_getfield(L, 7, "residual");
+    residual = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_settop(L, 7);
+  vl_tensor **dx = l_slot(L), **dw = l_slot(L), **db = l_slot(L), **dr = residual ? l_slot(L) : NULL;
+  return done_n(L, vl_batch_norm_fused_backward(x, dy, w, b, sm, si, eps, act, residual, y, dx, dw, db, dr),
+                residual ? 4 : 3);
 }
 
 /* normalized_shape (a size or a table of sizes) as sizes; the runtime checks that they are x's

@@ -53,9 +53,19 @@ typedef struct vl_pool2d_args {
   bool count_include_pad;         /* AVG */
   const void *x, *dy;
   void *y, *dx;
-  int64_t *indices;               /* MAX: forward writes, backward reads the argmax (h*W + w) per output */
+  /* MAX: forward writes, backward reads the argmax of each output as its offset in the window,
+   * i * kernel[1] + j for kernel row i and column j (the window's first in-range cell when every
+   * cell is -inf), or none (255 / -1) when no cell of the window lies inside the input: u8 when
+   * kernel[0] * kernel[1] < 255 (1 byte per output instead of an int64 position), else i32. */
+  void *argmax;
+  vl_dtype argmax_dtype;          /* VL_U8 or VL_I32 (vl_pool_argmax_dtype) */
   vl_exec ex;
 } vl_pool2d_args;
+
+/* The dtype of max pooling's window offsets for a kh x kw kernel. */
+static inline vl_dtype vl_pool_argmax_dtype(int kh, int kw) {
+  return (int64_t)kh * kw < 255 ? VL_U8 : VL_I32;
+}
 
 typedef struct vl_pooling_kernels {
   vl_status (*forward)(const vl_pool2d_args *a);
@@ -63,11 +73,21 @@ typedef struct vl_pooling_kernels {
 } vl_pooling_kernels;
 
 /* ---- normalisation ---- */
+/* The activation fused into batch norm (vl_batchnorm_args.act). */
+typedef enum vl_bn_act { VL_BN_ACT_NONE = 0, VL_BN_ACT_RELU, VL_NBN_ACTS } vl_bn_act;
+
 /* Batch norm over x viewed as [n, c, hw] (NCHW) or [n*hw, c] (NHWC); weight/bias/running stats
  * /save_* are contiguous [c] of param dtype; weight/bias NULL = affine off (1 and 0). Training:
  * batch statistics, save_mean/save_invstd written, running stats (when not NULL) updated with
  * momentum using the unbiased variance. Eval: running stats used. Backward (training
- * statistics): dx and, when not NULL, dweight/dbias (overwritten, not accumulated). */
+ * statistics): dx and, when not NULL, dweight/dbias (overwritten, not accumulated).
+ *
+ * Fused forms: forward y = act(bn(x) + r), r (x's dtype and layout) or NULL; ReLU keeps NaN as
+ * the relu op does. Backward with act = RELU: the gradient is masked first, g = dy where the
+ * forward's y > 0, else 0. When `y` (the forward's output) is given, the mask is read from it and
+ * g is written to `dr` (the residual's gradient) before dx, dweight and dbias are computed from
+ * g; when `y` is NULL the mask is recomputed from x (bn(x) rounded to the dtype > 0, from
+ * save_mean, save_invstd, weight and bias: the forward's y > 0 exactly, with nothing saved). */
 typedef struct vl_batchnorm_args {
   vl_dtype dtype, param_dtype;
   bool nhwc, training;
@@ -79,6 +99,9 @@ typedef struct vl_batchnorm_args {
   void *save_mean, *save_invstd;
   void *dweight, *dbias;
   double momentum, eps;
+  vl_bn_act act;                  /* fused forms (above) */
+  const void *r;                  /* forward: the residual, or NULL */
+  void *dr;                       /* backward with y given: the masked gradient g */
   vl_exec ex;
 } vl_batchnorm_args;
 

@@ -29,34 +29,79 @@ static void store_params(void *p, vl_dtype dt, const double *src, int64_t n) {
 /* ======================= batch norm =======================
  * The data is viewed as [outer, c, inner]: NCHW is [n, c, hw], NHWC is [n*hw, c, 1]. Each
  * outer index owns a contiguous slab of c*inner elements that is walked in blocks, with the
- * channel of each element tracked incrementally (no division per element). */
+ * channel of each element tracked incrementally (no division per element).
+ *
+ * Fused forms (kernels/nn_kernels.h): the forward adds the residual and applies the ReLU before
+ * the one rounding to the dtype. The backward masks dy first: from y when given (the masked dy is
+ * written to dr by the sums pass and read back by the dx pass), else recomputed from x as the
+ * forward's value rounded to the dtype > 0. The training forward normalises with the statistics
+ * as stored (rounded to the param dtype), so that the recomputed mask is the forward's y > 0
+ * exactly. */
 typedef enum { BN_SUM, BN_SQDEV, BN_NORM, BN_BW_SUMS, BN_BW_DX } bn_pass_kind;
+typedef enum { BN_MASK_NONE, BN_MASK_X, BN_MASK_Y } bn_mask;
 
 typedef struct {
   const vl_batchnorm_args *a;
   int64_t outer, inner;
   const double *mean, *scale, *shift; /* per channel */
   double *acc0, *acc1;                /* per channel accumulators */
-  double inv_m;
+  bn_mask mask;
+  const double *fscale, *fshift;      /* BN_MASK_X: the forward's scale and shift */
 } bn_ctx;
+
+/* The forward's values of block [off, off + m) of a slab, rounded to the dtype (the output's
+ * values before the ReLU): tb is scratch of m elements. */
+static void bn_fwd_values(const bn_ctx *c, const double *x, int64_t off, int64_t m, double *v, char *tb) {
+  const vl_batchnorm_args *a = c->a;
+  int64_t ci = off / c->inner, r = off % c->inner, es = (int64_t)vl_dtype_size(a->dtype);
+  for (int64_t k = 0; k < m; k++) {
+    v[k] = (x[k] - c->mean[ci]) * c->fscale[ci] + c->fshift[ci];
+    if (++r == c->inner) {
+      r = 0;
+      ci++;
+    }
+  }
+  if (a->dtype == VL_F64) return;
+  vl_cpu_store_f64(tb, es, a->dtype, v, m);
+  vl_cpu_load_f64(v, tb, es, a->dtype, m);
+}
 
 static void bn_pass(const bn_ctx *c, bn_pass_kind kind) {
   const vl_batchnorm_args *a = c->a;
   int64_t es = (int64_t)vl_dtype_size(a->dtype), slab = a->c * c->inner;
-  double xb[B], gb[B], ob[B];
+  double xb[B], gb[B], ob[B], rb[B], mb[B];
+  char tb[B * sizeof(double)];
+  const bool bw = kind == BN_BW_SUMS || kind == BN_BW_DX, relu = a->act == VL_BN_ACT_RELU;
   for (int64_t o = 0; o < c->outer; o++) {
     for (int64_t off = 0; off < slab; off += B) {
       int64_t m = slab - off < B ? slab - off : B, base = (o * slab + off) * es;
       const double *x = vl_cpu_src_f64(xb, (const char *)a->x + base, es, a->dtype, m);
-      const double *g = NULL;
-      if (kind == BN_BW_SUMS || kind == BN_BW_DX) g = vl_cpu_src_f64(gb, (const char *)a->dy + base, es, a->dtype, m);
+      const double *g = NULL, *rv = NULL;
+      if (bw && c->mask == BN_MASK_Y && kind == BN_BW_DX) {
+        g = vl_cpu_src_f64(gb, (const char *)a->dr + base, es, a->dtype, m); /* masked by the sums pass */
+      } else if (bw) {
+        g = vl_cpu_src_f64(gb, (const char *)a->dy + base, es, a->dtype, m);
+        if (c->mask != BN_MASK_NONE) {
+          if (c->mask == BN_MASK_Y) vl_cpu_load_f64(mb, (const char *)a->y + base, es, a->dtype, m);
+          else bn_fwd_values(c, x, off, m, mb, tb);
+          for (int64_t k = 0; k < m; k++) mb[k] = mb[k] > 0 ? g[k] : 0.0;
+          if (c->mask == BN_MASK_Y) vl_cpu_store_f64((char *)a->dr + base, es, a->dtype, mb, m);
+          g = mb;
+        }
+      }
+      if (kind == BN_NORM && a->r) rv = vl_cpu_src_f64(rb, (const char *)a->r + base, es, a->dtype, m);
       int64_t ci = off / c->inner, r = off % c->inner;
       for (int64_t k = 0; k < m; k++) {
         double d = x[k] - c->mean[ci];
         switch (kind) {
           case BN_SUM: c->acc0[ci] += x[k]; break;
           case BN_SQDEV: c->acc0[ci] += d * d; break;
-          case BN_NORM: ob[k] = d * c->scale[ci] + c->shift[ci]; break;
+          case BN_NORM: {
+            double v = d * c->scale[ci] + c->shift[ci];
+            if (rv) v += rv[k];
+            ob[k] = relu && !(v > 0 || v != v) ? 0.0 : v; /* the relu op's NaN rule */
+            break;
+          }
           case BN_BW_SUMS:
             c->acc0[ci] += g[k];
             c->acc1[ci] += g[k] * d;
@@ -81,6 +126,12 @@ static void bn_pass(const bn_ctx *c, bn_pass_kind kind) {
 static void bn_shape(const vl_batchnorm_args *a, int64_t *outer, int64_t *inner) {
   *outer = a->nhwc ? a->n * a->hw : a->n;
   *inner = a->nhwc ? 1 : a->hw;
+}
+
+/* Values rounded to the param dtype, as they are stored. */
+static void round_params(double *v, vl_dtype pdt, int64_t n) {
+  if (pdt != VL_F32) return;
+  for (int64_t i = 0; i < n; i++) v[i] = (double)(float)v[i];
 }
 
 static vl_status cpu_bn_forward(const vl_batchnorm_args *a) {
@@ -117,6 +168,8 @@ static vl_status cpu_bn_forward(const vl_batchnorm_args *a) {
       store_params(a->running_mean, a->param_dtype, rm, C);
       store_params(a->running_var, a->param_dtype, rv, C);
     }
+    round_params(mean, a->param_dtype, C);
+    round_params(tmp, a->param_dtype, C);
   } else {
     load_params(mean, a->running_mean, a->param_dtype, C, 0);
     load_params(var, a->running_var, a->param_dtype, C, 1);
@@ -140,16 +193,20 @@ static vl_status cpu_bn_backward(const vl_batchnorm_args *a) {
   int64_t C = a->c, m = a->n * a->hw;
   double *mean = alloc_doubles(C), *invstd = alloc_doubles(C), *w = alloc_doubles(C);
   double *sdy = alloc_doubles(C), *sdyx = alloc_doubles(C), *scale = alloc_doubles(C), *shift = alloc_doubles(C);
+  double *fscale = alloc_doubles(C), *fshift = alloc_doubles(C);
   vl_status s = VL_OK;
-  if (!mean || !invstd || !w || !sdy || !sdyx || !scale || !shift) {
+  if (!mean || !invstd || !w || !sdy || !sdyx || !scale || !shift || !fscale || !fshift) {
     s = vl_fail(VL_EOOM, "batch_norm_backward (cpu): out of host memory for %lld channels", (long long)C);
     goto done;
   }
   load_params(mean, a->save_mean, a->param_dtype, C, 0);
   load_params(invstd, a->save_invstd, a->param_dtype, C, 1);
   load_params(w, a->weight, a->param_dtype, C, 1);
+  load_params(fshift, a->bias, a->param_dtype, C, 0);
+  for (int64_t i = 0; i < C; i++) fscale[i] = w[i] * invstd[i]; /* as the forward's scale */
   for (int64_t i = 0; i < C; i++) sdy[i] = sdyx[i] = 0;
-  bn_ctx c = {.a = a, .mean = mean, .acc0 = sdy, .acc1 = sdyx};
+  bn_ctx c = {.a = a, .mean = mean, .acc0 = sdy, .acc1 = sdyx, .fscale = fscale, .fshift = fshift};
+  c.mask = a->act != VL_BN_ACT_RELU ? BN_MASK_NONE : a->y ? BN_MASK_Y : BN_MASK_X;
   bn_shape(a, &c.outer, &c.inner);
   bn_pass(&c, BN_BW_SUMS);
   /* dweight = sum(dy * xhat) = invstd * sum(dy * (x - mean)), dbias = sum(dy). */
@@ -165,7 +222,7 @@ static vl_status cpu_bn_backward(const vl_batchnorm_args *a) {
   c.shift = shift;
   bn_pass(&c, BN_BW_DX);
 done:
-  free(mean), free(invstd), free(w), free(sdy), free(sdyx), free(scale), free(shift);
+  free(mean), free(invstd), free(w), free(sdy), free(sdyx), free(scale), free(shift), free(fscale), free(fshift);
   return s;
 }
 

@@ -5,7 +5,8 @@
  * Window rules (PyTorch's):
  *  - max: rows p*sh - ph + i*dh (i < kh), out-of-range positions skipped (as -inf padding); the
  *    first maximum wins, a NaN replaces the maximum (so NaN propagates; the last NaN's index);
- *    the index is h*W + w of the chosen input, initially the window's first in-range position.
+ *    the argmax is the chosen cell's window offset i*kw + j (kernels/nn_kernels.h), initially the
+ *    window's first in-range cell, none when no cell is in range.
  *  - avg: [p*sh - ph, min(p*sh - ph + kh, H + ph)) clipped to [0, H); divisor = the unclipped
  *    size when count_include_pad, else the clipped size.
  *  - adaptive avg: [floor(p*H/P), ceil((p+1)*H/P)). */
@@ -59,6 +60,20 @@ static void window(const vl_pool2d_args *a, int axis, int64_t p, int64_t in, int
   *hi = end;
 }
 
+/* Window offsets: u8 with 255 for none, or i32 with -1 (vl_pool_argmax_dtype). */
+static void argmax_store(const vl_pool2d_args *a, int64_t i, int64_t k) {
+  if (a->argmax_dtype == VL_U8) ((uint8_t *)a->argmax)[i] = k < 0 ? 255 : (uint8_t)k;
+  else ((int32_t *)a->argmax)[i] = (int32_t)k;
+}
+
+static int64_t argmax_load(const vl_pool2d_args *a, int64_t i) {
+  if (a->argmax_dtype == VL_U8) {
+    uint8_t k = ((const uint8_t *)a->argmax)[i];
+    return k == 255 ? -1 : k;
+  }
+  return ((const int32_t *)a->argmax)[i];
+}
+
 static vl_status pool_forward(const vl_pool2d_args *a) {
   const size_t es = vl_dtype_size(a->dtype);
   strides sx = layout(a->nhwc, a->c, a->h, a->w), sy = layout(a->nhwc, a->c, a->p, a->q);
@@ -81,15 +96,15 @@ static vl_status pool_forward(const vl_pool2d_args *a) {
                 int64_t iw = q * a->stride[1] - a->pad[1] + j * a->dilation[1];
                 if (iw < 0 || iw >= a->w) continue;
                 double e = vl_cpu_ld_f64(xp + (size_t)(ih * sx.h + iw * sx.w) * es, a->dtype);
-                if (best_i < 0) best_i = ih * a->w + iw;
+                if (best_i < 0) best_i = i * kw + j;
                 if (e > best || isnan(e)) {
                   best = e;
-                  best_i = ih * a->w + iw;
+                  best_i = i * kw + j;
                 }
               }
             }
             v = best;
-            if (a->indices) a->indices[yo] = best_i;
+            if (a->argmax) argmax_store(a, yo, best_i);
           } else {
             int64_t h0, h1, w0, w1, fh, fw;
             window(a, 0, p, a->h, a->p, &h0, &h1, &fh);
@@ -127,8 +142,11 @@ static vl_status pool_backward(const vl_pool2d_args *a) {
           int64_t yo = n * sy.n + c * sy.c + p * sy.h + q * sy.w;
           double g = vl_cpu_ld_f64(dy + (size_t)yo * es, a->dtype);
           if (a->kind == VL_POOL_MAX) {
-            int64_t i = a->indices[yo];
-            if (i >= 0 && i < hw) acc[i] += g;
+            int64_t k = argmax_load(a, yo);
+            if (k < 0) continue;
+            int64_t ih = p * a->stride[0] - a->pad[0] + (k / a->kernel[1]) * a->dilation[0];
+            int64_t iw = q * a->stride[1] - a->pad[1] + (k % a->kernel[1]) * a->dilation[1];
+            if (ih >= 0 && ih < a->h && iw >= 0 && iw < a->w) acc[ih * a->w + iw] += g;
             continue;
           }
           int64_t h0, h1, w0, w1, fh, fw;

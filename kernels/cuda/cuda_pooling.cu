@@ -5,7 +5,14 @@
  * order so that neighbouring threads touch neighbouring addresses in either layout. The backward
  * is a gather: each input element sums, in a fixed order, the gradients of the outputs whose window
  * covers it (max: whose recorded argmax is this element), so there are no atomics and the result is
- * deterministic. Window rules are those of kernels/cpu/cpu_pooling.c (PyTorch's). */
+ * deterministic. Window rules are those of kernels/cpu/cpu_pooling.c (PyTorch's).
+ *
+ * Max pooling records each output's argmax as its offset in the window (u8 for windows of fewer
+ * than 255 cells, else i32; kernels/nn_kernels.h): 1 byte per output instead of an int64 (411 MB
+ * for ResNet-50's max pool at batch 256, which made its backward read 4x the bytes of dy). Channels
+ * last with 16-byte aligned rows of channels (ResNet's stem) takes the vectorised kernels below:
+ * a thread per 16 bytes of channels of one pixel, its window positions and offsets computed once
+ * for V channels. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/nn_kernels.h"
 
@@ -66,8 +73,13 @@ VL_DEV void split(I i, bool nhwc, I C, I A, I B, I *n, I *c, I *a,
   }
 }
 
-template <typename T, typename I>
-__global__ void pool_fwd(pool_geo_t<I> g, const T *__restrict__ x, T *__restrict__ y, int64_t *__restrict__ ind) {
+/* The "no cell of the window is inside the input" offset of each argmax type. */
+template <typename IX> struct pool_none;
+template <> struct pool_none<uint8_t> { static constexpr int v = 255; };
+template <> struct pool_none<int32_t> { static constexpr int v = -1; };
+
+template <typename T, typename I, typename IX>
+__global__ void pool_fwd(pool_geo_t<I> g, const T *__restrict__ x, T *__restrict__ y, IX *__restrict__ am) {
   typedef typename vl_acc<T>::type A;
   const I total = g.n * g.c * g.p * g.q;
   const I sxh = g.nhwc ? g.w * g.c : g.w, sxw = g.nhwc ? g.c : 1;
@@ -78,7 +90,7 @@ __global__ void pool_fwd(pool_geo_t<I> g, const T *__restrict__ x, T *__restrict
     A v;
     if (g.kind == VL_POOL_MAX) {
       A best = (A)-INFINITY;
-      I bi = -1;
+      int bi = -1;
       for (int a = 0; a < g.kh; a++) {
         I ih = p * g.sh - g.ph + (I)a * g.dh;
         if (ih < 0 || ih >= g.h) continue;
@@ -86,15 +98,15 @@ __global__ void pool_fwd(pool_geo_t<I> g, const T *__restrict__ x, T *__restrict
           I iw = q * g.sw - g.pw + (I)b * g.dw;
           if (iw < 0 || iw >= g.w) continue;
           A e = vl_val(xp[ih * sxh + iw * sxw]);
-          if (bi < 0) bi = ih * g.w + iw; /* the window's first in-range cell */
-          if (e > best || e != e) {       /* first maximum wins; NaN propagates */
+          if (bi < 0) bi = a * g.kw + b; /* the window's first in-range cell */
+          if (e > best || e != e) {      /* first maximum wins; NaN propagates */
             best = e;
-            bi = ih * g.w + iw;
+            bi = a * g.kw + b;
           }
         }
       }
       v = best;
-      ind[i] = bi;
+      am[i] = (IX)(bi < 0 ? pool_none<IX>::v : bi);
     } else {
       I h0, h1, w0, w1, fh, fw;
       window(g, 0, p, g.h, g.p, &h0, &h1, &fh);
@@ -109,8 +121,20 @@ __global__ void pool_fwd(pool_geo_t<I> g, const T *__restrict__ x, T *__restrict
   }
 }
 
-template <typename T, typename I>
-__global__ void pool_bwd(pool_geo_t<I> g, const T *__restrict__ dy, const int64_t *__restrict__ ind, T *__restrict__ dx) {
+/* The offset of input cell (h, w) in the window of output (p, q), or -1 when a dilated window
+ * steps over it. The callers' candidate ranges keep the cell within the window's extent. */
+template <typename I>
+VL_DEV int pool_offset(const pool_geo_t<I> &g, I h, I w, I p, I q) {
+  const I dh = h + g.ph - p * g.sh, dw = w + g.pw - q * g.sw;
+  if (g.dh != 1 || g.dw != 1) {
+    if (dh % g.dh || dw % g.dw) return -1;
+    return (int)(dh / g.dh) * g.kw + (int)(dw / g.dw);
+  }
+  return (int)dh * g.kw + (int)dw;
+}
+
+template <typename T, typename I, typename IX>
+__global__ void pool_bwd(pool_geo_t<I> g, const T *__restrict__ dy, const IX *__restrict__ am, T *__restrict__ dx) {
   typedef typename vl_acc<T>::type A;
   const I total = g.n * g.c * g.h * g.w;
   const I syh = g.nhwc ? g.q * g.c : g.q, syw = g.nhwc ? g.c : 1;
@@ -137,12 +161,12 @@ __global__ void pool_bwd(pool_geo_t<I> g, const T *__restrict__ dy, const int64_
     if (p1 > g.p - 1) p1 = g.p - 1;
     if (q1 > g.q - 1) q1 = g.q - 1;
     A acc = 0;
-    const I me = h * g.w + w;
     for (I p = p0; p <= p1; p++)
       for (I q = q0; q <= q1; q++) {
         const I o = base + p * syh + q * syw;
         if (g.kind == VL_POOL_MAX) {
-          if (ind[o] == me) acc += vl_val(dy[o]);
+          const int k = pool_offset(g, h, w, p, q);
+          if (k >= 0 && (int)am[o] == k) acc += vl_val(dy[o]);
           continue;
         }
         I h0, h1, w0, w1, fh, fw;
@@ -153,6 +177,104 @@ __global__ void pool_bwd(pool_geo_t<I> g, const T *__restrict__ dy, const int64_
         acc += vl_val(dy[o]) / (A)div;
       }
     dx[i] = vl_conv<T>::f(acc);
+  }
+}
+
+/* ---- max pooling, channels last, vectorised (u8 offsets, 32-bit indices) ----
+ * V = 16 / sizeof(T) channels per thread: x, y, dy, dx as 16-byte vectors and V offsets as one
+ * V-byte load or store. Same window rules, tie order and accumulation order as the scalar kernels. */
+template <typename T, int V>
+__global__ void __launch_bounds__(256) maxpool_fwd_clv(pool_geo_t<int32_t> g, const T *__restrict__ x,
+                                                       T *__restrict__ y, uint8_t *__restrict__ am) {
+  typedef typename vl_acc<T>::type A;
+  typedef vl_vec<T, V> VT;
+  typedef vl_vec<uint8_t, V> VO;
+  const int32_t cv = g.c / V, total = g.n * g.p * g.q * cv;
+  const VT *xv = reinterpret_cast<const VT *>(x);
+  for (int32_t i = blockIdx.x * (int32_t)blockDim.x + threadIdx.x; i < total; i += (int32_t)gridDim.x * blockDim.x) {
+    int32_t t = i / cv;
+    const int32_t j = i - t * cv;
+    const int32_t q = t % g.q;
+    t /= g.q;
+    const int32_t p = t % g.p, n = t / g.p;
+    const VT *xp = xv + n * g.h * g.w * cv + j;
+    A best[V];
+    int bi[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) best[k] = (A)-INFINITY, bi[k] = -1;
+    int first = -1; /* the window's first in-range cell */
+    for (int a = 0; a < g.kh; a++) {
+      const int32_t ih = p * g.sh - g.ph + a * g.dh;
+      if (ih < 0 || ih >= g.h) continue;
+      for (int b = 0; b < g.kw; b++) {
+        const int32_t iw = q * g.sw - g.pw + b * g.dw;
+        if (iw < 0 || iw >= g.w) continue;
+        const int off = a * g.kw + b;
+        if (first < 0) first = off;
+        const VT v = xp[(ih * g.w + iw) * cv];
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+          const A e = vl_val(v.v[k]);
+          if (e > best[k] || e != e) best[k] = e, bi[k] = off;
+        }
+      }
+    }
+    VT yv;
+    VO ov;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      yv.v[k] = vl_conv<T>::f(best[k]);
+      const int o = bi[k] >= 0 ? bi[k] : first;
+      ov.v[k] = (uint8_t)(o >= 0 ? o : 255);
+    }
+    reinterpret_cast<VT *>(y)[i] = yv;
+    reinterpret_cast<VO *>(am)[i] = ov;
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(256) maxpool_bwd_clv(pool_geo_t<int32_t> g, const T *__restrict__ dy,
+                                                       const uint8_t *__restrict__ am, T *__restrict__ dx) {
+  typedef typename vl_acc<T>::type A;
+  typedef vl_vec<T, V> VT;
+  typedef vl_vec<uint8_t, V> VO;
+  const int32_t cv = g.c / V, total = g.n * g.h * g.w * cv;
+  const int32_t eh = (g.kh - 1) * g.dh, ew = (g.kw - 1) * g.dw;
+  for (int32_t i = blockIdx.x * (int32_t)blockDim.x + threadIdx.x; i < total; i += (int32_t)gridDim.x * blockDim.x) {
+    int32_t t = i / cv;
+    const int32_t j = i - t * cv;
+    const int32_t w = t % g.w;
+    t /= g.w;
+    const int32_t h = t % g.h, n = t / g.h;
+    int32_t p0 = ceildiv<int32_t>(h + g.ph - eh, g.sh), p1 = floordiv<int32_t>(h + g.ph, g.sh);
+    int32_t q0 = ceildiv<int32_t>(w + g.pw - ew, g.sw), q1 = floordiv<int32_t>(w + g.pw, g.sw);
+    if (p0 < 0) p0 = 0;
+    if (q0 < 0) q0 = 0;
+    if (p1 > g.p - 1) p1 = g.p - 1;
+    if (q1 > g.q - 1) q1 = g.q - 1;
+    A acc[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) acc[k] = 0;
+    const int32_t base = n * g.p * g.q * cv + j;
+    for (int32_t p = p0; p <= p1; p++)
+      for (int32_t q = q0; q <= q1; q++) {
+        const int off = pool_offset(g, h, w, p, q);
+        if (off < 0) continue;
+        const int32_t o = base + (p * g.q + q) * cv;
+        const VO ov = reinterpret_cast<const VO *>(am)[o];
+        bool any = false;
+#pragma unroll
+        for (int k = 0; k < V; k++) any |= ov.v[k] == off;
+        if (!any) continue; /* most windows chose another cell: skip the gradient's load */
+        const VT gv = reinterpret_cast<const VT *>(dy)[o];
+#pragma unroll
+        for (int k = 0; k < V; k++)
+          if (ov.v[k] == off) acc[k] += vl_val(gv.v[k]);
+      }
+    VT r;
+#pragma unroll
+    for (int k = 0; k < V; k++) r.v[k] = vl_conv<T>::f(acc[k]);
+    reinterpret_cast<VT *>(dx)[i] = r;
   }
 }
 
@@ -217,6 +339,58 @@ static const char *pool_name(vl_pool_kind k) {
   return k == VL_POOL_MAX ? "max_pool2d" : k == VL_POOL_AVG ? "avg_pool2d" : "adaptive_avg_pool2d";
 }
 
+static bool aligned(const void *p, unsigned bytes) { return ((uintptr_t)p % bytes) == 0; }
+
+/* The vectorised channels-last max pooling applies: u8 offsets, 32-bit indices, V channels per
+ * 16 bytes divide C and every pointer is aligned to its vector. */
+template <typename T>
+static bool maxpool_clv_ok(const vl_pool2d_args *a, bool small) {
+  const int V = 16 / (int)sizeof(T);
+  if (a->kind != VL_POOL_MAX || !a->nhwc || !small || a->argmax_dtype != VL_U8 || a->c % V) return false;
+  if (!aligned(a->argmax, (unsigned)V)) return false;
+  return a->x ? aligned(a->x, 16) && aligned(a->y, 16) : aligned(a->dy, 16) && aligned(a->dx, 16);
+}
+
+template <typename T>
+static void pool_forward_t(const vl_pool2d_args *a, const pool_geo &g, bool small, unsigned grid, int block,
+                           cudaStream_t s, vl_cuda_state *st) {
+  if (maxpool_clv_ok<T>(a, small)) {
+    constexpr int V = 16 / sizeof(T);
+    const int64_t total = a->n * a->p * a->q * (a->c / V);
+    maxpool_fwd_clv<T, V><<<vl_grid(total, block, st, 4), block, 0, s>>>(geo32(g), (const T *)a->x, (T *)a->y,
+                                                                        (uint8_t *)a->argmax);
+    return;
+  }
+  const bool i32 = a->argmax_dtype == VL_I32;
+  if (small) {
+    if (i32) pool_fwd<T, int32_t, int32_t><<<grid, block, 0, s>>>(geo32(g), (const T *)a->x, (T *)a->y, (int32_t *)a->argmax);
+    else pool_fwd<T, int32_t, uint8_t><<<grid, block, 0, s>>>(geo32(g), (const T *)a->x, (T *)a->y, (uint8_t *)a->argmax);
+  } else {
+    if (i32) pool_fwd<T, int64_t, int32_t><<<grid, block, 0, s>>>(g, (const T *)a->x, (T *)a->y, (int32_t *)a->argmax);
+    else pool_fwd<T, int64_t, uint8_t><<<grid, block, 0, s>>>(g, (const T *)a->x, (T *)a->y, (uint8_t *)a->argmax);
+  }
+}
+
+template <typename T>
+static void pool_backward_t(const vl_pool2d_args *a, const pool_geo &g, bool small, unsigned grid, int block,
+                            cudaStream_t s, vl_cuda_state *st) {
+  if (maxpool_clv_ok<T>(a, small)) {
+    constexpr int V = 16 / sizeof(T);
+    const int64_t total = a->n * a->h * a->w * (a->c / V);
+    maxpool_bwd_clv<T, V><<<vl_grid(total, block, st, 4), block, 0, s>>>(geo32(g), (const T *)a->dy,
+                                                                        (const uint8_t *)a->argmax, (T *)a->dx);
+    return;
+  }
+  const bool i32 = a->argmax_dtype == VL_I32;
+  if (small) {
+    if (i32) pool_bwd<T, int32_t, int32_t><<<grid, block, 0, s>>>(geo32(g), (const T *)a->dy, (const int32_t *)a->argmax, (T *)a->dx);
+    else pool_bwd<T, int32_t, uint8_t><<<grid, block, 0, s>>>(geo32(g), (const T *)a->dy, (const uint8_t *)a->argmax, (T *)a->dx);
+  } else {
+    if (i32) pool_bwd<T, int64_t, int32_t><<<grid, block, 0, s>>>(g, (const T *)a->dy, (const int32_t *)a->argmax, (T *)a->dx);
+    else pool_bwd<T, int64_t, uint8_t><<<grid, block, 0, s>>>(g, (const T *)a->dy, (const uint8_t *)a->argmax, (T *)a->dx);
+  }
+}
+
 static vl_status pool_forward(const vl_pool2d_args *a) {
   VL_CUDA_ENTER(guard, st, a->ex);
   pool_geo g = geo_of(a);
@@ -226,11 +400,7 @@ static vl_status pool_forward(const vl_pool2d_args *a) {
   unsigned grid = vl_grid(total, block, st, 4);
   const bool small = pool_small(a, grid, block);
   cudaStream_t s = (cudaStream_t)a->ex.stream;
-  VL_DISPATCH_FLOAT(a->dtype, T, pool_name(a->kind),
-                    {
-                      if (small) pool_fwd<T, int32_t><<<grid, block, 0, s>>>(geo32(g), (const T *)a->x, (T *)a->y, a->indices);
-                      else pool_fwd<T, int64_t><<<grid, block, 0, s>>>(g, (const T *)a->x, (T *)a->y, a->indices);
-                    });
+  VL_DISPATCH_FLOAT(a->dtype, T, pool_name(a->kind), pool_forward_t<T>(a, g, small, grid, block, s, st));
   VL_LAUNCH_CHECK();
   return VL_OK;
 }
@@ -244,11 +414,7 @@ static vl_status pool_backward(const vl_pool2d_args *a) {
   unsigned grid = vl_grid(total, block, st, 4);
   const bool small = pool_small(a, grid, block);
   cudaStream_t s = (cudaStream_t)a->ex.stream;
-  VL_DISPATCH_FLOAT(a->dtype, T, pool_name(a->kind),
-                    {
-                      if (small) pool_bwd<T, int32_t><<<grid, block, 0, s>>>(geo32(g), (const T *)a->dy, a->indices, (T *)a->dx);
-                      else pool_bwd<T, int64_t><<<grid, block, 0, s>>>(g, (const T *)a->dy, a->indices, (T *)a->dx);
-                    });
+  VL_DISPATCH_FLOAT(a->dtype, T, pool_name(a->kind), pool_backward_t<T>(a, g, small, grid, block, s, st));
   VL_LAUNCH_CHECK();
   return VL_OK;
 }

@@ -28,12 +28,20 @@ vl_status vl_ag_conv2d(vl_tensor *x, vl_tensor *w, vl_tensor *bias, const vl_con
 
 /* ---- pool2d ---- */
 
-/* Saved: x (for its shape and layout), the argmax indices of max pooling. Context:
- * vl_pool2d_params. */
+/* Saved: the argmax window offsets of max pooling (nothing for the average pools). Context: the
+ * parameters and the input's geometry: the input itself is not kept, so its memory goes as soon
+ * as nothing else holds it (ResNet's stem activation, whose BN + ReLU backward recomputes its
+ * mask from the BN input, would otherwise live until the backward only for its shape). */
+typedef struct pool_ctx {
+  vl_pool2d_params p;
+  vl_pool2d_input in;
+} pool_ctx;
+
 static vl_status pool_backward(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  vl_tensor *sv[2], *dx = NULL;
-  VL_TRY(vl_node_saved_n(n, 2, sv));
-  return vl_ag_give_n(n, vl_pool2d_backward(sv[0], go[0], sv[1], VL_AG_CTX(n, vl_pool2d_params), &dx), 1, &dx, gi);
+  const pool_ctx *c = VL_AG_CTX(n, pool_ctx);
+  vl_tensor *idx = NULL, *dx = NULL;
+  if (c->p.kind == VL_POOL_MAX) VL_TRY(vl_node_saved(n, 0, &idx));
+  return vl_ag_give_n(n, vl_pool2d_backward_in(&c->in, go[0], idx, &c->p, &dx), 1, &dx, gi);
 }
 
 vl_status vl_ag_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y) {
@@ -43,8 +51,9 @@ vl_status vl_ag_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y) {
   const char *name = p->kind == VL_POOL_MAX   ? "MaxPool2DBackward"
                      : p->kind == VL_POOL_AVG ? "AvgPool2DBackward"
                                               : "AdaptiveAvgPool2DBackward";
-  vl_status s = VL_AG_RECORD(.name = name, .backward = pool_backward, .nin = 1, .in = &x, .out = &r,
-                             .save = {x, idx}, VL_AG_CTX_OF(*p));
+  pool_ctx c = {*p, vl_pool2d_input_of(x)};
+  vl_status s = VL_AG_RECORD(.name = name, .backward = pool_backward, .nin = 1, .in = &x, .out = &r, .save = {idx},
+                             VL_AG_CTX_OF(c));
   vl_tensor_release(idx);
   return vl_ag_out(s, r, y);
 }

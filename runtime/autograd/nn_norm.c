@@ -1,8 +1,9 @@
-/* runtime/autograd/nn_norm.c: autograd-recording batch norm and layer norm (runtime/nn/nn.h).
+/* runtime/autograd/nn_norm.c: autograd-recording batch norm (plain and fused with ReLU and a
+ * residual) and layer norm (runtime/nn/nn.h).
  *
- * The nodes' inputs are x, weight, bias (absent ones NULL: no edge). Saved: x, weight (when
- * given), then the statistics the raw forward returned. Backward formulas call the raw ops only,
- * so they record nothing. */
+ * The nodes' inputs are x, weight, bias (and batch norm's residual; absent ones NULL: no edge).
+ * Saved: x, weight (when given), then the statistics the raw forward returned. Backward formulas
+ * call the raw ops only, so they record nothing. */
 #include "runtime/amp/autocast.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/nn/nn.h"
@@ -53,35 +54,75 @@ static vl_status bn_eval_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *w, vl_
 typedef struct bn_ctx {
   bool training;
   double eps;
+  vl_bn_act act;
+  bool residual;
 } bn_ctx;
 
+/* Inputs x, weight, bias, residual. Saved: x, weight, mean, invstd, then what the ReLU's mask
+ * needs: the bias in training without a residual (the mask is recomputed from x, so no
+ * activation-sized tensor is kept for it), else the output y (read as y > 0). */
 static vl_status bn_backward(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   const bn_ctx *c = VL_AG_CTX(n, bn_ctx);
-  vl_tensor *sv[4], *g[3] = {0}, *dy = go[0];
-  VL_TRY(vl_node_saved_n(n, 4, sv)); /* x, weight, mean, invstd */
+  vl_tensor *sv[6], *g[4] = {0}, *dy = go[0];
+  VL_TRY(vl_node_saved_n(n, 6, sv)); /* x, weight, mean, invstd, bias, y */
   vl_tensor **dx = vl_ag_wants(n, 0) ? &g[0] : NULL, **dw = vl_ag_wants(n, 1) ? &g[1] : NULL,
-            **db = vl_ag_wants(n, 2) ? &g[2] : NULL;
-  vl_status s = c->training ? vl_batch_norm_backward(sv[0], dy, sv[1], sv[2], sv[3], c->eps, dx, dw, db)
-                            : bn_eval_backward(sv[0], dy, sv[1], sv[2], sv[3], dx, dw, db);
-  return vl_ag_give_n(n, s, 3, g, gi); /* converts dweight/dbias to the parameters' dtypes */
+            **db = vl_ag_wants(n, 2) ? &g[2] : NULL, **dr = c->residual && vl_ag_wants(n, 3) ? &g[3] : NULL;
+  vl_status s = VL_OK;
+  if (c->training) {
+    s = vl_batch_norm_fused_backward(sv[0], dy, sv[1], sv[4], sv[2], sv[3], c->eps, c->act, c->residual, sv[5], dx,
+                                     dw, db, dr);
+  } else {
+    /* Eval: the mask from the saved output, then the affine map's backward. */
+    vl_tensor *m = NULL;
+    if (c->act == VL_BN_ACT_RELU) s = vl_binary(VL_BIN_RELU_BACKWARD, dy, sv[5], 1.0, &m);
+    else m = vl_tensor_retain(dy);
+    if (s == VL_OK) s = bn_eval_backward(sv[0], m, sv[1], sv[2], sv[3], dx, dw, db);
+    if (s == VL_OK && dr) *dr = vl_tensor_retain(m);
+    vl_tensor_release(m);
+  }
+  return vl_ag_give_n(n, s, 4, g, gi); /* converts dweight/dbias to the parameters' dtypes */
+}
+
+static const char *bn_node_name(vl_bn_act act, bool residual) {
+  if (act == VL_BN_ACT_RELU) return residual ? "BatchNormAddReluBackward" : "BatchNormReluBackward";
+  return residual ? "BatchNormAddBackward" : "BatchNormBackward";
+}
+
+/* The fused op again with autocast's inputs (the residual is cast as x is). */
+static vl_status bn_fused_cast(vl_tensor *const *ac, vl_tensor *running_mean, vl_tensor *running_var, bool training,
+                               double momentum, double eps, vl_bn_act act, vl_tensor **y) {
+  vl_bn_fusion f = {act, ac[3]};
+  return vl_ag_batch_norm_fused(ac[0], ac[1], ac[2], running_mean, running_var, training, momentum, eps, &f, y);
+}
+
+vl_status vl_ag_batch_norm_fused(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
+                                 vl_tensor *running_var, bool training, double momentum, double eps,
+                                 const vl_bn_fusion *f, vl_tensor **y) {
+  vl_bn_act act = f ? f->act : VL_BN_ACT_NONE;
+  vl_tensor *res = f ? f->residual : NULL;
+  VL_AUTOCAST(VL_AC_BATCH_NORM, bn_fused_cast(vl_ac, running_mean, running_var, training, momentum, eps, act, y), x,
+              weight, bias, res);
+  vl_tensor *in[4] = {x, weight, bias, res};
+  if (!vl_ag_needs(4, in))
+    return vl_batch_norm_fused(x, weight, bias, running_mean, running_var, training, momentum, eps, f, y, NULL, NULL);
+  vl_tensor *r = NULL, *mean = NULL, *invstd = NULL;
+  VL_TRY(vl_batch_norm_fused(x, weight, bias, running_mean, running_var, training, momentum, eps, f, &r, &mean,
+                             &invstd));
+  bool relu = act == VL_BN_ACT_RELU;
+  bn_ctx c = {training, eps, act, res != NULL};
+  vl_status s = VL_AG_RECORD(.name = bn_node_name(act, res != NULL), .backward = bn_backward, .nin = 4, .in = in,
+                             .out = &r,
+                             .save = {x, weight, mean, invstd, relu && training && !res ? bias : NULL,
+                                      relu && (res || !training) ? r : NULL},
+                             VL_AG_CTX_OF(c));
+  vl_tensor_release(mean);
+  vl_tensor_release(invstd);
+  return vl_ag_out(s, r, y);
 }
 
 vl_status vl_ag_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
                            vl_tensor *running_var, bool training, double momentum, double eps, vl_tensor **y) {
-  VL_AUTOCAST(VL_AC_BATCH_NORM,
-              vl_ag_batch_norm(vl_ac[0], vl_ac[1], vl_ac[2], running_mean, running_var, training, momentum, eps, y), x,
-              weight, bias);
-  vl_tensor *in[3] = {x, weight, bias};
-  if (!vl_ag_needs(3, in))
-    return vl_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, y, NULL, NULL);
-  vl_tensor *r = NULL, *mean = NULL, *invstd = NULL;
-  VL_TRY(vl_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, &r, &mean, &invstd));
-  bn_ctx c = {training, eps};
-  vl_status s = VL_AG_RECORD(.name = "BatchNormBackward", .backward = bn_backward, .nin = 3, .in = in, .out = &r,
-                             .save = {x, weight, mean, invstd}, VL_AG_CTX_OF(c));
-  vl_tensor_release(mean);
-  vl_tensor_release(invstd);
-  return vl_ag_out(s, r, y);
+  return vl_ag_batch_norm_fused(x, weight, bias, running_mean, running_var, training, momentum, eps, NULL, y);
 }
 
 /* ======================= layer norm ======================= */

@@ -35,10 +35,21 @@ typedef struct vl_pool2d_params {
   bool ceil_mode, count_include_pad;
   int64_t out_h, out_w;        /* ADAPTIVE_AVG only */
 } vl_pool2d_params;
-/* indices (MAX only, may be NULL for other kinds): i64 positions for the backward. */
-vl_status vl_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y, vl_tensor **indices);
-vl_status vl_pool2d_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *indices, const vl_pool2d_params *p,
+/* argmax (MAX only, may be NULL; none for other kinds): each output's window offset for the
+ * backward, u8 or i32 (vl_pool2d_args.argmax, kernels/nn_kernels.h). */
+vl_status vl_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y, vl_tensor **argmax);
+vl_status vl_pool2d_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *argmax, const vl_pool2d_params *p,
                              vl_tensor **dx);
+/* What the backward needs of the forward's input: its geometry only (autograd keeps this, not x). */
+typedef struct vl_pool2d_input {
+  int64_t size[4];
+  vl_dtype dtype;
+  vl_device device;
+  bool nhwc;                   /* channels-last (else NCHW-contiguous) */
+} vl_pool2d_input;
+vl_pool2d_input vl_pool2d_input_of(const vl_tensor *x);
+vl_status vl_pool2d_backward_in(const vl_pool2d_input *in, vl_tensor *dy, vl_tensor *argmax,
+                                const vl_pool2d_params *p, vl_tensor **dx);
 
 /* Batch norm over dim 2 (channels) of a 2-D (N x C), 3-D (N x C x L) or 4-D input. In training,
  * save_mean/save_invstd (new tensors [C], param dtype) are returned for the backward and the
@@ -49,6 +60,24 @@ vl_status vl_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_ten
 vl_status vl_batch_norm_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight, vl_tensor *save_mean,
                                  vl_tensor *save_invstd, double eps, vl_tensor **dx, vl_tensor **dweight,
                                  vl_tensor **dbias);
+/* Batch norm fused with its activation and a residual: y = act(bn(x) + residual), in one pass
+ * over x (kernels/nn_kernels.h). residual (NULL: none) has x's shape and dtype, on its device;
+ * f NULL is plain batch norm. vl_batch_norm and vl_batch_norm_backward are these with f NULL. */
+typedef struct vl_bn_fusion {
+  vl_bn_act act;
+  vl_tensor *residual;
+} vl_bn_fusion;
+vl_status vl_batch_norm_fused(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
+                              vl_tensor *running_var, bool training, double momentum, double eps,
+                              const vl_bn_fusion *f, vl_tensor **y, vl_tensor **save_mean, vl_tensor **save_invstd);
+/* The backward of the training-mode fused forms. With act = RELU the ReLU's mask comes from y, the
+ * forward's output, when it is given (required with a residual), else it is recomputed from x
+ * with bias (the forward's bias, NULL when there was none). dr (may be NULL; set only when
+ * `residual`): the residual's gradient, the masked dy (dy itself without an activation). */
+vl_status vl_batch_norm_fused_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight, vl_tensor *bias,
+                                       vl_tensor *save_mean, vl_tensor *save_invstd, double eps, vl_bn_act act,
+                                       bool residual, vl_tensor *y, vl_tensor **dx, vl_tensor **dweight,
+                                       vl_tensor **dbias, vl_tensor **dr);
 /* Layer norm over the last `nnorm` dims; weight/bias of that shape or NULL. */
 vl_status vl_layer_norm(vl_tensor *x, int nnorm, vl_tensor *weight, vl_tensor *bias, double eps, vl_tensor **y,
                         vl_tensor **mean, vl_tensor **rstd);
@@ -137,6 +166,10 @@ vl_status vl_ag_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y);
 /* Running stats are updated in training mode (never recorded). */
 vl_status vl_ag_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
                            vl_tensor *running_var, bool training, double momentum, double eps, vl_tensor **y);
+/* The fused forms (f may be NULL); gradients flow to x, weight, bias and the residual. */
+vl_status vl_ag_batch_norm_fused(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
+                                 vl_tensor *running_var, bool training, double momentum, double eps,
+                                 const vl_bn_fusion *f, vl_tensor **y);
 vl_status vl_ag_layer_norm(vl_tensor *x, int nnorm, vl_tensor *weight, vl_tensor *bias, double eps, vl_tensor **y);
 /* The mask gets no gradient (it is a constant of the op). */
 vl_status vl_ag_attention(vl_tensor *q, vl_tensor *k, vl_tensor *v, vl_tensor *mask, const vl_attention_params *p,

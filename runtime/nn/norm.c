@@ -101,13 +101,42 @@ static vl_status bn_input(const char *op, const vl_tensor *x, bn_geom *g) {
   return VL_OK;
 }
 
+static vl_status check_same(const char *op, const vl_tensor *x, const char *xn, const vl_tensor *dy,
+                            const char *dyn) {
+  VL_TRY(vl_check_same_device(op, x, xn, dy, dyn));
+  bool same = x->ndim == dy->ndim && x->dtype == dy->dtype;
+  for (int i = 0; same && i < x->ndim; i++) same = x->size[i] == dy->size[i];
+  if (!same) {
+    char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+    return vl_fail(VL_ESHAPE, "%s: %s and %s must have the same shape and dtype (%s %s, %s %s)", op, xn, dyn, xn,
+                   vl_tensor_desc(x, d1, sizeof d1), dyn, vl_tensor_desc(dy, d2, sizeof d2));
+  }
+  return VL_OK;
+}
+
+static vl_status check_act(const char *op, vl_bn_act act) {
+  if ((unsigned)act < VL_NBN_ACTS) return VL_OK;
+  return vl_fail(VL_EINVAL, "%s: unknown activation %d", op, (int)act);
+}
+
 vl_status vl_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
                         vl_tensor *running_var, bool training, double momentum, double eps, vl_tensor **y,
                         vl_tensor **save_mean, vl_tensor **save_invstd) {
+  return vl_batch_norm_fused(x, weight, bias, running_mean, running_var, training, momentum, eps, NULL, y, save_mean,
+                             save_invstd);
+}
+
+vl_status vl_batch_norm_fused(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
+                              vl_tensor *running_var, bool training, double momentum, double eps,
+                              const vl_bn_fusion *f, vl_tensor **y, vl_tensor **save_mean, vl_tensor **save_invstd) {
   const char *op = "batch_norm";
   char d[VL_DESC_LEN];
   bn_geom g;
+  vl_bn_act act = f ? f->act : VL_BN_ACT_NONE;
+  vl_tensor *res = f ? f->residual : NULL;
   VL_TRY(bn_input(op, x, &g));
+  VL_TRY(check_act(op, act));
+  if (res) VL_TRY(check_same(op, x, "x", res, "residual"));
   int64_t csize[1] = {g.c};
   VL_TRY(check_param(op, "weight", weight, x, 1, csize, "the input's channels are"));
   VL_TRY(check_param(op, "bias", bias, x, 1, csize, "the input's channels are"));
@@ -128,9 +157,10 @@ vl_status vl_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_ten
 
   vl_dtype pdt = param_dtype(x->dtype);
   vl_device dev = x->storage->device;
-  /* 0 xc, 1 w, 2 b, 3 rm, 4 rv, 5 y, 6 smean, 7 sinvstd, 8 tmp */
-  vl_tensor *t[9] = {0};
+  /* 0 xc, 1 w, 2 b, 3 rm, 4 rv, 5 y, 6 smean, 7 sinvstd, 8 tmp, 9 residual */
+  vl_tensor *t[10] = {0};
   vl_status s = vl_in_family(x, g.nhwc, &t[0]);
+  if (s == VL_OK && res) s = vl_in_family(res, g.nhwc, &t[9]);
   if (s == VL_OK) s = param_as(weight, pdt, &t[1]);
   if (s == VL_OK) s = param_as(bias, pdt, &t[2]);
   if (s == VL_OK) s = param_as(running_mean, pdt, &t[3]);
@@ -145,7 +175,8 @@ vl_status vl_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_ten
                            .running_mean = t[3] ? vl_tensor_data(t[3]) : NULL,
                            .running_var = t[4] ? vl_tensor_data(t[4]) : NULL,
                            .save_mean = t[6] ? vl_tensor_data(t[6]) : NULL,
-                           .save_invstd = t[7] ? vl_tensor_data(t[7]) : NULL, .momentum = momentum, .eps = eps};
+                           .save_invstd = t[7] ? vl_tensor_data(t[7]) : NULL, .momentum = momentum, .eps = eps,
+                           .act = act, .r = t[9] ? vl_tensor_data(t[9]) : NULL};
     s = vl_exec_of(op, dev, &a.ex);
     if (s == VL_OK) s = norm_kernels(dev)->batchnorm_forward(&a);
   }
@@ -163,47 +194,49 @@ vl_status vl_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_ten
     if (s == VL_OK) s = vl_unary(VL_UN_RSQRT, t[8], &t[7]);
   }
   if (s != VL_OK) {
-    release_all(t, 9);
+    release_all(t, 10);
     return s;
   }
   *y = t[5];
   t[5] = NULL;
   if (save_mean) *save_mean = t[6], t[6] = NULL;
   if (save_invstd) *save_invstd = t[7], t[7] = NULL;
-  release_all(t, 9);
-  return VL_OK;
-}
-
-static vl_status check_same(const char *op, const vl_tensor *x, const char *xn, const vl_tensor *dy,
-                            const char *dyn) {
-  VL_TRY(vl_check_same_device(op, x, xn, dy, dyn));
-  bool same = x->ndim == dy->ndim && x->dtype == dy->dtype;
-  for (int i = 0; same && i < x->ndim; i++) same = x->size[i] == dy->size[i];
-  if (!same) {
-    char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
-    return vl_fail(VL_ESHAPE, "%s: %s and %s must have the same shape and dtype (%s %s, %s %s)", op, xn, dyn, xn,
-                   vl_tensor_desc(x, d1, sizeof d1), dyn, vl_tensor_desc(dy, d2, sizeof d2));
-  }
+  release_all(t, 10);
   return VL_OK;
 }
 
 vl_status vl_batch_norm_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight, vl_tensor *save_mean,
                                  vl_tensor *save_invstd, double eps, vl_tensor **dx, vl_tensor **dweight,
                                  vl_tensor **dbias) {
+  return vl_batch_norm_fused_backward(x, dy, weight, NULL, save_mean, save_invstd, eps, VL_BN_ACT_NONE, false, NULL,
+                                      dx, dweight, dbias, NULL);
+}
+
+vl_status vl_batch_norm_fused_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight, vl_tensor *bias,
+                                       vl_tensor *save_mean, vl_tensor *save_invstd, double eps, vl_bn_act act,
+                                       bool residual, vl_tensor *y, vl_tensor **dx, vl_tensor **dweight,
+                                       vl_tensor **dbias, vl_tensor **dr) {
   const char *op = "batch_norm_backward";
   bn_geom g;
   VL_TRY(bn_input(op, x, &g));
   VL_TRY(check_same(op, x, "x", dy, "dy"));
+  VL_TRY(check_act(op, act));
   int64_t csize[1] = {g.c};
   VL_TRY(check_param(op, "weight", weight, x, 1, csize, "the input's channels are"));
+  VL_TRY(check_param(op, "bias", bias, x, 1, csize, "the input's channels are"));
   if (!save_mean || !save_invstd) return vl_fail(VL_EINVAL, "%s: save_mean and save_invstd are required", op);
   VL_TRY(check_param(op, "save_mean", save_mean, x, 1, csize, "the input's channels are"));
   VL_TRY(check_param(op, "save_invstd", save_invstd, x, 1, csize, "the input's channels are"));
   VL_TRY(check_eps(op, eps));
+  /* With a residual the ReLU's mask is read from the forward's output (its inputs are not all here). */
+  bool use_y = act == VL_BN_ACT_RELU && (residual || y);
+  if (act == VL_BN_ACT_RELU && residual && !y)
+    return vl_fail(VL_EINVAL, "%s: the forward's output y is required for relu(bn(x) + residual)", op);
+  if (use_y) VL_TRY(check_same(op, x, "x", y, "y"));
   vl_dtype pdt = param_dtype(x->dtype);
   vl_device dev = x->storage->device;
-  /* 0 xc, 1 dyc, 2 w, 3 mean, 4 invstd, 5 dx, 6 dweight, 7 dbias */
-  vl_tensor *t[8] = {0};
+  /* 0 xc, 1 dyc, 2 w, 3 mean, 4 invstd, 5 dx, 6 dweight, 7 dbias, 8 b, 9 yc, 10 dr */
+  vl_tensor *t[11] = {0};
   vl_status s = vl_in_family(x, g.nhwc, &t[0]);
   if (s == VL_OK) s = vl_in_family(dy, g.nhwc, &t[1]);
   if (s == VL_OK) s = param_as(weight, pdt, &t[2]);
@@ -212,6 +245,9 @@ vl_status vl_batch_norm_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight,
   if (s == VL_OK) s = empty_layout(x, g.nhwc, x->dtype, &t[5]);
   if (s == VL_OK && dweight) s = vl_tensor_empty(1, csize, pdt, dev, &t[6]);
   if (s == VL_OK && dbias) s = vl_tensor_empty(1, csize, pdt, dev, &t[7]);
+  if (s == VL_OK && act == VL_BN_ACT_RELU && !use_y) s = param_as(bias, pdt, &t[8]);
+  if (s == VL_OK && use_y) s = vl_in_family(y, g.nhwc, &t[9]);
+  if (s == VL_OK && use_y) s = empty_layout(x, g.nhwc, x->dtype, &t[10]);
   if (s == VL_OK && g.c > 0 && g.n * g.hw == 0) {
     /* No elements: the sums are empty. */
     if (t[6]) s = vl_fill_(t[6], 0);
@@ -220,12 +256,20 @@ vl_status vl_batch_norm_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight,
     vl_batchnorm_args a = {.dtype = x->dtype, .param_dtype = pdt, .nhwc = g.nhwc, .training = true,
                            .n = g.n, .c = g.c, .hw = g.hw, .x = vl_tensor_data(t[0]), .dy = vl_tensor_data(t[1]),
                            .dx = vl_tensor_data(t[5]), .weight = t[2] ? vl_tensor_data(t[2]) : NULL,
+                           .bias = t[8] ? vl_tensor_data(t[8]) : NULL,
                            .save_mean = vl_tensor_data(t[3]), .save_invstd = vl_tensor_data(t[4]),
                            .dweight = t[6] ? vl_tensor_data(t[6]) : NULL,
-                           .dbias = t[7] ? vl_tensor_data(t[7]) : NULL, .eps = eps};
+                           .dbias = t[7] ? vl_tensor_data(t[7]) : NULL, .eps = eps, .act = act,
+                           .y = t[9] ? vl_tensor_data(t[9]) : NULL, .dr = t[10] ? vl_tensor_data(t[10]) : NULL};
     s = vl_exec_of(op, dev, &a.ex);
     if (s == VL_OK) s = norm_kernels(dev)->batchnorm_backward(&a);
   }
+  if (s == VL_OK && residual && dr) {
+    /* The residual's gradient: the masked dy, or dy itself without an activation. */
+    if (t[10]) *dr = t[10], t[10] = NULL;
+    else *dr = vl_tensor_retain(dy);
+  }
+  release_all(t + 8, 3);
   return hand_out(s, t, dx, dweight, dbias);
 }
 

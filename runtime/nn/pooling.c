@@ -1,6 +1,10 @@
 /* runtime/nn/pooling.c: the 2-D pooling front end (max, avg, adaptive avg): checks, output sizes
- * (PyTorch's formulas, ceil_mode included), layouts. Outputs and max-pool indices keep the input's
- * layout family (channels-last or NCHW-contiguous); the indices are h*W + w within the plane. */
+ * (PyTorch's formulas, ceil_mode included), layouts. Outputs and max-pool argmaxes keep the input's
+ * layout family (channels-last or NCHW-contiguous); an argmax is the offset of the chosen cell in
+ * its window (kernels/nn_kernels.h), one byte per output for kernels of fewer than 255 cells.
+ * The backward needs only the input's geometry (vl_pool2d_input), not its values, so autograd
+ * keeps no reference to the input: ResNet's stem activation dies right after the max pool. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,15 +34,27 @@ static int64_t out_size(int64_t in, int k, int pad, int stride, int dil, bool ce
   return o;
 }
 
-static vl_status pool_check(const char *op, vl_tensor *x, const vl_pool2d_params *p, int64_t *P, int64_t *Q) {
+vl_pool2d_input vl_pool2d_input_of(const vl_tensor *x) {
+  vl_pool2d_input in = {.dtype = x->dtype, .device = x->storage->device, .nhwc = vl_is_channels_last(x)};
+  for (int i = 0; i < 4; i++) in.size[i] = i < x->ndim ? x->size[i] : 1;
+  return in;
+}
+
+/* "2x3x8x8 f32 cpu": the input as vl_tensor_desc would name it. */
+static const char *input_desc(const vl_pool2d_input *in, char *buf, size_t n) {
+  char shape[VL_DESC_LEN], dev[32];
+  snprintf(buf, n, "%s %s %s", vl_shape_fmt(4, in->size, shape, sizeof shape), vl_dtype_name(in->dtype),
+           vl_device_str(in->device, dev, sizeof dev));
+  return buf;
+}
+
+static vl_status pool_check_in(const char *op, const vl_pool2d_input *x, const vl_pool2d_params *p, int64_t *P,
+                               int64_t *Q) {
   char d[VL_DESC_LEN];
-  if (x->ndim != 4)
-    return vl_fail(VL_ESHAPE, "%s: input must be 4-D N x C x H x W (input %s)", op, vl_tensor_desc(x, d, sizeof d));
   if (!vl_dtype_is_float(x->dtype))
-    return vl_fail(VL_EDTYPE, "%s: input must be a float tensor (input %s)", op, vl_tensor_desc(x, d, sizeof d));
+    return vl_fail(VL_EDTYPE, "%s: input must be a float tensor (input %s)", op, input_desc(x, d, sizeof d));
   if (x->size[2] < 1 || x->size[3] < 1)
-    return vl_fail(VL_ESHAPE, "%s: input height and width must be >= 1 (input %s)", op,
-                   vl_tensor_desc(x, d, sizeof d));
+    return vl_fail(VL_ESHAPE, "%s: input height and width must be >= 1 (input %s)", op, input_desc(x, d, sizeof d));
   if (p->kind == VL_POOL_ADAPTIVE_AVG) {
     if (p->out_h < 1 || p->out_w < 1)
       return vl_fail(VL_EINVAL, "%s: output size must be >= 1 (got %lldx%lld)", op, (long long)p->out_h,
@@ -57,6 +73,8 @@ static vl_status pool_check(const char *op, vl_tensor *x, const vl_pool2d_params
     return vl_fail(VL_EINVAL, "%s: dilation must be >= 1 (got %dx%d)", op, p->dilation[0], p->dilation[1]);
   if (p->kind == VL_POOL_AVG && (p->dilation[0] != 1 || p->dilation[1] != 1))
     return vl_fail(VL_EINVAL, "%s: dilation is not supported (got %dx%d)", op, p->dilation[0], p->dilation[1]);
+  if ((int64_t)p->kernel[0] * p->kernel[1] > INT32_MAX)
+    return vl_fail(VL_EINVAL, "%s: kernel %dx%d has too many cells", op, p->kernel[0], p->kernel[1]);
   if (p->pad[0] < 0 || p->pad[1] < 0 || p->pad[0] > p->kernel[0] / 2 || p->pad[1] > p->kernel[1] / 2)
     return vl_fail(VL_EINVAL, "%s: padding must be between 0 and half the kernel size (padding %dx%d, kernel %dx%d)",
                    op, p->pad[0], p->pad[1], p->kernel[0], p->kernel[1]);
@@ -66,19 +84,27 @@ static vl_status pool_check(const char *op, vl_tensor *x, const vl_pool2d_params
     return vl_fail(VL_ESHAPE,
                    "%s: output size %lldx%lld is not positive (input %s, kernel %dx%d, stride %dx%d, padding %dx%d, "
                    "dilation %dx%d)",
-                   op, (long long)ph, (long long)pw, vl_tensor_desc(x, d, sizeof d), p->kernel[0], p->kernel[1],
+                   op, (long long)ph, (long long)pw, input_desc(x, d, sizeof d), p->kernel[0], p->kernel[1],
                    p->stride[0], p->stride[1], p->pad[0], p->pad[1], p->dilation[0], p->dilation[1]);
   *P = ph;
   *Q = pw;
   return VL_OK;
 }
 
-static void fill_args(vl_pool2d_args *a, const vl_tensor *x, const vl_pool2d_params *p, bool nhwc, int64_t P,
-                      int64_t Q, vl_exec ex) {
+static vl_status pool_check(const char *op, const vl_tensor *x, const vl_pool2d_params *p, int64_t *P, int64_t *Q) {
+  char d[VL_DESC_LEN];
+  if (x->ndim != 4)
+    return vl_fail(VL_ESHAPE, "%s: input must be 4-D N x C x H x W (input %s)", op, vl_tensor_desc(x, d, sizeof d));
+  vl_pool2d_input in = vl_pool2d_input_of(x);
+  return pool_check_in(op, &in, p, P, Q);
+}
+
+static void fill_args(vl_pool2d_args *a, const vl_pool2d_input *x, const vl_pool2d_params *p, int64_t P, int64_t Q,
+                      vl_exec ex) {
   memset(a, 0, sizeof *a);
   a->kind = p->kind;
   a->dtype = x->dtype;
-  a->nhwc = nhwc;
+  a->nhwc = x->nhwc;
   a->n = x->size[0];
   a->c = x->size[1];
   a->h = x->size[2];
@@ -92,28 +118,30 @@ static void fill_args(vl_pool2d_args *a, const vl_tensor *x, const vl_pool2d_par
     a->dilation[i] = p->kind == VL_POOL_MAX ? p->dilation[i] : 1;
   }
   a->count_include_pad = p->count_include_pad;
+  a->argmax_dtype = vl_pool_argmax_dtype(p->kernel[0], p->kernel[1]);
   a->ex = ex;
 }
 
-vl_status vl_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y, vl_tensor **indices) {
+vl_status vl_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y, vl_tensor **argmax) {
   const char *op = pool_name(p->kind);
   int64_t P, Q;
   VL_TRY(pool_check(op, x, p, &P, &Q));
   vl_device dev = x->storage->device;
   vl_exec ex;
   VL_TRY(vl_exec_of(op, dev, &ex));
-  bool nhwc = vl_is_channels_last(x);
+  vl_pool2d_input in = vl_pool2d_input_of(x);
   int64_t ysize[4] = {x->size[0], x->size[1], P, Q};
   vl_tensor *xin = NULL, *out = NULL, *idx = NULL;
-  vl_status s = vl_in_family(x, nhwc, &xin);
-  if (s == VL_OK) s = vl_empty_family(ysize, nhwc, x->dtype, dev, &out);
-  if (s == VL_OK && p->kind == VL_POOL_MAX) s = vl_empty_family(ysize, nhwc, VL_I64, dev, &idx);
+  vl_status s = vl_in_family(x, in.nhwc, &xin);
+  if (s == VL_OK) s = vl_empty_family(ysize, in.nhwc, x->dtype, dev, &out);
+  if (s == VL_OK && p->kind == VL_POOL_MAX)
+    s = vl_empty_family(ysize, in.nhwc, vl_pool_argmax_dtype(p->kernel[0], p->kernel[1]), dev, &idx);
   if (s == VL_OK && vl_tensor_numel(out) > 0) {
     vl_pool2d_args a;
-    fill_args(&a, x, p, nhwc, P, Q, ex);
+    fill_args(&a, &in, p, P, Q, ex);
     a.x = vl_tensor_data(xin);
     a.y = vl_tensor_data(out);
-    a.indices = idx ? (int64_t *)vl_tensor_data(idx) : NULL;
+    a.argmax = idx ? vl_tensor_data(idx) : NULL;
     s = pool_kernels(dev)->forward(&a);
     if (s != VL_OK) s = vl_fail_prefix(s, "%s: ", op);
   }
@@ -124,52 +152,65 @@ vl_status vl_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y, vl_t
     return s;
   }
   *y = out;
-  if (indices) *indices = idx;
+  if (argmax) *argmax = idx;
   else vl_tensor_release(idx);
   return VL_OK;
 }
 
-vl_status vl_pool2d_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *indices, const vl_pool2d_params *p,
+vl_status vl_pool2d_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *argmax, const vl_pool2d_params *p,
                              vl_tensor **dx) {
-  char name[64], d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+  char name[64];
+  snprintf(name, sizeof name, "%s_backward", pool_name(p->kind));
+  int64_t P, Q;
+  VL_TRY(pool_check(name, x, p, &P, &Q));
+  vl_pool2d_input in = vl_pool2d_input_of(x);
+  return vl_pool2d_backward_in(&in, dy, argmax, p, dx);
+}
+
+vl_status vl_pool2d_backward_in(const vl_pool2d_input *in, vl_tensor *dy, vl_tensor *argmax,
+                                const vl_pool2d_params *p, vl_tensor **dx) {
+  char name[64], d1[VL_DESC_LEN], d2[VL_DESC_LEN], dv[32];
   snprintf(name, sizeof name, "%s_backward", pool_name(p->kind));
   const char *op = name;
   int64_t P, Q;
-  VL_TRY(pool_check(op, x, p, &P, &Q));
-  VL_TRY(vl_check_same_device(op, x, "input", dy, "grad_output"));
-  if (dy->dtype != x->dtype)
+  VL_TRY(pool_check_in(op, in, p, &P, &Q));
+  if (!vl_device_eq(dy->storage->device, in->device))
+    return vl_fail(VL_EDEVICE, "%s: grad_output is on %s but the input was on %s", op,
+                   vl_device_str(dy->storage->device, d1, sizeof d1), vl_device_str(in->device, dv, sizeof dv));
+  if (dy->dtype != in->dtype)
     return vl_fail(VL_EDTYPE, "%s: grad_output dtype differs from the input's (grad_output %s, input %s)", op,
-                   vl_tensor_desc(dy, d1, sizeof d1), vl_tensor_desc(x, d2, sizeof d2));
-  int64_t ysize[4] = {x->size[0], x->size[1], P, Q};
+                   vl_tensor_desc(dy, d1, sizeof d1), input_desc(in, d2, sizeof d2));
+  int64_t ysize[4] = {in->size[0], in->size[1], P, Q};
   if (dy->ndim != 4 || memcmp(dy->size, ysize, sizeof ysize) != 0)
     return vl_fail(VL_ESHAPE, "%s: grad_output must have the output's shape %lldx%lldx%lldx%lld (grad_output %s)",
                    op, (long long)ysize[0], (long long)ysize[1], (long long)ysize[2], (long long)ysize[3],
                    vl_tensor_desc(dy, d1, sizeof d1));
   if (p->kind == VL_POOL_MAX) {
-    if (!indices) return vl_fail(VL_EINVAL, "%s: the indices of the forward are required", op);
-    VL_TRY(vl_check_same_device(op, x, "input", indices, "indices"));
-    if (indices->dtype != VL_I64 || indices->ndim != 4 || memcmp(indices->size, ysize, sizeof ysize) != 0)
-      return vl_fail(VL_ESHAPE, "%s: indices must be i64 of the output's shape %lldx%lldx%lldx%lld (indices %s)", op,
-                     (long long)ysize[0], (long long)ysize[1], (long long)ysize[2], (long long)ysize[3],
-                     vl_tensor_desc(indices, d1, sizeof d1));
+    vl_dtype adt = vl_pool_argmax_dtype(p->kernel[0], p->kernel[1]);
+    if (!argmax) return vl_fail(VL_EINVAL, "%s: the argmax of the forward is required", op);
+    VL_TRY(vl_check_same_device(op, dy, "grad_output", argmax, "argmax"));
+    if (argmax->dtype != adt || argmax->ndim != 4 || memcmp(argmax->size, ysize, sizeof ysize) != 0)
+      return vl_fail(VL_ESHAPE, "%s: argmax must be the forward's %s window offsets of the output's shape "
+                     "%lldx%lldx%lldx%lld (argmax %s)", op, vl_dtype_name(adt), (long long)ysize[0],
+                     (long long)ysize[1], (long long)ysize[2], (long long)ysize[3],
+                     vl_tensor_desc(argmax, d1, sizeof d1));
   }
-  vl_device dev = x->storage->device;
+  vl_device dev = in->device;
   vl_exec ex;
   VL_TRY(vl_exec_of(op, dev, &ex));
-  bool nhwc = vl_is_channels_last(x);
   vl_tensor *dyin = NULL, *idx = NULL, *out = NULL;
-  vl_status s = vl_in_family(dy, nhwc, &dyin);
-  if (s == VL_OK && p->kind == VL_POOL_MAX) s = vl_in_family(indices, nhwc, &idx);
-  if (s == VL_OK) s = vl_empty_family(x->size, nhwc, x->dtype, dev, &out);
+  vl_status s = vl_in_family(dy, in->nhwc, &dyin);
+  if (s == VL_OK && p->kind == VL_POOL_MAX) s = vl_in_family(argmax, in->nhwc, &idx);
+  if (s == VL_OK) s = vl_empty_family(in->size, in->nhwc, in->dtype, dev, &out);
   if (s == VL_OK && vl_tensor_numel(out) > 0) {
     if (vl_tensor_numel(dyin) == 0) {
       s = vl_fill_(out, 0.0);
     } else {
       vl_pool2d_args a;
-      fill_args(&a, x, p, nhwc, P, Q, ex);
+      fill_args(&a, in, p, P, Q, ex);
       a.dy = vl_tensor_data(dyin);
       a.dx = vl_tensor_data(out);
-      a.indices = idx ? (int64_t *)vl_tensor_data(idx) : NULL;
+      a.argmax = idx ? vl_tensor_data(idx) : NULL;
       s = pool_kernels(dev)->backward(&a);
       if (s != VL_OK) s = vl_fail_prefix(s, "%s: ", op);
     }

@@ -184,7 +184,7 @@ static void test_pool_cfg(const pcfg *f, vl_dtype dt, bool nhwc, bool with_nan) 
     vl_store_from_f64((char *)xl + (f->w + 1) * es, dt, NAN);
   }
   char *x = malloc(nx * es), *dy = malloc(ny * es), *y = malloc(ny * es), *dx = malloc(nx * es);
-  int64_t *idx = malloc(ny * sizeof(int64_t));
+  void *idx = malloc(ny * sizeof(int32_t)); /* u8 or i32 window offsets */
   for (int64_t a = 0; a < f->n; a++)
     for (int64_t b = 0; b < f->c; b++) {
       for (int64_t i = 0; i < f->h; i++)
@@ -212,7 +212,7 @@ static void test_pool_cfg(const pcfg *f, vl_dtype dt, bool nhwc, bool with_nan) 
               if (e > best || isnan(e)) best = e, bi = ih * f->w + iw;
             }
           v = best;
-          dxp[bi] += g;
+          if (bi >= 0) dxp[bi] += g; /* a window with no cell inside the input gives -inf */
         } else {
           int64_t h0, h1, w0, w1, cnt = 0, cells = 0;
           double sum = 0;
@@ -240,7 +240,8 @@ static void test_pool_cfg(const pcfg *f, vl_dtype dt, bool nhwc, bool with_nan) 
   vl_pool2d_args a = {.kind = f->kind, .dtype = dt, .nhwc = nhwc, .n = f->n, .c = f->c, .h = f->h, .w = f->w,
                       .p = P, .q = Q, .kernel = {f->kh, f->kw}, .stride = {f->sh, f->sw}, .pad = {f->ph, f->pw},
                       .dilation = {f->dh, f->dw}, .count_include_pad = f->cip, .x = x, .dy = dy, .y = y, .dx = dx,
-                      .indices = f->kind == VL_POOL_MAX ? idx : NULL};
+                      .argmax = f->kind == VL_POOL_MAX ? idx : NULL,
+                      .argmax_dtype = vl_pool_argmax_dtype(f->kh, f->kw)};
   double tol = tol_of(dt);
   CHECK_OK(vl_cpu_pooling_kernels.forward(&a));
   /* NaN must propagate: compare NaN positions separately. */
@@ -272,6 +273,9 @@ static void test_pool_kernels(void) {
       {VL_POOL_MAX, 2, 3, 7, 9, 3, 3, 2, 2, 1, 1, 1, 1, false, false, 0, 0},
       {VL_POOL_MAX, 1, 2, 9, 8, 3, 2, 2, 1, 1, 1, 2, 2, true, false, 0, 0},
       {VL_POOL_MAX, 2, 2, 5, 5, 2, 2, 2, 2, 0, 0, 1, 1, true, false, 0, 0},
+      /* 16x16 = 256 cells: i32 window offsets; a dilated window with no cell inside the input */
+      {VL_POOL_MAX, 1, 2, 18, 17, 16, 16, 1, 1, 1, 0, 1, 1, false, false, 0, 0},
+      {VL_POOL_MAX, 1, 2, 3, 3, 2, 2, 1, 1, 1, 1, 4, 4, false, false, 0, 0},
       {VL_POOL_AVG, 2, 3, 7, 7, 3, 3, 2, 2, 1, 1, 1, 1, false, true, 0, 0},
       {VL_POOL_AVG, 2, 3, 7, 7, 3, 3, 2, 2, 1, 1, 1, 1, false, false, 0, 0},
       {VL_POOL_AVG, 1, 2, 6, 5, 3, 2, 2, 2, 1, 1, 1, 1, true, true, 0, 0},
@@ -286,7 +290,7 @@ static void test_pool_kernels(void) {
       for (int l = 0; l < 2; l++) test_pool_cfg(&cfgs[i], dts[d], l == 1, false);
   test_pool_cfg(&cfgs[1], VL_F32, false, true);
   test_pool_cfg(&cfgs[1], VL_F32, true, true);
-  test_pool_cfg(&cfgs[4], VL_F64, false, true);
+  test_pool_cfg(&cfgs[6], VL_F64, false, true);
 }
 
 /* ---- front ends ---- */
@@ -377,7 +381,9 @@ static void test_front_ends(void) {
   CHECK_ERR(vl_pool2d(x, &bigk, &out, NULL), VL_ESHAPE, "avg_pool2d: output size -2x6 is not positive");
   vl_pool2d_params ad = {VL_POOL_ADAPTIVE_AVG, {0, 0}, {0, 0}, {0, 0}, {1, 1}, false, false, 0, 3};
   CHECK_ERR(vl_pool2d(x, &ad, &out, NULL), VL_EINVAL, "adaptive_avg_pool2d: output size must be >= 1");
-  CHECK_ERR(vl_pool2d_backward(x, pdy, NULL, &mp, &out), VL_EINVAL, "indices of the forward are required");
+  CHECK_ERR(vl_pool2d_backward(x, pdy, NULL, &mp, &out), VL_EINVAL, "argmax of the forward is required");
+  CHECK(pi && pi->dtype == VL_U8, "max_pool2d argmax: one byte per output for a 3x3 window");
+  CHECK_ERR(vl_pool2d_backward(x, pdy, pdy, &mp, &out), VL_ESHAPE, "argmax must be the forward's u8 window offsets");
   CHECK(out == NULL, "pool outputs untouched on failure");
   vl_tensor *ts[] = {x, w, y, yl, xl, y2, b, dy, dyl, gx, gw, gb, gxl, gwl, w64, x3, py, pyl, pi, pd, pdl, pil, pdy};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) vl_tensor_release(ts[i]);

@@ -1,6 +1,7 @@
 -- tests/lua/gpu_nn_conv.lua: conv2d (forward, dx, dw, dbias) and 2-D pooling on CUDA against the
 -- CPU, in f32 (TF32 off), f16, bf16 and f64, NCHW and channels-last, for several configurations
--- (padding, stride 2, dilation, groups, depthwise, 1x1 stride 2, ResNet-like 32x64x56x56 3x3).
+-- (padding, stride 2, dilation, groups, depthwise, 1x1 stride 2, ResNet-like 32x64x56x56 3x3;
+-- max pooling: the ResNet stem, ties, odd channel counts, a 16x16 window, NaN).
 -- The CPU reference runs in f64 on the very values the GPU sees (rounded to the dtype), so the
 -- tolerances only cover the GPU's arithmetic and its rounding of results. Errors are measured
 -- relative to the largest reference magnitude (sums of many products cancel, so an element's own
@@ -177,6 +178,61 @@ for _, pc in ipairs(pool_cases) do
     end)
   end
 end
+
+-- Max pooling's argmax is a 1-byte window offset (i32 for windows of 255+ cells); channels-last
+-- inputs whose channels fill 16-byte vectors take the vectorised kernels. x given in dtype dt; the
+-- CPU (f64) result is the reference, forward exact, backward within the dtype's tolerance.
+local function pool_vs_cpu(x, f, dt, layouts, msg)
+  local xr = f64cpu(x):detach():requires_grad_(true)
+  local yr = f(xr)
+  local dy = rnd(yr.shape, dt)
+  yr:backward(f64cpu(dy))
+  for _, layout in ipairs(layouts) do
+    local xg = x:cuda()
+    if layout == 'nhwc' then xg = C.to_channels_last(xg) end
+    xg:requires_grad_(true)
+    local y = f(xg)
+    close(y, yr:detach(), 0, msg .. ' ' .. layout .. ' forward')
+    y:backward(dy:cuda())
+    close(xg.grad, xr.grad, TOL[dt][1], msg .. ' ' .. layout .. ' backward')
+  end
+end
+
+local mp3 = function(t) return F.max_pool2d(t, 3, { stride = 2, padding = 1 }) end
+
+T.test('max_pool2d: the ResNet stem (16x64x112x112, 3x3 s2 p1) in every dtype, channels-last and NCHW', function()
+  for _, dt in ipairs({ 'f16', 'bf16', 'f32', 'f64' }) do
+    pool_vs_cpu(rnd({ 16, 64, 112, 112 }, dt), mp3, dt, { 'nhwc', 'nchw' }, 'stem ' .. dt)
+  end
+end)
+
+T.test('max_pool2d: ties (the first maximum of a window wins on both devices)', function()
+  for _, dt in ipairs({ 'f16', 'f32', 'bf16', 'f64' }) do
+    local x = (v100.rand({ 4, 16, 13, 11 }) * 3):floor():to(dt) -- values 0, 1, 2: most windows tie
+    pool_vs_cpu(x, mp3, dt, { 'nhwc', 'nchw' }, 'ties ' .. dt)
+    pool_vs_cpu(x, function(t) return F.max_pool2d(t, 2, { stride = 1 }) end, dt, { 'nhwc', 'nchw' }, 'ties 2x2 s1 ' .. dt)
+  end
+end)
+
+T.test('max_pool2d: odd channel counts (scalar kernels), a 16x16 window (i32 offsets), dilation', function()
+  for _, dt in ipairs({ 'f16', 'f32' }) do
+    pool_vs_cpu(rnd({ 3, 13, 9, 10 }, dt), mp3, dt, { 'nhwc', 'nchw' }, 'c13 ' .. dt)
+    pool_vs_cpu(rnd({ 2, 8, 20, 19 }, dt), function(t) return F.max_pool2d(t, 16, { stride = 2, padding = 3 }) end, dt,
+      { 'nhwc', 'nchw' }, '16x16 window ' .. dt)
+    pool_vs_cpu(rnd({ 2, 16, 12, 12 }, dt), function(t) return F.max_pool2d(t, 3, { stride = 1, padding = 1, dilation = 3 }) end,
+      dt, { 'nhwc', 'nchw' }, 'dilation 3 ' .. dt)
+  end
+end)
+
+T.test('max_pool2d NaN on cuda, channels-last vectorised', function()
+  local x = v100.randn({ 2, 8, 6, 6 })
+  local t = x:totable()
+  t[1][3][2][2] = 0 / 0
+  local xg = C.to_channels_last(v100.tensor(t):half():cuda())
+  local y = F.max_pool2d(xg, 2):float():cpu():totable()
+  T.ok(y[1][3][1][1] ~= y[1][3][1][1], 'NaN propagates')
+  T.ok(y[1][3][2][2] == y[1][3][2][2] and y[1][4][1][1] == y[1][4][1][1], 'other windows and channels are numbers')
+end)
 
 T.test('max_pool2d NaN on cuda', function()
   local t = T.rand_table({ 1, 1, 4, 4 })

@@ -1,6 +1,7 @@
--- Batch norm, layer norm, softmax backward and the activation-backward ops on CUDA against the CPU
--- with the same inputs: f32/f16/bf16 (f16/bf16 data with f32 parameters) through cuDNN, f64 through
--- our own kernels, NCHW and channels-last, ResNet- and BERT-like shapes, running stats included.
+-- Batch norm (plain and fused with ReLU and a residual), layer norm, softmax backward and the
+-- activation-backward ops on CUDA against the CPU with the same inputs: f32/f16/bf16 (f16/bf16
+-- data with f32 parameters) through cuDNN, f64 and the fused forms through our own kernels, NCHW
+-- and channels-last, ResNet- and BERT-like shapes, running stats included.
 local T = require 'testlib'
 if not T.has_cuda() then print('no CUDA: skipped') os.exit(0) end
 local v100 = require 'v100'
@@ -160,6 +161,144 @@ T.test('activation-backward ops cuda vs cpu', function()
       local v = op[2](x)
       local g = v100.randn({ 100003 }, { dtype = 'f64' }):to(dt)
       same(N.activation_backward(op[1], cuda(g), cuda(v)), N.activation_backward(op[1], g, v), dt, dt .. ' ' .. op[1], 2, 2)
+    end
+  end
+end)
+
+-- ---- batch norm fused with ReLU and a residual ----
+-- Shapes reach every kernel: channels-last with c a multiple of the vector width (the 16-byte
+-- kernels) or not (c = 5, 13: scalar), NCHW with hw a multiple of it (4x4, 28x28) or not (3x3,
+-- 5x7: scalar). The ReLU's mask of the CPU reference is the GPU forward's (its y, copied), so an
+-- element whose pre-activation rounds differently on the two devices cannot flip the comparison;
+-- the GPU's own recomputed mask must then equal its y > 0 exactly (checked separately).
+local FORMS = { { act = 'relu' }, { residual = true }, { act = 'relu', residual = true } }
+
+local function fused_case(shape, dt, layout, f, affine, msg)
+  local C = shape[2]
+  local m = 1
+  for i, s in ipairs(shape) do if i ~= 2 then m = m * s end end
+  msg = string.format('%s [act %s, residual %s]', msg, f.act or 'none', tostring(f.residual or false))
+  local x = (v100.randn(shape, { dtype = 'f64' }) * 1.5 + 0.3):to(dt)
+  local r = v100.randn(shape, { dtype = 'f64' }):to(dt)
+  local dy = v100.randn(shape, { dtype = 'f64' }):to(dt)
+  local gx, gr, gdy = cuda(x), cuda(r), cuda(dy)
+  if layout == 'nhwc' then x, r, dy, gx, gr, gdy = nhwc(x), nhwc(r), nhwc(dy), nhwc(gx), nhwc(gr), nhwc(gdy) end
+  local pd = PDT[dt]
+  local pdt = pd == 'f64' and 'f64' or 'f32'
+  local w = affine and (v100.rand({ C }, { dtype = pd }) + 0.5) or nil
+  local b = affine and v100.randn({ C }, { dtype = pd }) or nil
+  local rm, rv = v100.randn({ C }, { dtype = pd }) * 0.1, v100.rand({ C }, { dtype = pd }) + 0.5
+  local grm, grv, gw, gb = cuda(rm), cuda(rv), cuda(w), cuda(b)
+  local opts = { activation = f.act, residual = f.residual and r or nil }
+  local gopts = { activation = f.act, residual = f.residual and gr or nil }
+  -- training forward
+  local y, sm, si = N.batch_norm_forward(x, rm, rv, w, b, true, 0.1, 1e-5, opts)
+  local gy, gsm, gsi = N.batch_norm_forward(gx, grm, grv, gw, gb, true, 0.1, 1e-5, gopts)
+  same(gy, y, dt, msg .. ' y', 2, 4)
+  if layout == 'nhwc' then T.eq(gy:stride(2), 1, msg .. ': output keeps channels-last') end
+  same(gsm, sm, pdt, msg .. ' save_mean', 1, 1)
+  same(gsi, si, pdt, msg .. ' save_invstd', 2, 1)
+  same(grm, rm, pdt, msg .. ' running_mean', 1, 1)
+  same(grv, rv, pdt, msg .. ' running_var', 1, 1)
+  -- eval forward
+  same(N.batch_norm(gx, grm, grv, gw, gb, false, 0.1, 1e-5, gopts), N.batch_norm(x, rm, rv, w, b, false, 0.1, 1e-5, opts),
+    dt, msg .. ' eval y', 2, 4)
+  -- backward (training statistics of each device); the reference masks with the GPU's y
+  local ycpu = gy:to('cpu')
+  local bopts, gbopts
+  if f.act == 'relu' and f.residual then
+    bopts = { activation = 'relu', residual = true, y = ycpu }
+    gbopts = { activation = 'relu', residual = true, y = gy }
+  elseif f.act == 'relu' then
+    bopts = { activation = 'relu', y = ycpu }
+    gbopts = { activation = 'relu', bias = gb } -- the mask recomputed from x
+  else
+    bopts, gbopts = { residual = true }, { residual = true }
+  end
+  local dx, dw, db, dr = N.batch_norm_backward(x, dy, w, sm, si, 1e-5, bopts)
+  local gdx, gdw, gdb, gdr = N.batch_norm_backward(gx, gdy, gw, gsm, gsi, 1e-5, gbopts)
+  same(gdx, dx, dt, msg .. ' dx', 4, 10)
+  if layout == 'nhwc' then T.eq(gdx:stride(2), 1, msg .. ': dx keeps channels-last') end
+  same(gdw, dw, pdt, msg .. ' dweight', 10, math.sqrt(m))
+  same(gdb, db, pdt, msg .. ' dbias', 10, math.sqrt(m))
+  if f.residual then
+    T.ok(gdr ~= nil, msg .. ': dresidual returned')
+    same(gdr, dr, dt, msg .. ' dresidual (the masked dy)', 1, 1)
+  end
+  if f.act == 'relu' and not f.residual then
+    -- the recomputed mask is the forward's y > 0: the same dx as reading y, bit for bit
+    local ydx, ydw = N.batch_norm_backward(gx, gdy, gw, gsm, gsi, 1e-5, { activation = 'relu', y = gy })
+    T.allclose(gdx:to('cpu'), ydx:to('cpu'), 0, 0, msg .. ': cuda dx with the recomputed mask = with y > 0')
+    T.allclose(gdw:to('cpu'), ydw:to('cpu'), 0, 0, msg .. ': cuda dweight with the recomputed mask = with y > 0')
+  end
+end
+
+T.test('fused batch_norm cuda vs cpu: relu, add, add + relu; dtypes, layouts, vector tails', function()
+  for _, dt in ipairs({ 'f32', 'f16', 'bf16', 'f64' }) do
+    for _, f in ipairs(FORMS) do
+      for _, layout in ipairs({ 'nchw', 'nhwc' }) do
+        fused_case({ 4, 5, 3, 3 }, dt, layout, f, true, string.format('%s %s 4x5x3x3', dt, layout))
+        fused_case({ 8, 24, 5, 7 }, dt, layout, f, true, string.format('%s %s 8x24x5x7', dt, layout))
+        fused_case({ 6, 13, 4, 4 }, dt, layout, f, false, string.format('%s %s 6x13x4x4 affine off', dt, layout))
+        fused_case({ 16, 64, 28, 28 }, dt, layout, f, true, string.format('%s %s 16x64x28x28', dt, layout))
+      end
+      fused_case({ 64, 36, 8 }, dt, 'nchw', f, true, dt .. ' 3-D 64x36x8')
+      fused_case({ 96, 40 }, dt, 'nchw', f, true, dt .. ' 2-D 96x40')
+    end
+  end
+end)
+
+T.test('fused batch_norm cuda: a channel-narrowed view (made contiguous by the front end)', function()
+  local x = v100.randn({ 4, 16, 4, 4 }):narrow(2, 2, 8)
+  local r = v100.randn({ 4, 8, 4, 4 })
+  local opts = { activation = 'relu', residual = r }
+  same(N.batch_norm(cuda(x), nil, nil, nil, nil, true, 0.1, 1e-5, { activation = 'relu', residual = cuda(r) }),
+    N.batch_norm(x, nil, nil, nil, nil, true, 0.1, 1e-5, opts), 'f32', 'narrowed', 2, 4)
+end)
+
+T.test('fused batch_norm cuda autograd matches the cpu (f64), and the composed ops on cuda (f16)', function()
+  local shape = { 8, 16, 5, 5 }
+  local x = v100.randn(shape, { dtype = 'f64' })
+  local rr = v100.randn(shape, { dtype = 'f64' })
+  local w, b = v100.rand({ 16 }, { dtype = 'f64' }) + 0.5, v100.randn({ 16 }, { dtype = 'f64' })
+  local g = v100.randn(shape, { dtype = 'f64' })
+  for _, f in ipairs(FORMS) do
+    local grads = {}
+    for _, dev in ipairs({ 'cpu', 'cuda' }) do
+      local xx, ww, bb, r2 = x:clone():to(dev):requires_grad_(), w:clone():to(dev):requires_grad_(),
+        b:clone():to(dev):requires_grad_(), rr:clone():to(dev):requires_grad_()
+      local y = N.batch_norm(xx, nil, nil, ww, bb, true, 0.1, 1e-5,
+        { activation = f.act, residual = f.residual and r2 or nil })
+      ;(y * g:to(dev)):sum():backward()
+      grads[dev] = { xx.grad, ww.grad, bb.grad, f.residual and r2.grad or nil }
+    end
+    for i = 1, f.residual and 4 or 3 do same(grads.cuda[i], grads.cpu[i], 'f64', 'grad ' .. i, 1, 1) end
+  end
+  -- f16 channels-last on cuda: fused against the composed ops on the same device. relu(bn(x)) and
+  -- bn(x) + r only: with both, the composed ops round bn(x) before adding r, so elements whose
+  -- sum is within an f16 rounding of 0 may take the other side of the ReLU.
+  local hx, hr, hg = nhwc(cuda(x:to('f16'))), nhwc(cuda(rr:to('f16'))), nhwc(cuda(g:to('f16')))
+  local hw, hb = cuda(w:to('f32')), cuda(b:to('f32'))
+  for _, f in ipairs({ { act = 'relu' }, { residual = true } }) do
+    local res = {}
+    for _, fused in ipairs({ true, false }) do
+      local xx, r2 = hx:clone():requires_grad_(), hr:clone():requires_grad_()
+      local ww, bb = hw:clone():requires_grad_(), hb:clone():requires_grad_()
+      local y
+      if fused then
+        y = N.batch_norm(xx, nil, nil, ww, bb, true, 0.1, 1e-5, { activation = f.act, residual = f.residual and r2 or nil })
+      else
+        y = N.batch_norm(xx, nil, nil, ww, bb, true, 0.1, 1e-5)
+        if f.residual then y = y + r2 else y = y:relu() end
+      end
+      ;(y:float() * hg:float()):sum():backward()
+      res[fused] = { y, xx.grad, ww.grad, bb.grad, f.residual and r2.grad or nil }
+    end
+    local names = { 'y', 'dx', 'dweight', 'dbias', 'dresidual' }
+    for i = 1, f.residual and 5 or 4 do
+      T.allclose(res[true][i]:to('cpu'), res[false][i]:to('cpu'), 2e-3, 2e-3,
+        string.format('f16 fused vs composed (act %s, residual %s) %s', f.act or 'none', tostring(f.residual or false),
+          names[i]))
     end
   end
 end)

@@ -298,4 +298,200 @@ T.test('backward through batch_norm fills .grad like the raw backward', function
   T.ok(rm:abs():sum():item() > 0, 'running mean moved')
 end)
 
+-- ---- batch norm fused with ReLU and a residual: relu(bn(x) + r) ----
+
+-- The composed reference: bn, then + r, then relu, through the raw ops.
+local function composed(x, rm, rv, w, b, training, act, r)
+  local y = N.batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5)
+  if r then y = y + r end
+  if act == 'relu' then y = y:relu() end
+  return y
+end
+
+local FUSED_FORMS = {
+  { act = 'relu' }, { residual = true }, { act = 'relu', residual = true }, { act = 'none' },
+}
+local function form_name(f) return string.format('act %s residual %s', f.act or 'none', tostring(f.residual or false)) end
+
+T.test('fused batch_norm forward equals the composed ops (f64 exactly, f32/f16 within rounding)', function()
+  for _, dt in ipairs({ 'f64', 'f32', 'f16', 'bf16' }) do
+    local tol = ({ f64 = 1e-14, f32 = 1e-6, f16 = 1e-3, bf16 = 1e-2 })[dt]
+    for _, layout in ipairs({ 'nchw', 'nhwc' }) do
+      for _, training in ipairs({ true, false }) do
+        for _, f in ipairs(FUSED_FORMS) do
+          local shape = { 3, 5, 4, 3 }
+          local x = (v100.randn(shape, { dtype = 'f64' }) * 1.5 + 0.2):to(dt)
+          local r = v100.randn(shape, { dtype = 'f64' }):to(dt)
+          if layout == 'nhwc' then x, r = nhwc(x), nhwc(r) end
+          local pd = dt == 'f64' and 'f64' or 'f32'
+          local w, b = v100.rand({ 5 }, { dtype = pd }) + 0.5, v100.randn({ 5 }, { dtype = pd })
+          local rm, rv = v100.randn({ 5 }, { dtype = pd }) * 0.1, v100.rand({ 5 }, { dtype = pd }) + 0.5
+          local rm2, rv2 = rm:clone(), rv:clone()
+          local msg = string.format('%s %s %s %s', dt, layout, training and 'training' or 'eval', form_name(f))
+          local y = N.batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5,
+            { activation = f.act, residual = f.residual and r or nil })
+          local ref = composed(x, rm2, rv2, w, b, training, f.act, f.residual and r or nil)
+          T.eq(y.dtype, dt, msg .. ' dtype')
+          if layout == 'nhwc' then T.eq(y:stride(2), 1, msg .. ': output keeps channels-last') end
+          T.allclose(y, ref, tol, tol, msg)
+          T.allclose(rm, rm2, 0, 0, msg .. ': running_mean as the plain batch norm updates it')
+          T.allclose(rv, rv2, 0, 0, msg .. ': running_var')
+          if f.act == 'relu' then T.ok(y:min():item() >= 0, msg .. ': relu output') end
+        end
+      end
+    end
+  end
+end)
+
+T.test('fused batch_norm_backward equals the composed backward (masked dy, then batch norm)', function()
+  for _, layout in ipairs({ 'nchw', 'nhwc' }) do
+    for _, affine in ipairs({ true, false }) do
+      local shape = { 4, 6, 3, 2 }
+      local x, dy = v100.randn(shape, { dtype = 'f64' }) + 0.3, v100.randn(shape, { dtype = 'f64' })
+      local r = v100.randn(shape, { dtype = 'f64' })
+      if layout == 'nhwc' then x, dy, r = nhwc(x), nhwc(dy), nhwc(r) end
+      local w = affine and (v100.rand({ 6 }, { dtype = 'f64' }) + 0.5) or nil
+      local b = affine and v100.randn({ 6 }, { dtype = 'f64' }) or nil
+      local msg = layout .. (affine and ' affine' or ' affine off')
+      -- relu(bn(x)): the mask recomputed from x, or read from y: both are the composed backward
+      local y, sm, si = N.batch_norm_forward(x, nil, nil, w, b, true, 0.1, 1e-5, { activation = 'relu' })
+      local masked = N.activation_backward('relu_backward', dy, y)
+      local rdx, rdw, rdb = N.batch_norm_backward(x, masked, w, sm, si, 1e-5)
+      local dx, dw, db = N.batch_norm_backward(x, dy, w, sm, si, 1e-5, { activation = 'relu', bias = b })
+      T.allclose(dx, rdx, 1e-12, 1e-12, msg .. ' relu dx (mask from x)')
+      if affine then
+        T.allclose(dw, rdw, 1e-12, 1e-12, msg .. ' relu dweight')
+        T.allclose(db, rdb, 1e-12, 1e-12, msg .. ' relu dbias')
+      end
+      local dx2 = N.batch_norm_backward(x, dy, w, sm, si, 1e-5, { activation = 'relu', y = y })
+      T.allclose(dx2, rdx, 1e-12, 1e-12, msg .. ' relu dx (mask from y)')
+      -- relu(bn(x) + r): dr is the masked dy
+      local yr, sm2, si2 = N.batch_norm_forward(x, nil, nil, w, b, true, 0.1, 1e-5, { activation = 'relu', residual = r })
+      local masked2 = N.activation_backward('relu_backward', dy, yr)
+      local ex, ew, eb = N.batch_norm_backward(x, masked2, w, sm2, si2, 1e-5)
+      local gx, gw, gb, gr = N.batch_norm_backward(x, dy, w, sm2, si2, 1e-5,
+        { activation = 'relu', residual = true, y = yr })
+      T.allclose(gx, ex, 1e-12, 1e-12, msg .. ' add+relu dx')
+      T.allclose(gr, masked2, 0, 0, msg .. ' add+relu dresidual = the masked dy')
+      if affine then
+        T.allclose(gw, ew, 1e-12, 1e-12, msg .. ' add+relu dweight')
+        T.allclose(gb, eb, 1e-12, 1e-12, msg .. ' add+relu dbias')
+      end
+      -- bn(x) + r: dr is dy
+      local _, _, _, rr = N.batch_norm_backward(x, dy, w, sm, si, 1e-5, { residual = true })
+      T.allclose(rr, dy, 0, 0, msg .. ' add: dresidual = dy')
+    end
+  end
+end)
+
+T.test('fused relu backward: the mask recomputed from x is the forward output > 0 exactly (f32, f16, bf16)', function()
+  for _, dt in ipairs({ 'f32', 'f16', 'bf16' }) do
+    for _, layout in ipairs({ 'nchw', 'nhwc' }) do
+      local shape = { 8, 7, 5, 5 }
+      local x = (v100.randn(shape, { dtype = 'f64' }) * 3 - 1):to(dt)
+      local dy = v100.randn(shape, { dtype = 'f64' }):to(dt)
+      if layout == 'nhwc' then x, dy = nhwc(x), nhwc(dy) end
+      local w, b = v100.randn({ 7 }) + 0.2, v100.randn({ 7 }) * 0.5
+      local y, sm, si = N.batch_norm_forward(x, nil, nil, w, b, true, 0.1, 1e-5, { activation = 'relu' })
+      local a = N.batch_norm_backward(x, dy, w, sm, si, 1e-5, { activation = 'relu', bias = b })
+      local c = N.batch_norm_backward(x, dy, w, sm, si, 1e-5, { activation = 'relu', y = y })
+      T.allclose(a, c, 0, 0, dt .. ' ' .. layout .. ': same dx from either mask')
+    end
+  end
+end)
+
+T.test('gradcheck fused batch_norm: relu, add, add + relu; training and eval; channels-last', function()
+  local shape = { 3, 2, 2, 3 }
+  for _, f in ipairs(FUSED_FORMS) do
+    for _, training in ipairs({ true, false }) do
+      local x = (v100.randn(shape, { dtype = 'f64' }) + 0.2):requires_grad_()
+      local w = (v100.rand({ 2 }, { dtype = 'f64' }) + 0.5):requires_grad_()
+      local b = v100.randn({ 2 }, { dtype = 'f64', requires_grad = true })
+      local r = v100.randn(shape, { dtype = 'f64', requires_grad = true })
+      local rm, rv = v100.randn({ 2 }, { dtype = 'f64' }) * 0.1, v100.rand({ 2 }, { dtype = 'f64' }) + 0.5
+      local msg = form_name(f) .. (training and ' training' or ' eval')
+      T.ok(gradcheck(function(a, ww, bb, rr)
+        return N.batch_norm(a, rm, rv, ww, bb, training, 0, 1e-5, { activation = f.act, residual = f.residual and rr or nil })
+      end, { x, w, b, r }), msg)
+      T.ok(gradcheck(function(a, rr)
+        return N.batch_norm(nhwc(a), nil, nil, nil, nil, true, 0.1, 1e-5,
+          { activation = f.act, residual = f.residual and nhwc(rr) or nil })
+      end, { x, r }), msg .. ' channels-last, affine off')
+    end
+  end
+end)
+
+T.test('fused batch_norm through autograd: node names, gradients as the composed graph', function()
+  local shape = { 4, 3, 3, 3 }
+  local x0, r0 = v100.randn(shape, { dtype = 'f64' }), v100.randn(shape, { dtype = 'f64' })
+  local w0, b0 = v100.rand({ 3 }, { dtype = 'f64' }) + 0.5, v100.randn({ 3 }, { dtype = 'f64' })
+  local g = v100.randn(shape, { dtype = 'f64' })
+  local names = { 'BatchNormReluBackward', 'BatchNormAddBackward', 'BatchNormAddReluBackward', 'BatchNormBackward' }
+  for i, f in ipairs(FUSED_FORMS) do
+    local res = {}
+    for _, fused in ipairs({ true, false }) do
+      local x, r = x0:clone():requires_grad_(), r0:clone():requires_grad_()
+      local w, b = w0:clone():requires_grad_(), b0:clone():requires_grad_()
+      local y
+      if fused then
+        y = N.batch_norm(x, nil, nil, w, b, true, 0.1, 1e-5, { activation = f.act, residual = f.residual and r or nil })
+        T.eq(y.grad_fn, names[i], form_name(f))
+      else
+        y = composed(x, nil, nil, w, b, true, f.act, f.residual and r or nil)
+      end
+      ;(y * g):sum():backward()
+      res[fused] = { x.grad, w.grad, b.grad, f.residual and r.grad or nil }
+    end
+    for k = 1, 3 do T.allclose(res[true][k], res[false][k], 1e-12, 1e-12, form_name(f) .. ' grad ' .. k) end
+    if f.residual then T.allclose(res[true][4], res[false][4], 1e-12, 1e-12, form_name(f) .. ' residual grad') end
+  end
+end)
+
+T.test('nn.BatchNorm2d with fusion options: same state, same outputs as the module then relu(y + r)', function()
+  local nn = require 'v100.nn'
+  local a, c = nn.BatchNorm2d(4), nn.BatchNorm2d(4)
+  c:load_state_dict(a:state_dict())
+  local x, r = v100.randn({ 2, 4, 3, 3 }), v100.randn({ 2, 4, 3, 3 })
+  T.allclose(a(x, { activation = 'relu', residual = r }), (c(x) + r):relu(), 1e-6, 1e-6)
+  T.allclose(a.running_mean, c.running_mean, 0, 0, 'running stats updated alike')
+  T.eq(a.num_batches_tracked:item(), 1)
+  a:eval()
+  c:eval()
+  T.allclose(a(x, { activation = 'relu' }), c(x):relu(), 1e-6, 1e-6, 'eval')
+end)
+
+T.test('fused batch_norm errors name the op and the operands', function()
+  local x = v100.randn({ 2, 3, 4, 4 })
+  T.raises(function() N.batch_norm(x, nil, nil, nil, nil, true, 0.1, 1e-5, { residual = v100.randn({ 2, 3, 4, 5 }) }) end,
+    { 'batch_norm: x and residual must have the same shape and dtype', '2x3x4x5' })
+  T.raises(function() N.batch_norm(x, nil, nil, nil, nil, true, 0.1, 1e-5, { residual = x:to('f64') }) end,
+    'batch_norm: x and residual must have the same shape and dtype')
+  T.raises(function() N.batch_norm(x, nil, nil, nil, nil, true, 0.1, 1e-5, { activation = 'gelu' }) end,
+    "batch_norm: activation must be 'relu' or 'none', got gelu")
+  T.raises(function() N.batch_norm(x, nil, nil, nil, nil, true, 0.1, 1e-5, { residual = 3 }) end,
+    'batch_norm: residual must be a tensor, got number')
+  local _, sm, si = N.batch_norm_forward(x, nil, nil, nil, nil, true)
+  T.raises(function() N.batch_norm_backward(x, x, nil, sm, si, 1e-5, { activation = 'relu', residual = true }) end,
+    "batch_norm_backward: the forward's output y is required for relu(bn(x) + residual)")
+  T.raises(function() N.batch_norm_backward(x, x, nil, sm, si, 1e-5, { activation = 'relu', y = v100.randn({ 2, 3 }) }) end,
+    'batch_norm_backward: x and y must have the same shape and dtype')
+end)
+
+T.test('autocast treats the fused batch_norm as batch_norm: the residual is cast as x is', function()
+  local amp = require 'v100.amp'
+  local x = v100.randn({ 2, 4, 3, 3 }):to('f16')
+  local r = v100.randn({ 2, 4, 3, 3 }):to('f16')
+  local function run()
+    return N.batch_norm(x, nil, nil, v100.ones({ 4 }), v100.zeros({ 4 }), true, 0.1, 1e-5,
+      { activation = 'relu', residual = r })
+  end
+  T.eq(amp.autocast(run).dtype, 'f16', 'batch_norm keeps its inputs by default')
+  amp.set_op('batch_norm', 'fp32')
+  local ok, y = pcall(amp.autocast, run)
+  amp.reset_ops()
+  T.ok(ok, tostring(y))
+  T.eq(y.dtype, 'f32', 'batch_norm set to fp32 casts x and the residual')
+  T.allclose(y, (N.batch_norm(x:float(), nil, nil, nil, nil, true) + r:float()):relu(), 1e-5, 1e-5)
+end)
+
 T.run()

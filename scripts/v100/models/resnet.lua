@@ -17,7 +17,6 @@
 -- .1 (BN), fc. Initialisation is torchvision's: kaiming_normal(fan_out, relu) for convs, BN
 -- weight 1 / bias 0, the Linear's PyTorch default.
 local nn = require 'v100.nn'
-local F = nn.functional
 local init = nn.init
 
 local resnet = {}
@@ -31,8 +30,11 @@ local function conv1x1(cin, cout, stride)
 end
 
 -- ---------------------------------------------------------------------------------------------
--- Blocks. The ReLUs are functional calls rather than modules: they hold no state, and torchvision's
--- relu modules contribute no names to a state dict.
+-- Blocks. The ReLUs and the residual adds are fused into the batch norms before them
+-- (BatchNorm2d's opts: relu(bn(x)) and relu(bn(x) + identity) in one pass over the activation,
+-- forward and backward; docs/NN.md): they hold no state, and torchvision's relu modules contribute
+-- no names to a state dict, so the names and the outputs are torchvision's.
+local RELU = { activation = 'relu' }
 
 local BasicBlock = nn.Module:extend('BasicBlock')
 BasicBlock.expansion = 1
@@ -48,10 +50,9 @@ function BasicBlock:init(inplanes, planes, stride, downsample)
 end
 
 function BasicBlock:forward(x)
-  local out = F.relu(self.bn1(self.conv1(x)))
-  out = self.bn2(self.conv2(out))
+  local out = self.bn1(self.conv1(x), RELU)
   local identity = self.downsample and self.downsample(x) or x
-  return F.relu(out + identity)
+  return self.bn2(self.conv2(out), { activation = 'relu', residual = identity })
 end
 
 -- The BN whose weight zero_init_residual zeroes.
@@ -74,11 +75,10 @@ function Bottleneck:init(inplanes, planes, stride, downsample)
 end
 
 function Bottleneck:forward(x)
-  local out = F.relu(self.bn1(self.conv1(x)))
-  out = F.relu(self.bn2(self.conv2(out)))
-  out = self.bn3(self.conv3(out))
+  local out = self.bn1(self.conv1(x), RELU)
+  out = self.bn2(self.conv2(out), RELU)
   local identity = self.downsample and self.downsample(x) or x
-  return F.relu(out + identity)
+  return self.bn3(self.conv3(out), { activation = 'relu', residual = identity })
 end
 
 function Bottleneck:last_bn() return self.bn3 end
@@ -147,7 +147,7 @@ end
 
 -- x: N x C x H x W -> logits N x classes.
 function ResNet:forward(x)
-  x = F.relu(self.bn1(self.conv1(x)))
+  x = self.bn1(self.conv1(x), RELU)
   if self.maxpool then x = self.maxpool(x) end
   x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
   x = self.avgpool(x)

@@ -44,10 +44,12 @@ function F.avg_pool2d(x, k, opts) return core_nn().avg_pool2d(x, k, opts) end
 function F.adaptive_avg_pool2d(x, size) return core_nn().adaptive_avg_pool2d(x, size) end
 
 -- PyTorch's argument order; running stats may be nil (then batch statistics are used, which
--- requires training = true semantics, as in PyTorch).
-function F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
+-- requires training = true semantics, as in PyTorch). opts fuses what follows the normalisation
+-- into its pass over the data: {activation = 'relu'} gives relu(bn(x)), {residual = r} bn(x) + r,
+-- both relu(bn(x) + r) (r: x's shape and dtype), with their backward in the same kernels.
+function F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, opts)
   return core_nn().batch_norm(x, running_mean, running_var, weight, bias, training and true or false,
-    momentum or 0.1, eps or 1e-5)
+    momentum or 0.1, eps or 1e-5, opts)
 end
 
 function F.layer_norm(x, normalized_shape, weight, bias, eps)

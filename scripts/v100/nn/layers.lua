@@ -124,7 +124,9 @@ function BatchNorm:init(c, opts)
   end
 end
 
-function BatchNorm:forward(x)
+-- opts (optional): F.batch_norm's fusion, {activation = 'relu', residual = r}: the module's
+-- output becomes relu(bn(x) + r), computed in one pass (the ResNet blocks call it so).
+function BatchNorm:forward(x, opts)
   core_nn().check_ndim(self.__name, x, self._dims)
   local momentum = self.momentum
   if self.training and self.track_running_stats then
@@ -136,7 +138,7 @@ function BatchNorm:forward(x)
   local use_batch = self.training or self.running_mean == nil
   local rm, rv
   if not self.training or self.track_running_stats then rm, rv = self.running_mean, self.running_var end
-  return F.batch_norm(x, rm, rv, self.weight, self.bias, use_batch, momentum or 0, self.eps)
+  return F.batch_norm(x, rm, rv, self.weight, self.bias, use_batch, momentum or 0, self.eps, opts)
 end
 
 function BatchNorm:extra_repr()
