@@ -47,6 +47,15 @@ static void unpack(const void *src, vl_dtype src_dt, int64_t rows, int64_t cols,
 static void prefill_c(char *c, vl_dtype dt, int64_t rows, int64_t cols, int64_t ld, double beta,
                       const char *bias, vl_dtype bdt) {
   int64_t es = (int64_t)vl_dtype_size(dt), eb = (int64_t)vl_dtype_size(bdt);
+  if (beta == 0.0 && dt == bdt && (dt == VL_F32 || dt == VL_F64)) {
+    /* The bias rows themselves (the double round trip below is the identity): the prefill of
+     * every f32 Linear, 7% of a CPU BERT step when it went through doubles. */
+    for (int64_t r = 0; r < rows; r++) {
+      if (bias) memcpy(c + r * ld * es, bias, (size_t)(cols * es));
+      else memset(c + r * ld * es, 0, (size_t)(cols * es));
+    }
+    return;
+  }
   double buf[VL_CPU_BLOCK], bb[VL_CPU_BLOCK];
   for (int64_t r = 0; r < rows; r++) {
     for (int64_t c0 = 0; c0 < cols; c0 += VL_CPU_BLOCK) {
