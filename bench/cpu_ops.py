@@ -25,17 +25,28 @@ def main():
     a = ap.parse_args()
     x = torch.randn(2048, 1024)
     y = torch.randn(2048, 1024)
+    g = torch.randn(2048, 1024)
     xt = torch.randn(1024, 2048).t()
+    sm = x.softmax(1)
+    pos = x.abs() + 0.5
     for th in ([1, a.threads] if a.threads > 1 else [1]):
         torch.set_num_threads(th)
         r = [
             ("add", lambda: x + y),
             ("add(strided)", lambda: x + xt),
-            ("tanh", lambda: x.tanh()),
-            ("gelu", lambda: F.gelu(x)),
+            ("mul_scalar", lambda: x * 1.1),
             ("exp", lambda: x.exp()),
+            ("log", lambda: pos.log()),
+            ("tanh", lambda: x.tanh()),
+            ("sigmoid", lambda: x.sigmoid()),
+            ("gelu", lambda: F.gelu(x)),
+            ("gelu_tanh", lambda: F.gelu(x, approximate="tanh")),
+            ("gelu_backward", lambda: torch.ops.aten.gelu_backward(g, x)),
             ("softmax", lambda: x.softmax(1)),
+            ("log_softmax", lambda: x.log_softmax(1)),
+            ("softmax_backward", lambda: torch._softmax_backward_data(g, sm, 1, torch.float32)),
             ("sum(2)", lambda: x.sum(1)),
+            ("sum(1)", lambda: x.sum(0)),
             ("layernorm", lambda: F.layer_norm(x, (1024,))),
         ]
         print(f"torch {torch.__version__} threads {th} (ms, 2048 x 1024 f32): "
