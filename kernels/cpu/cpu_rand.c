@@ -5,8 +5,10 @@
  * The stream is counter-based, so blocks of elements are independent: they are filled on the
  * backend's threads, each element the same whatever thread draws it. (Single-threaded, the
  * dropout masks of a CPU BERT step were 7% of its time, and would have been most of it on 16
- * threads.) f32 outputs are written directly, without the double buffer. */
+ * threads.) f32 uniforms and bernoulli draws take the vector Philox of cpu_vmath.h, several
+ * groups at a time; other f32 fills are written directly, without the double buffer. */
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_vmath.h"
 #include "runtime/core/philox.h"
 
 typedef struct {
@@ -42,10 +44,14 @@ static void rand_block(const rand_job *j, int64_t off, int64_t m) {
 
 static void rand_range(void *vj, int64_t lo, int64_t hi) {
   const rand_job *j = vj;
+  const vl_rand_args *a = j->a;
+  /* f32 uniforms and bernoulli draws: the vector Philox (cpu_vmath.h), the same values. */
+  bool vec = a->dtype == VL_F32 && (a->kind == VL_RAND_BERNOULLI || a->kind == VL_RAND_UNIFORM);
   for (int64_t b = lo; b < hi; b++) {
     /* VL_CPU_BLOCK is a multiple of 4, so a block starts at a group boundary. */
-    int64_t off = b * VL_CPU_BLOCK, m = j->a->numel - off < VL_CPU_BLOCK ? j->a->numel - off : VL_CPU_BLOCK;
-    rand_block(j, off, m);
+    int64_t off = b * VL_CPU_BLOCK, m = a->numel - off < VL_CPU_BLOCK ? a->numel - off : VL_CPU_BLOCK;
+    if (vec) vl_vm_philox_f32(j->seed, j->first, off / 4, m, a->kind, a->a, a->b, (float *)a->out + off);
+    else rand_block(j, off, m);
   }
 }
 

@@ -26,6 +26,8 @@ typedef struct {
   void (*softmax_row)(const float *x, float *y, int64_t len, bool log_out);
   void (*softmax_bw_row)(const float *y, const float *g, float *dx, int64_t len, bool log_out);
   void (*sum_lanes)(const float *x, int64_t ld, int64_t len, int64_t w, double *acc);
+  void (*philox_f32)(uint64_t seed, uint64_t first, int64_t g0, int64_t n, bool bernoulli, uint32_t thresh,
+                     double a, double b, float *out);
 } vl_vm_table;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -130,4 +132,16 @@ void vl_vm_softmax_bw_row_f32(const float *y, const float *g, float *dx, int64_t
 
 void vl_vm_sum_lanes_f32(const float *x, int64_t ld, int64_t len, int64_t w, double *acc) {
   vm()->sum_lanes(x, ld, len, w, acc);
+}
+
+void vl_vm_philox_f32(uint64_t seed, uint64_t first, int64_t g0, int64_t n, vl_rand_kind kind, double a, double b,
+                      float *out) {
+  /* u < p for u = (m + 0.5) 2^-23 (m an integer below 2^23) is m < p 2^23 - 0.5, i.e. m below
+   * its ceiling (exact in double): one integer compare per element. */
+  uint32_t thresh = 0;
+  if (kind == VL_RAND_BERNOULLI) {
+    double t = ceil(a * 8388608.0 - 0.5);
+    thresh = !(t > 0) ? 0 : t > 8388608.0 ? 8388608u : (uint32_t)t; /* NaN p: never */
+  }
+  vm()->philox_f32(seed, first, g0, n, kind == VL_RAND_BERNOULLI, thresh, a, b, out);
 }

@@ -48,6 +48,12 @@ void vl_vm_softmax_bw_row_f32(const float *y, const float *g, float *dx, int64_t
  * of a reduction over a middle dim: a bias gradient). */
 void vl_vm_sum_lanes_f32(const float *x, int64_t ld, int64_t len, int64_t w, double *acc);
 
+/* Elements [4 g0, 4 g0 + n) of an f32 uniform (a + (b - a) u) or bernoulli (u < a) draw from the
+ * Philox stream of runtime/core/philox.h (key seed, group g at counter first + g, 23-bit
+ * uniforms), into out[0..n): bit for bit the scalar mapping, VW groups at a time. */
+void vl_vm_philox_f32(uint64_t seed, uint64_t first, int64_t g0, int64_t n, vl_rand_kind kind, double a, double b,
+                      float *out);
+
 /* The instance in use ("avx512", "avx2" or "generic"). For tests and benchmarks: use the named
  * instance (NULL: the best this CPU runs); false if this CPU cannot run it. Not to be called
  * while ops run. */

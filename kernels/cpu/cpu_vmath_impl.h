@@ -35,12 +35,14 @@
 #define VI VM(vi)
 #define VD VM(vd)
 #define VL VM(vl)
+#define VQ VM(vq)
 #define VM_INL static inline __attribute__((always_inline)) VM_ATTR
 
 typedef float VF __attribute__((vector_size(VW * 4)));
 typedef int32_t VI __attribute__((vector_size(VW * 4)));
 typedef double VD __attribute__((vector_size(VW * 8)));
 typedef int64_t VL __attribute__((vector_size(VW * 8)));
+typedef uint64_t VQ __attribute__((vector_size(VW * 8)));
 
 /* ---- lanes ---- */
 VM_INL VF VM(splat)(float c) {
@@ -430,6 +432,54 @@ static VM_ATTR void VM(sum_lanes)(const float *x, int64_t ld, int64_t len, int64
   }
 }
 
+/* ---- Philox ---- */
+/* Philox4x32-10 (runtime/core/philox.h) of the VW counters ctr0 + lane, c2 = c3 = 0: one group per
+ * lane, the 32-bit words in 64-bit lanes so that the 32 x 32 -> 64 products are lane products. */
+VM_INL void VM(philox)(uint64_t seed, uint64_t ctr0, VQ x[4]) {
+  const uint64_t m32 = 0xffffffffu;
+  VQ ctr = {0};
+  for (int j = 0; j < VW; j++) ctr[j] = ctr0 + (uint64_t)j;
+  VQ c0 = ctr & m32, c1 = ctr >> 32, c2 = ctr ^ ctr, c3 = c2;
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int r = 0; r < 10; r++) {
+    VQ p0 = c0 * 0xD2511F53u, p1 = c2 * 0xCD9E8D57u;
+    VQ n0 = (p1 >> 32) ^ c1 ^ (uint64_t)k0, n2 = (p0 >> 32) ^ c3 ^ (uint64_t)k1;
+    c0 = n0;
+    c1 = p1 & m32;
+    c2 = n2;
+    c3 = p0 & m32;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  x[0] = c0, x[1] = c1, x[2] = c2, x[3] = c3;
+}
+
+/* Elements [4 g0, 4 g0 + n) of a call's f32 stream (element 4g + j is word j of group g, counter
+ * first + g), written to out[0..n): bernoulli (1 where the word's top 23 bits m < thresh, which
+ * is u < p for u = (m + 0.5) 2^-23, thresh = ceil(p 2^23 - 0.5)) or uniform a + (b - a) u in
+ * double, rounded once: bit for bit the scalar path's values. */
+static VM_ATTR void VM(philox_f32)(uint64_t seed, uint64_t first, int64_t g0, int64_t n, bool bernoulli,
+                                   uint32_t thresh, double a, double b, float *out) {
+  for (int64_t e = 0; e < n; e += 4 * VW) {
+    VQ x[4];
+    VM(philox)(seed, first + (uint64_t)g0 + (uint64_t)(e / 4), x);
+    float v[4][VW];
+    for (int w = 0; w < 4; w++) {
+      VI m = __builtin_convertvector(x[w] >> 9, VI); /* below 2^23; compared as 32-bit lanes */
+      if (bernoulli) {
+        VF r = VM(sel)(m < (int32_t)thresh, VM(splat)(1.0f), VM(splat)(0.0f));
+        memcpy(v[w], &r, sizeof r);
+      } else {
+        VF u = (__builtin_convertvector(m, VF) + 0.5f) * 0x1p-23f; /* exact */
+        VF r = VM(narrow)(VM(widen)(u) * (b - a) + a);
+        memcpy(v[w], &r, sizeof r);
+      }
+    }
+    int64_t left = n - e < 4 * VW ? n - e : 4 * VW;
+    for (int64_t k = 0; k < left; k++) out[e + k] = v[k & 3][k >> 2];
+  }
+}
+
 static const vl_vm_table VM(table) = {
     .name = VM_NAME,
     .unary = VM(unary),
@@ -437,6 +487,7 @@ static const vl_vm_table VM(table) = {
     .softmax_row = VM(softmax_row),
     .softmax_bw_row = VM(softmax_bw_row),
     .sum_lanes = VM(sum_lanes),
+    .philox_f32 = VM(philox_f32),
 };
 
 #undef VM_MAP1
@@ -447,6 +498,7 @@ static const vl_vm_table VM(table) = {
 #undef VI
 #undef VD
 #undef VL
+#undef VQ
 #undef VM
 #undef VM_CAT
 #undef VM_CAT2

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_vmath.h"
+#include "runtime/core/philox.h"
 #include "vl_test.h"
 
 #define SQRT1_2 0.70710678118654752440
@@ -324,6 +325,35 @@ static void test_sum_lanes(void) {
   CHECK(memcmp(acc, want, sizeof acc) == 0, "%s sum_lanes differs from the ordered double sum", vl_vm_isa());
 }
 
+/* The vector Philox against runtime/core/philox.h's scalar mapping, bit for bit: bernoulli at
+ * probabilities on, between and beyond the uniforms' grid, and uniforms in [a, b). */
+static void test_philox(void) {
+  enum { N = 1000 };
+  static float out[N];
+  const double ps[] = {0.9, 0.5, 0.0, 1.0, 1.5, -0.2, NAN, (1000 + 0.5) * 0x1p-23, 1000 * 0x1p-23, 1e-9};
+  const uint64_t seed = 0x123456789abcdefull, first = 77;
+  const int64_t starts[] = {0, 1, 13, 250};
+  for (size_t k = 0; k < sizeof ps / sizeof *ps + 2; k++) {
+    bool bern = k < sizeof ps / sizeof *ps;
+    double a = bern ? ps[k] : (k % 2 ? -3.0 : 0.0), b = bern ? 0 : (k % 2 ? 5.5 : 1.0);
+    for (size_t si = 0; si < sizeof starts / sizeof *starts; si++) {
+      int64_t g0 = starts[si], n = N - 4 * g0 - 3; /* a partial last group */
+      vl_vm_philox_f32(seed, first, g0, n, bern ? VL_RAND_BERNOULLI : VL_RAND_UNIFORM, a, b, out);
+      bool ok = true;
+      for (int64_t i = 0; i < n; i++) {
+        double v[4];
+        int64_t e = 4 * g0 + i;
+        vl_philox_group_uniform(seed, first + (uint64_t)(e / 4), 0, VL_PHILOX_BITS, v);
+        double u = v[e % 4];
+        float want = bern ? (float)(u < a) : (float)(a + (b - a) * u);
+        if (memcmp(&want, &out[i], 4) != 0) ok = false;
+      }
+      CHECK(ok, "%s philox %s a=%g b=%g from group %lld: differs from the scalar stream", vl_vm_isa(),
+            bern ? "bernoulli" : "uniform", a, b, (long long)g0);
+    }
+  }
+}
+
 int main(void) {
   vl_test_init();
   const char *isas[] = {"avx512", "avx2", "generic"};
@@ -340,6 +370,7 @@ int main(void) {
     test_exact_binary();
     test_softmax_rows();
     test_sum_lanes();
+    test_philox();
   }
   CHECK(ran >= 1 && vl_vm_select("generic"), "the generic instance always runs");
   CHECK(vl_vm_select(NULL));
