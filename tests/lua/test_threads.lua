@@ -2,7 +2,7 @@
 -- contiguous, strided and broadcast operands), reductions over a dim, softmax and its backward, layer norm and its
 -- backward (whose weight and bias gradients are sums over rows, taken in fixed chunks) give
 -- bitwise the same tensors with 1 and with 4 threads, as do random fills (blocks of the Philox stream
--- on the threads) and the vectorised f32 math (kernels/cpu/cpu_vmath.h: a run's tail goes through the
+-- on the threads), optimizer steps (chunks of tensors on the threads) and the vectorised f32 math (kernels/cpu/cpu_vmath.h: a run's tail goes through the
 -- same vector code); GEMMs (blocks of C over the threads, OpenBLAS single-threaded in each) agree
 -- within rounding; v100.set_num_threads/get_num_threads.
 local T = require 'testlib'
@@ -67,6 +67,29 @@ T.test('random fills (uniform, normal, bernoulli; f32, f64, bf16): the same with
   for i = 1, #one do same(one[i], four[i], 'draw ' .. i) end
   local keep = one[3]:mean():item()
   T.ok(keep > 0.89 and keep < 0.91, 'bernoulli(0.9) keeps ' .. keep)
+end)
+
+T.test('optimizer steps (SGD with momentum, AdamW, LAMB; tensors cut into chunks): the same with 1 and 4 threads', function()
+  local optim = require 'v100.optim'
+  local function run(make)
+    v100.manual_seed(3)
+    local ps = { v100.randn{ 300, 200 }, v100.randn{ 7 }, v100.randn{ 40000 } }
+    local opt = make(ps)
+    for _ = 1, 3 do
+      for _, p in ipairs(ps) do p.grad = v100.randn(p.shape) end
+      opt:step()
+    end
+    return ps
+  end
+  for _, make in ipairs({
+    function(ps) return optim.SGD(ps, { lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 1e-3 }) end,
+    function(ps) return optim.AdamW(ps, { lr = 1e-2, weight_decay = 0.05 }) end,
+    function(ps) return optim.LAMB(ps, { lr = 1e-2, weight_decay = 0.01 }) end,
+  }) do
+    local one = with_threads(1, function() return run(make) end)
+    local four = with_threads(4, function() return run(make) end)
+    for i = 1, #one do same(one[i], four[i], 'parameter ' .. i) end
+  end
 end)
 
 T.test('softmax, layer norm and their backwards: the same with 1 and 4 threads', function()
