@@ -14,7 +14,9 @@
 #include "kernels/cpu/cpu_vmath.h"
 
 /* Vectors wider than the baseline ABI's never cross a call: the helpers are always inlined. */
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 

@@ -26,7 +26,8 @@
  *    -t^2 + Q is formed in double: t^2 of a float is exact there, and its float rounding would
  *    cost t^2 * 2^-24 of relative error (100 ulp at t = 9).
  *  - tanh-GELU as x sigmoid(w), w = 2 sqrt(2/pi) (x + 0.044715 x^3) formed in double: the same
- *    function as 0.5 x (1 + tanh(w / 2)) without 1 + tanh cancelling for negative x. */
+ *    function as 0.5 x (1 + tanh(w / 2)) without 1 + tanh cancelling for negative x; the
+ *    sigmoid's quotient and the products after exp in double too. */
 
 #define VM_CAT2(a, b) a##_##b
 #define VM_CAT(a, b) VM_CAT2(a, b)
@@ -35,6 +36,7 @@
 #define VI VM(vi)
 #define VD VM(vd)
 #define VL VM(vl)
+#define VU VM(vu)
 #define VQ VM(vq)
 #define VM_INL static inline __attribute__((always_inline)) VM_ATTR
 
@@ -42,6 +44,7 @@ typedef float VF __attribute__((vector_size(VW * 4)));
 typedef int32_t VI __attribute__((vector_size(VW * 4)));
 typedef double VD __attribute__((vector_size(VW * 8)));
 typedef int64_t VL __attribute__((vector_size(VW * 8)));
+typedef uint32_t VU __attribute__((vector_size(VW * 4)));
 typedef uint64_t VQ __attribute__((vector_size(VW * 8)));
 
 /* ---- lanes ---- */
@@ -106,7 +109,9 @@ VM_INL VF VM(vexpd)(VD a) {
 VM_INL VF VM(vlog)(VF x) {
   VI sub = x < 0x1p-126f; /* subnormal (or <= 0: replaced below) */
   VF xs = VM(sel)(sub, x * 0x1p23f, x);
-  VI t = (VI)xs - 0x3f3504f3; /* bits of sqrt(1/2): m lands in [sqrt(1/2), sqrt(2)) */
+  /* bits of sqrt(1/2) off: m lands in [sqrt(1/2), sqrt(2)); unsigned, as a negative x's bits
+   * would overflow (the result is replaced below) */
+  VI t = (VI)((VU)xs - 0x3f3504f3u);
   VI k = (t >> 23) + (sub & -23);
   VF m = (VF)((t & 0x007fffff) + 0x3f3504f3);
   VF f = m - 1.0f;
@@ -191,33 +196,37 @@ VM_INL VF VM(vgelu_grad)(VF x) {
 }
 
 /* ---- GELU (tanh form) ---- */
-/* For w = 2 sqrt(2/pi) (x + 0.044715 x^3) (of x's sign): *r = 1 / (1 + e) and the return value
- * e / (1 + e) 2^32, e = exp(-|w|): sigmoid(w) and 1 - sigmoid(w) are these two, in the order of
- * w's sign, the small one scaled as above. */
-VM_INL VF VM(vgelu_tanh_parts)(VF x, VF *r, VF *xdw) {
+/* For w = 2 sqrt(2/pi) (x + 0.044715 x^3) (of x's sign) and e = exp(-|w|), in double:
+ * *r = 1 / (1 + e) and the return value e / (1 + e); sigmoid(w) and 1 - sigmoid(w) are these
+ * two in the order of w's sign. *xdw = x w'(x) when asked. Only exp runs in float (its result
+ * scaled by 2^32 so that it stays normal); 1 / (1 + e) is a float quotient refined by a Newton
+ * step in double, so the products below round once, at the end (the float version of this
+ * cost up to 5 ulp where the gradient's two terms cancel). */
+VM_INL VD VM(vgelu_tanh_parts)(VF x, VD *r, VD *xdw) {
   VD xd = VM(widen)(x);
   VD w = xd * (xd * xd * 0.071354816272138578 + 1.5957691216057308);
   if (xdw) { /* x w'(x), 0 beyond |x| = 1e4 where the term it scales is 0 anyway */
     VD xc = VM(widen)(VM(sel)(x * x > 1e8f, x * 0.0f, x)); /* x * 0: NaN for +-inf, as the double formula */
-    *xdw = VM(narrow)(xc * (xc * xc * 0.21406444881641573 + 1.5957691216057308));
+    *xdw = xc * (xc * xc * 0.21406444881641573 + 1.5957691216057308);
   }
   VD nw = (VD)((VL)w | INT64_MIN); /* -|w|; a NaN stays */
-  VF es = VM(vexpd)(nw + VM_LN_2P32);
-  VF d = VM_FMA(es, VM(splat)(0x1p-32f), VM(splat)(1.0f));
-  *r = 1.0f / d;
-  return es / d;
+  VD e = VM(widen)(VM(vexpd)(nw + VM_LN_2P32)) * 0x1p-32;
+  VD d = e + 1.0;
+  VD q = VM(widen)(1.0f / VM(narrow)(d));
+  q = q * (2.0 - d * q);
+  *r = q;
+  return e * q;
 }
 
 VM_INL VF VM(vgelu_tanh)(VF x) {
-  VF r, ss = VM(vgelu_tanh_parts)(x, &r, NULL);
-  return VM(sel)(x < 0.0f, (x * ss) * 0x1p-32f, x * r);
+  VD r, s1 = VM(vgelu_tanh_parts)(x, &r, NULL), xd = VM(widen)(x);
+  return VM(sel)(x < 0.0f, VM(narrow)(xd * s1), VM(narrow)(xd * r));
 }
 
-/* d/dx x sigmoid(w) = s + x s (1 - s) w'(x). */
+/* d/dx x sigmoid(w) = s + x w' s (1 - s) = s (1 + x w' (1 - s)). */
 VM_INL VF VM(vgelu_tanh_grad)(VF x) {
-  VF r, xdw, ss = VM(vgelu_tanh_parts)(x, &r, &xdw);
-  VF t = xdw * (r * ss); /* x s (1 - s) w' 2^32 */
-  return VM(sel)(x < 0.0f, (ss + t) * 0x1p-32f, VM_FMA(t, VM(splat)(0x1p-32f), r));
+  VD r, xdw, s1 = VM(vgelu_tanh_parts)(x, &r, &xdw);
+  return VM(sel)(x < 0.0f, VM(narrow)(s1 * (xdw * r + 1.0)), VM(narrow)(r * (xdw * s1 + 1.0)));
 }
 
 /* ---- loops ---- */
@@ -498,6 +507,7 @@ static const vl_vm_table VM(table) = {
 #undef VI
 #undef VD
 #undef VL
+#undef VU
 #undef VQ
 #undef VM
 #undef VM_CAT

@@ -61,9 +61,9 @@ static const fn_case CASES[] = {
     {"tanh", VL_UN_TANH, 0, r_tanh, 2},
     {"sigmoid", VL_UN_SIGMOID, 0, r_sigmoid, 2.5},
     {"gelu", VL_UN_GELU, 0, r_gelu, 3.5},
-    {"gelu_tanh", VL_UN_GELU_TANH, 0, r_gelu_tanh, 3.5},
+    {"gelu_tanh", VL_UN_GELU_TANH, 0, r_gelu_tanh, 2.5},
     {"gelu_backward", -1, VL_BIN_GELU_BACKWARD, r_gelu_grad, 4},
-    {"gelu_tanh_backward", -1, VL_BIN_GELU_TANH_BACKWARD, r_gelu_tanh_grad, 5},
+    {"gelu_tanh_backward", -1, VL_BIN_GELU_TANH_BACKWARD, r_gelu_tanh_grad, 2.5},
 };
 #define NCASES (int)(sizeof CASES / sizeof *CASES)
 
