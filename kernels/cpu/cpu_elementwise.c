@@ -32,7 +32,9 @@ enum { PATH_F32, PATH_F64, PATH_INT, PATH_BUF };
 
 /* NaN propagates through every branch below: comparisons with NaN are false, so the NaN input
  * is returned (RELU, CLAMP, SIGN) or the libm function returns NaN. GELU uses erfc, which keeps
- * its relative accuracy for negative x where 1 + erf(x) cancels. */
+ * its relative accuracy for negative x where 1 + erf(x) cancels; tanh-GELU is written as
+ * x sigmoid(2u), the same function as 0.5 x (1 + tanh(u)) without 1 + tanh(u) cancelling to 0
+ * below x = -5.7. */
 #define VL_UN_SWITCH(TO, TI)                                                                \
   switch (op) {                                                                             \
     case VL_UN_NEG: VL_UN_LOOP(TO, TI, -x); break;                                          \
@@ -52,7 +54,7 @@ enum { PATH_F32, PATH_F64, PATH_INT, PATH_BUF };
     case VL_UN_SIGMOID: VL_UN_LOOP(TO, TI, 1.0 / (1.0 + exp(-x))); break;                   \
     case VL_UN_GELU: VL_UN_LOOP(TO, TI, 0.5 * x * erfc(-x * VL_SQRT1_2)); break;          \
     case VL_UN_GELU_TANH:                                                                   \
-      VL_UN_LOOP(TO, TI, 0.5 * x * (1.0 + tanh(VL_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))); \
+      VL_UN_LOOP(TO, TI, x / (1.0 + exp(-2.0 * VL_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))); \
       break;                                                                                \
     case VL_UN_RECIPROCAL: VL_UN_LOOP(TO, TI, 1.0 / x); break;                              \
     case VL_UN_SIN: VL_UN_LOOP(TO, TI, sin(x)); break;                                      \
@@ -210,8 +212,11 @@ static inline double gelu_grad(double x) {
   return 0.5 * erfc(-x * VL_SQRT1_2) + x * exp(-0.5 * x * x) * 0.39894228040143267794;
 }
 static inline double gelu_tanh_grad(double x) {
-  double t = tanh(VL_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x));
-  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * VL_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
+  /* s = sigmoid(2u) = (1 + tanh(u)) / 2 and 1 - s, each without cancellation: the derivative
+   * s + 2 x s (1 - s) du/dx. */
+  double w = 2.0 * VL_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x);
+  double s = 1.0 / (1.0 + exp(-w)), s1 = 1.0 / (1.0 + exp(w));
+  return s + x * s * s1 * 2.0 * VL_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
 #define VL_BIN_ARGS                                                                  \
