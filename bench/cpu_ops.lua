@@ -1,10 +1,11 @@
 -- bench/cpu_ops.lua: CPU elementwise ops, activation gradients, softmax and its backward, sums and
 -- layer norm on 2048 x 1024 f32 with 1 thread and with the default count (v100.set_num_threads),
--- in ms (mean of 5 after one warm-up). `v100lua bench/cpu_ops.lua`; bench/cpu_ops.py is PyTorch's
+-- in ms (median of 7 runs after one warm-up). `v100lua bench/cpu_ops.lua`; bench/cpu_ops.py is PyTorch's
 -- side with the same names.
 --
 -- Each thread count prints two lines: wall-clock ms, then the process's CPU ms per call (os.clock,
--- all threads together). On a shared machine the CPU time is the steadier figure of the work done.
+-- all threads together; the median of its own 7 values). On a shared machine the CPU time is the
+-- steadier figure of the work done.
 local v100 = require 'v100'
 local F = require 'v100.nn.functional'
 local N = v100._nn
@@ -15,11 +16,19 @@ local g = v100.randn{ 2048, 1024 }
 local xt = v100.randn{ 1024, 2048 }:t()
 local sm = x:softmax(2)
 local pos = x:abs() + 0.5
+-- Each result is freed at once, as PyTorch's refcounting frees its own: a result left to the
+-- collector would make the next allocation fault in fresh pages, a cost of the script, not the op.
 local function bench(f)
-  f()
-  local t0, c0 = wall(), os.clock()
-  for _ = 1, 5 do f() end
-  return (wall() - t0) / 5 * 1000, (os.clock() - c0) / 5 * 1000
+  f():free()
+  local tw, tc = {}, {}
+  for i = 1, 7 do
+    local t0, c0 = wall(), os.clock()
+    f():free()
+    tw[i], tc[i] = (wall() - t0) * 1000, (os.clock() - c0) * 1000
+  end
+  table.sort(tw)
+  table.sort(tc)
+  return tw[4], tc[4]
 end
 local ops = {
   { 'add', function() return x + y end },

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's side of bench/cpu_ops.lua: the same CPU ops on the same 2048 x 1024 f32 tensors, with
-one thread and with the given count (default: what torch uses), in ms (mean of 5 after a warm-up).
+one thread and with the given count (default: what torch uses), in ms (median of 7 runs after a
+warm-up).
 
     python3 bench/cpu_ops.py [--threads N]      # beside: V100LUA_NUM_THREADS=N v100lua bench/cpu_ops.lua
 """
@@ -13,10 +14,12 @@ import torch.nn.functional as F
 
 def bench(f):
     f()
-    t0 = time.perf_counter()
-    for _ in range(5):
+    ts = []
+    for _ in range(7):
+        t0 = time.perf_counter()
         f()
-    return (time.perf_counter() - t0) / 5 * 1000
+        ts.append((time.perf_counter() - t0) * 1000)
+    return sorted(ts)[3]
 
 
 def main():
