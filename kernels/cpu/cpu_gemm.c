@@ -9,9 +9,11 @@
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #include <cblas.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_vmath.h"
 
 /* Copies a rows x cols matrix (row stride ld, any float dtype) into a dense f32 or f64 one. */
 static void pack(const char *src, vl_dtype dt, int64_t rows, int64_t cols, int64_t ld, void *dst,
@@ -122,7 +124,7 @@ static const void *operand_at(operand *op, int64_t b, vl_dtype dt, vl_dtype ct, 
  * library chose one below what the CPU's features allow, the best core for those features is
  * forced through OpenBLAS's own switch (the environment variable read by its dynamic init; it is
  * set only around that call). Builds without the dynamic-arch entry points (weak, NULL then) are
- * left alone. OPENBLAS_VERBOSE=2 prints the core chosen ("Core: ..."), the last line the final. */
+ * left alone. OPENBLAS_VERBOSE=2 prints the kernels chosen, and cpu_vmath.h's instance. */
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
 extern void gotoblas_dynamic_init(void) __attribute__((weak));
 extern void gotoblas_dynamic_quit(void) __attribute__((weak));
@@ -149,11 +151,20 @@ __attribute__((constructor)) static void blas_pick_core(void) {
     want = 1;
   gotoblas_dynamic_init(); /* the library's own choice (a no-op when its constructor ran first) */
   const char *have = openblas_get_corename();
-  if (want == 0 || !have || blas_core_tier(have) >= want) return;
-  if (setenv("OPENBLAS_CORETYPE", want == 2 ? "SkylakeX" : "Haswell", 0) != 0) return;
-  gotoblas_dynamic_quit();
-  gotoblas_dynamic_init();
-  unsetenv("OPENBLAS_CORETYPE");
+  char was[32];
+  snprintf(was, sizeof was, "%s", have ? have : "?");
+  if (want > 0 && have && blas_core_tier(have) < want &&
+      setenv("OPENBLAS_CORETYPE", want == 2 ? "SkylakeX" : "Haswell", 0) == 0) {
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");
+  }
+  /* In a static binary this runs before OpenBLAS reads OPENBLAS_VERBOSE, so its own "Core:" line
+   * never comes: the choice is told here under the same variable. */
+  const char *verbose = getenv("OPENBLAS_VERBOSE");
+  if (verbose && atoi(verbose) >= 2)
+    fprintf(stderr, "v100lua: OpenBLAS kernels %s (the library's own choice: %s), vector math %s\n",
+            openblas_get_corename(), was, vl_vm_isa());
 }
 #endif
 
