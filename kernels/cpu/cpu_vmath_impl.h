@@ -1,8 +1,9 @@
 /* kernels/cpu/cpu_vmath_impl.h: the vector math of cpu_vmath.h, written once over GCC vector
  * extensions and included by cpu_vmath.c once per instruction set. No include guard: each
  * inclusion defines one instance. The includer defines
- *   VM_SFX       the instance's name suffix (avx2, gen)
- *   VW           lanes per float vector (8, 4)
+ *   VM_SFX       the instance's name suffix (avx512, avx2, gen)
+ *   VM_NAME      its name for vl_vm_isa ("avx512", "avx2", "generic")
+ *   VW           lanes per float vector (16, 8, 4)
  *   VM_ATTR      attributes of every function (the target, or nothing)
  *   VM_FMA(a,b,c) a * b + c on float vectors (fused where the instance has it)
  *
@@ -23,8 +24,8 @@
  *  - erfc(t), t = |x| / sqrt(2) >= 0: u exp(-t^2 + Q(u)) with u = 1 / (1 + 0.4 t) and Q of
  *    degree 10 on the u of t in [0, 11.5] (erfc underflows beyond): relative accuracy for every
  *    t, so GELU's Phi(x) = erfc / 2 keeps it for negative x, where 1 + erf(x) would cancel.
- *    -t^2 + Q is formed in double: t^2 of a float is exact there, and its float rounding would
- *    cost t^2 * 2^-24 of relative error (100 ulp at t = 9).
+ *    u, Q(u) and -t^2 + Q are formed in double: t^2 of a float is exact there (its float
+ *    rounding would cost t^2 2^-24 of relative error, 100 ulp at t = 9), and Q's terms reach 3.
  *  - tanh-GELU as x sigmoid(w), w = 2 sqrt(2/pi) (x + 0.044715 x^3) formed in double: the same
  *    function as 0.5 x (1 + tanh(w / 2)) without 1 + tanh cancelling for negative x; the
  *    sigmoid's quotient and the products after exp in double too. */
@@ -92,8 +93,8 @@ VM_INL VF VM(vexp2)(VF x, VF xl) {
   p = VM_FMA(p, r, VM(splat)(1.666656286e-01f));
   p = VM_FMA(p, r, VM(splat)(0.5f));
   VF e = VM_FMA(p, r * r, r) + 1.0f;
-  VI n1 = ki >> 1, n2 = ki - n1;
-  return e * (VF)((n1 + 127) << 23) * (VF)((n2 + 127) << 23);
+  VI n1 = ki >> 1, n2 = ki - n1; /* unsigned shifts: a NaN's n is garbage (the result stays NaN) */
+  return e * (VF)((VU)(n1 + 127) << 23) * (VF)((VU)(n2 + 127) << 23);
 }
 VM_INL VF VM(vexp)(VF x) { return VM(vexp2)(x, VM(splat)(0.0f)); }
 
@@ -205,8 +206,9 @@ VM_INL VF VM(vgelu_grad)(VF x) {
 VM_INL VD VM(vgelu_tanh_parts)(VF x, VD *r, VD *xdw) {
   VD xd = VM(widen)(x);
   VD w = xd * (xd * xd * 0.071354816272138578 + 1.5957691216057308);
-  if (xdw) { /* x w'(x), 0 beyond |x| = 1e4 where the term it scales is 0 anyway */
-    VD xc = VM(widen)(VM(sel)(x * x > 1e8f, x * 0.0f, x)); /* x * 0: NaN for +-inf, as the double formula */
+  if (xdw) { /* x w'(x), 0 beyond |x| = 1e4 where the term it scales is 0 anyway (x * 0 there:
+               * NaN for +-inf, as the double formula gives) */
+    VD xc = VM(widen)(VM(sel)(x * x > 1e8f, x * 0.0f, x));
     *xdw = xc * (xc * xc * 0.21406444881641573 + 1.5957691216057308);
   }
   VD nw = (VD)((VL)w | INT64_MIN); /* -|w|; a NaN stays */
