@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's side of bench/cpu_ops.lua: the same CPU ops on the same 2048 x 1024 f32 tensors, with
-one thread and with the given count (default: what torch uses), in ms (mean of 5 after a warm-up).
+one thread and with the given count (default: what torch uses), in ms (median of 7 runs after a
+warm-up).
 
     python3 bench/cpu_ops.py [--threads N]      # beside: V100LUA_NUM_THREADS=N v100lua bench/cpu_ops.lua
 """
@@ -13,10 +14,12 @@ import torch.nn.functional as F
 
 def bench(f):
     f()
-    t0 = time.perf_counter()
-    for _ in range(5):
+    ts = []
+    for _ in range(7):
+        t0 = time.perf_counter()
         f()
-    return (time.perf_counter() - t0) / 5 * 1000
+        ts.append((time.perf_counter() - t0) * 1000)
+    return sorted(ts)[3]
 
 
 def main():
@@ -25,17 +28,28 @@ def main():
     a = ap.parse_args()
     x = torch.randn(2048, 1024)
     y = torch.randn(2048, 1024)
+    g = torch.randn(2048, 1024)
     xt = torch.randn(1024, 2048).t()
+    sm = x.softmax(1)
+    pos = x.abs() + 0.5
     for th in ([1, a.threads] if a.threads > 1 else [1]):
         torch.set_num_threads(th)
         r = [
             ("add", lambda: x + y),
             ("add(strided)", lambda: x + xt),
-            ("tanh", lambda: x.tanh()),
-            ("gelu", lambda: F.gelu(x)),
+            ("mul_scalar", lambda: x * 1.1),
             ("exp", lambda: x.exp()),
+            ("log", lambda: pos.log()),
+            ("tanh", lambda: x.tanh()),
+            ("sigmoid", lambda: x.sigmoid()),
+            ("gelu", lambda: F.gelu(x)),
+            ("gelu_tanh", lambda: F.gelu(x, approximate="tanh")),
+            ("gelu_backward", lambda: torch.ops.aten.gelu_backward(g, x)),
             ("softmax", lambda: x.softmax(1)),
+            ("log_softmax", lambda: x.log_softmax(1)),
+            ("softmax_backward", lambda: torch._softmax_backward_data(g, sm, 1, torch.float32)),
             ("sum(2)", lambda: x.sum(1)),
+            ("sum(1)", lambda: x.sum(0)),
             ("layernorm", lambda: F.layer_norm(x, (1024,))),
         ]
         print(f"torch {torch.__version__} threads {th} (ms, 2048 x 1024 f32): "

@@ -4,11 +4,14 @@
  * The expression is instantiated by macro into typed loops: f32 and f64 operands are read and
  * written in place with their element strides (the fast paths), any other dtype mix goes through
  * blocks of doubles / int64s (cpu_internal.h). Float results are computed in double and rounded
- * once, so add/sub/mul/div/sqrt are correctly rounded as in CUDA's f32 arithmetic; contiguous f32
- * exp, tanh, sigmoid and GELU use float libm (un_f32_math: within a few ulp). Integer
+ * once, so add/sub/mul/div/sqrt are correctly rounded as in CUDA's f32 arithmetic. Contiguous f32
+ * runs (and f32 runs against a broadcast operand) go through the vector code of cpu_vmath.h:
+ * bitwise the same results for the exact ops, within a few ulp for exp, log, tanh, sigmoid,
+ * the GELUs and the GELU gradients. Integer
  * +, -, * wrap modulo 2^64 in unsigned arithmetic, and the store wraps to the dtype's width, so
  * i32 and u8 wrap as C's fixed-width arithmetic does. */
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_vmath.h"
 
 #define VL_SQRT1_2 0.70710678118654752440
 #define VL_SQRT_2_OVER_PI 0.79788456080286535588
@@ -29,7 +32,9 @@ enum { PATH_F32, PATH_F64, PATH_INT, PATH_BUF };
 
 /* NaN propagates through every branch below: comparisons with NaN are false, so the NaN input
  * is returned (RELU, CLAMP, SIGN) or the libm function returns NaN. GELU uses erfc, which keeps
- * its relative accuracy for negative x where 1 + erf(x) cancels. */
+ * its relative accuracy for negative x where 1 + erf(x) cancels; tanh-GELU is written as
+ * x sigmoid(2u), the same function as 0.5 x (1 + tanh(u)) without 1 + tanh(u) cancelling to 0
+ * below x = -5.7. */
 #define VL_UN_SWITCH(TO, TI)                                                                \
   switch (op) {                                                                             \
     case VL_UN_NEG: VL_UN_LOOP(TO, TI, -x); break;                                          \
@@ -49,7 +54,7 @@ enum { PATH_F32, PATH_F64, PATH_INT, PATH_BUF };
     case VL_UN_SIGMOID: VL_UN_LOOP(TO, TI, 1.0 / (1.0 + exp(-x))); break;                   \
     case VL_UN_GELU: VL_UN_LOOP(TO, TI, 0.5 * x * erfc(-x * VL_SQRT1_2)); break;          \
     case VL_UN_GELU_TANH:                                                                   \
-      VL_UN_LOOP(TO, TI, 0.5 * x * (1.0 + tanh(VL_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))); \
+      VL_UN_LOOP(TO, TI, x / (1.0 + exp(-2.0 * VL_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))); \
       break;                                                                                \
     case VL_UN_RECIPROCAL: VL_UN_LOOP(TO, TI, 1.0 / x); break;                              \
     case VL_UN_SIN: VL_UN_LOOP(TO, TI, sin(x)); break;                                      \
@@ -94,41 +99,13 @@ static bool un_is_int_op(vl_unary_op op) {
   return op <= VL_UN_ROUND || op == VL_UN_LOGICAL_NOT;
 }
 
-/* Contiguous f32 ops whose float result equals the double-then-round one: IEEE -, *, sqrt are
- * correctly rounded and double carries more than 2*24 + 2 bits, so rounding through double gives
- * the same float. Plain float loops vectorise; returns false for any other op. */
+/* Contiguous f32 sqrt: IEEE sqrt is correctly rounded and double carries more than 2 * 24 + 2
+ * bits, so float sqrt equals the double-then-round result. The other contiguous f32 ops the
+ * vector code takes (vl_vm_unary_f32). */
 static bool un_f32_contig(vl_unary_op op, float *o, const float *x, int64_t n) {
-  switch (op) {
-    case VL_UN_NEG: for (int64_t i = 0; i < n; i++) o[i] = -x[i]; return true;
-    case VL_UN_ABS: for (int64_t i = 0; i < n; i++) o[i] = fabsf(x[i]); return true;
-    case VL_UN_SQUARE: for (int64_t i = 0; i < n; i++) o[i] = x[i] * x[i]; return true;
-    case VL_UN_SQRT: for (int64_t i = 0; i < n; i++) o[i] = sqrtf(x[i]); return true;
-    case VL_UN_RELU:
-      for (int64_t i = 0; i < n; i++) o[i] = x[i] > 0.0f || x[i] != x[i] ? x[i] : 0.0f;
-      return true;
-    default: return false;
-  }
-}
-
-/* Contiguous f32 transcendentals in float (glibc's expf, tanhf and erfcf are within 1-2 ulp,
- * as CUDA's are), about twice as fast as the double path: they dominate a CPU BERT's
- * elementwise time (GELU, tanh, the softmax's exp). The result is then within a few ulp of the
- * correctly rounded one, not always equal to it. */
-static bool un_f32_math(vl_unary_op op, float *o, const float *x, int64_t n) {
-  const float r2 = 0.70710678118654752440f, k = 0.79788456080286535588f;
-  switch (op) {
-    case VL_UN_EXP: for (int64_t i = 0; i < n; i++) o[i] = expf(x[i]); return true;
-    case VL_UN_TANH: for (int64_t i = 0; i < n; i++) o[i] = tanhf(x[i]); return true;
-    case VL_UN_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = 1.0f / (1.0f + expf(-x[i])); return true;
-    case VL_UN_GELU: for (int64_t i = 0; i < n; i++) o[i] = 0.5f * x[i] * erfcf(-x[i] * r2); return true;
-    case VL_UN_GELU_TANH:
-      for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        o[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
-      }
-      return true;
-    default: return false;
-  }
+  if (op != VL_UN_SQRT) return false;
+  for (int64_t i = 0; i < n; i++) o[i] = sqrtf(x[i]);
+  return true;
 }
 
 typedef struct {
@@ -142,8 +119,8 @@ typedef struct {
 static void un_loop(void *vc, char *const *ptr, const int64_t *bs, int64_t n) {
   const un_ctx *c = vc;
   if (c->path == PATH_F32) {
-    if (bs[0] == 4 && bs[1] == 4 && (un_f32_contig(c->op, (float *)ptr[0], (const float *)ptr[1], n) ||
-                                     un_f32_math(c->op, (float *)ptr[0], (const float *)ptr[1], n)))
+    if (bs[0] == 4 && bs[1] == 4 && (vl_vm_unary_f32(c->op, (float *)ptr[0], (const float *)ptr[1], n) ||
+                                     un_f32_contig(c->op, (float *)ptr[0], (const float *)ptr[1], n)))
       return;
     un_f32(c->op, ptr[0], bs[0] / 4, ptr[1], bs[1] / 4, n, c->p0, c->p1);
     return;
@@ -235,8 +212,11 @@ static inline double gelu_grad(double x) {
   return 0.5 * erfc(-x * VL_SQRT1_2) + x * exp(-0.5 * x * x) * 0.39894228040143267794;
 }
 static inline double gelu_tanh_grad(double x) {
-  double t = tanh(VL_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x));
-  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * VL_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
+  /* s = sigmoid(2u) = (1 + tanh(u)) / 2 and 1 - s, each without cancellation: the derivative
+   * s + 2 x s (1 - s) du/dx. */
+  double w = 2.0 * VL_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x);
+  double s = 1.0 / (1.0 + exp(-w)), s1 = 1.0 / (1.0 + exp(w));
+  return s + x * s * s1 * 2.0 * VL_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
 #define VL_BIN_ARGS                                                                  \
@@ -293,30 +273,6 @@ static void bin_i64(vl_binary_op op, int64_t *o, const int64_t *pa, int64_t sa, 
   }
 }
 
-/* Contiguous f32 +, -, *, / (the exactness argument of un_f32_contig): b is a tensor, or the
- * scalar `s` when it is exactly a float (then x op s in float is the correctly rounded result). */
-#define VL_F32C(E) for (int64_t i = 0; i < n; i++) { float x = a[i], y = b[i]; o[i] = (E); }
-#define VL_F32S(E) for (int64_t i = 0; i < n; i++) { float x = a[i], y = s; o[i] = (E); }
-static bool bin_f32_contig(vl_binary_op op, float *o, const float *a, const float *b, float s,
-                           bool scalar, bool rev, int64_t n) {
-  if (!scalar) {
-    switch (op) {
-      case VL_BIN_ADD: VL_F32C(x + y); return true;
-      case VL_BIN_SUB: VL_F32C(x - y); return true;
-      case VL_BIN_MUL: VL_F32C(x * y); return true;
-      case VL_BIN_DIV: VL_F32C(x / y); return true;
-      default: return false;
-    }
-  }
-  switch (op) {
-    case VL_BIN_ADD: VL_F32S(x + y); return true;
-    case VL_BIN_SUB: if (rev) { VL_F32S(y - x); } else { VL_F32S(x - y); } return true;
-    case VL_BIN_MUL: VL_F32S(x * y); return true;
-    case VL_BIN_DIV: if (rev) { VL_F32S(y / x); } else { VL_F32S(x / y); } return true;
-    default: return false;
-  }
-}
-
 typedef void (*bin_fn)(VL_BIN_ARGS);
 
 typedef struct {
@@ -327,17 +283,28 @@ typedef struct {
   double alpha;
   int64_t ialpha;
   bool scalar, rev;      /* binary_scalar: operand b is `s` (stride 0) */
-  bool f32_exact;        /* PATH_F32 may use bin_f32_contig (alpha == 1, s exactly a float) */
   double s;
   int64_t is;
 } bin_ctx;
 
+/* f32 results, contiguous output: the vector code, with b contiguous, broadcast (stride 0) or
+ * the scalar, or a broadcast and b contiguous (as b op a). Predicates (bool out) are not its. */
+static bool bin_f32_vec(const bin_ctx *c, char *const *ptr, const int64_t *bs, int64_t n) {
+  if (c->path != PATH_F32 || c->dto != VL_F32 || bs[0] != 4) return false;
+  float *o = (float *)ptr[0];
+  if (c->scalar)
+    return bs[1] == 4 && vl_vm_binary_f32(c->op, o, (const float *)ptr[1], NULL, 0, c->s, c->alpha, c->rev, n);
+  const float *a = (const float *)ptr[1], *b = (const float *)ptr[2];
+  if (bs[1] == 4 && (bs[2] == 4 || bs[2] == 0))
+    return vl_vm_binary_f32(c->op, o, a, b, bs[2] / 4, bs[2] ? 0.0 : (double)*b, c->alpha, false, n);
+  if (bs[1] == 0 && bs[2] == 4)
+    return vl_vm_binary_f32(c->op, o, b, a, 0, (double)*a, c->alpha, true, n);
+  return false;
+}
+
 static void bin_loop(void *vc, char *const *ptr, const int64_t *bs, int64_t n) {
   const bin_ctx *c = vc;
-  if (c->path == PATH_F32 && c->f32_exact && bs[0] == 4 && bs[1] == 4 && (c->scalar || bs[2] == 4) &&
-      bin_f32_contig(c->op, (float *)ptr[0], (const float *)ptr[1],
-                     c->scalar ? NULL : (const float *)ptr[2], (float)c->s, c->scalar, c->rev, n))
-    return;
+  if (bin_f32_vec(c, ptr, bs, n)) return;
   if (c->path == PATH_F32 || c->path == PATH_F64) {
     int64_t eo = (int64_t)vl_dtype_size(c->dto), ei = c->path == PATH_F32 ? 4 : 8;
     const char *pb = c->scalar ? (const char *)&c->s : ptr[2];
@@ -386,7 +353,6 @@ static void bin_choose(bin_ctx *c) {
   bool same_in = c->scalar || c->dta == c->dtb;
   if (same_in && c->dta == VL_F32 && c->dto == (pred ? VL_BOOL : VL_F32)) {
     c->path = PATH_F32;
-    c->f32_exact = c->alpha == 1.0 && (!c->scalar || (double)(float)c->s == c->s);
     c->typed = pred ? (c->scalar ? pred_f32_s : pred_f32) : (c->scalar ? bin_f32_s : bin_f32);
   } else if (same_in && c->dta == VL_F64 && c->dto == (pred ? VL_BOOL : VL_F64)) {
     c->path = PATH_F64;

@@ -6,11 +6,14 @@
  * rounded back once. An operand whose row stride BLAS would reject (ld below the row length,
  * which only a front end bug or a single-row matrix can produce) is packed densely as well, so
  * OpenBLAS never reaches its error handler, which would print. */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #include <cblas.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_vmath.h"
 
 /* Copies a rows x cols matrix (row stride ld, any float dtype) into a dense f32 or f64 one. */
 static void pack(const char *src, vl_dtype dt, int64_t rows, int64_t cols, int64_t ld, void *dst,
@@ -46,6 +49,15 @@ static void unpack(const void *src, vl_dtype src_dt, int64_t rows, int64_t cols,
 static void prefill_c(char *c, vl_dtype dt, int64_t rows, int64_t cols, int64_t ld, double beta,
                       const char *bias, vl_dtype bdt) {
   int64_t es = (int64_t)vl_dtype_size(dt), eb = (int64_t)vl_dtype_size(bdt);
+  if (beta == 0.0 && dt == bdt && (dt == VL_F32 || dt == VL_F64)) {
+    /* The bias rows themselves (the double round trip below is the identity): the prefill of
+     * every f32 Linear, 7% of a CPU BERT step when it went through doubles. */
+    for (int64_t r = 0; r < rows; r++) {
+      if (bias) memcpy(c + r * ld * es, bias, (size_t)(cols * es));
+      else memset(c + r * ld * es, 0, (size_t)(cols * es));
+    }
+    return;
+  }
   double buf[VL_CPU_BLOCK], bb[VL_CPU_BLOCK];
   for (int64_t r = 0; r < rows; r++) {
     for (int64_t c0 = 0; c0 < cols; c0 += VL_CPU_BLOCK) {
@@ -103,6 +115,58 @@ static const void *operand_at(operand *op, int64_t b, vl_dtype dt, vl_dtype ct, 
   *ld = op->cols > 1 ? op->cols : 1;
   return op->pk;
 }
+
+/* OpenBLAS's kernel set. A DYNAMIC_ARCH build (Debian's, linked statically into the binary that
+ * goes to the GPU machines) picks its kernels by CPU model number, and a model newer than the
+ * library falls back to Prescott's SSE3 kernels: OpenBLAS 0.3.21 on a Xeon of model 207
+ * (Emerald Rapids) ran sgemm at a third of its Haswell speed and a fifth of SkylakeX's, half of a
+ * CPU BERT step. So, at load time, when the user did not name a core (OPENBLAS_CORETYPE) and the
+ * library chose one below what the CPU's features allow, the best core for those features is
+ * forced through OpenBLAS's own switch (the environment variable read by its dynamic init; it is
+ * set only around that call). Builds without the dynamic-arch entry points (weak, NULL then) are
+ * left alone. OPENBLAS_VERBOSE=2 prints the kernels chosen, and cpu_vmath.h's instance. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+/* 2: AVX-512 kernels, 1: AVX2 + FMA kernels, 0: anything older or unknown. */
+static int blas_core_tier(const char *name) {
+  static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+  static const char *const avx2[] = {"Haswell", "Zen", "Excavator"};
+  for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++)
+    if (strcmp(name, avx512[i]) == 0) return 2;
+  for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++)
+    if (strcmp(name, avx2[i]) == 0) return 1;
+  return 0;
+}
+
+__attribute__((constructor)) static void blas_pick_core(void) {
+  if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || getenv("OPENBLAS_CORETYPE")) return;
+  __builtin_cpu_init();
+  int want = 0;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    want = 2;
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    want = 1;
+  gotoblas_dynamic_init(); /* the library's own choice (a no-op when its constructor ran first) */
+  const char *have = openblas_get_corename();
+  char was[32];
+  snprintf(was, sizeof was, "%s", have ? have : "?");
+  if (want > 0 && have && blas_core_tier(have) < want &&
+      setenv("OPENBLAS_CORETYPE", want == 2 ? "SkylakeX" : "Haswell", 0) == 0) {
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");
+  }
+  /* In a static binary this runs before OpenBLAS reads OPENBLAS_VERBOSE, so its own "Core:" line
+   * never comes: the choice is told here under the same variable. */
+  const char *verbose = getenv("OPENBLAS_VERBOSE");
+  if (verbose && atoi(verbose) >= 2)
+    fprintf(stderr, "v100lua: OpenBLAS kernels %s (the library's own choice: %s), vector math %s\n",
+            openblas_get_corename(), was, vl_vm_isa());
+}
+#endif
 
 /* OpenBLAS's thread count, set only when it changes. Its pthread build keeps its threads
  * spinning on sched_yield for a while after each call: between GEMMs they took the cores from

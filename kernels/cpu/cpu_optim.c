@@ -111,12 +111,12 @@ static void st_param_double(const vl_optim_args *a, int i, int64_t o, const doub
 /* One set of per-tensor routines per compute type T. `scale` is inv_scale (1 when absent). */
 #define DEF_OPTIM(T)                                                                              \
   /* SGD and LARS: d = local * (g * scale + wd * p), then the momentum rule. */                   \
-  static void sgd_like_##T(const vl_optim_args *a, int i, T scale, T local, T wd) {               \
+  static void sgd_like_##T(const vl_optim_args *a, int i, T scale, T local, T wd, int64_t o0, int64_t o1) { \
     T p[OB], d[OB], m[OB];                                                                        \
     const bool has_m = a->state1 && a->state1[i] && a->momentum != 0.0;                           \
     const T lr = (T)a->lr, mom = (T)a->momentum, omd = (T)(1.0 - a->dampening);                   \
-    for (int64_t o = 0; o < a->numel[i]; o += OB) {                                               \
-      int64_t n = a->numel[i] - o < OB ? a->numel[i] - o : OB;                                    \
+    for (int64_t o = o0; o < o1; o += OB) {                                                       \
+      int64_t n = o1 - o < OB ? o1 - o : OB;                                                      \
       ld_##T(p, at(a->params, i, a->param_dtype, o), a->param_dtype, n);                          \
       ld_##T(d, at(a->grads, i, a->grad_dtype, o), a->grad_dtype, n);                             \
       if (has_m && !a->first_step) ld_##T(m, at(a->state1, i, a->state_dtype, o), a->state_dtype, n); \
@@ -134,14 +134,14 @@ static void st_param_double(const vl_optim_args *a, int i, int64_t o, const doub
       st_param_##T(a, i, o, p, n);                                                                \
     }                                                                                             \
   }                                                                                               \
-  static void adamw_##T(const vl_optim_args *a, int i, T scale) {                                 \
+  static void adamw_##T(const vl_optim_args *a, int i, T scale, int64_t o0, int64_t o1) {         \
     T p[OB], g[OB], m[OB], v[OB];                                                                 \
     const T decay = (T)(1.0 - a->lr * a->weight_decay), b1 = (T)a->beta1, b2 = (T)a->beta2;      \
     const T omb1 = (T)(1.0 - a->beta1), omb2 = (T)(1.0 - a->beta2), eps = (T)a->eps;              \
     const T step_size = (T)(a->lr / (1.0 - pow(a->beta1, (double)a->step)));                     \
     const T bc2s = (T)sqrt(1.0 - pow(a->beta2, (double)a->step));                                 \
-    for (int64_t o = 0; o < a->numel[i]; o += OB) {                                               \
-      int64_t n = a->numel[i] - o < OB ? a->numel[i] - o : OB;                                    \
+    for (int64_t o = o0; o < o1; o += OB) {                                                       \
+      int64_t n = o1 - o < OB ? o1 - o : OB;                                                      \
       ld_##T(p, at(a->params, i, a->param_dtype, o), a->param_dtype, n);                          \
       ld_##T(g, at(a->grads, i, a->grad_dtype, o), a->grad_dtype, n);                             \
       ld_##T(m, at(a->state1, i, a->state_dtype, o), a->state_dtype, n);                          \
@@ -220,22 +220,46 @@ static void st_param_double(const vl_optim_args *a, int i, int64_t o, const doub
     const T wd = (T)a->weight_decay;                                                              \
     T pn = (T)sqrt(pn2), gn = (T)sqrt(gn2);                                                       \
     T local = pn > 0 && gn > 0 ? (T)a->trust_coef * pn / (gn + wd * pn + (T)a->eps) : (T)1;       \
-    sgd_like_##T(a, i, scale, local, wd);                                                         \
+    sgd_like_##T(a, i, scale, local, wd, 0, a->numel[i]);                                         \
   }                                                                                               \
-  static void step_##T(const vl_optim_args *a, T scale) {                                         \
-    for (int i = 0; i < a->n; i++) {                                                              \
-      switch (a->kind) {                                                                          \
-        case VL_OPTIM_SGD: sgd_like_##T(a, i, scale, (T)1, (T)a->weight_decay); break;            \
-        case VL_OPTIM_ADAMW: adamw_##T(a, i, scale); break;                                       \
-        case VL_OPTIM_LAMB: lamb_##T(a, i, scale); break;                                         \
-        case VL_OPTIM_LARS: lars_##T(a, i, scale); break;                                         \
-        case VL_NOPTIM_KINDS: break; /* rejected by cpu_optim_step */                             \
-      }                                                                                           \
+  /* Elements [o0, o1) of tensor i (LAMB and LARS: the whole tensor, for its norms). */           \
+  static void step_##T(const vl_optim_args *a, int i, T scale, int64_t o0, int64_t o1) {          \
+    switch (a->kind) {                                                                            \
+      case VL_OPTIM_SGD: sgd_like_##T(a, i, scale, (T)1, (T)a->weight_decay, o0, o1); break;      \
+      case VL_OPTIM_ADAMW: adamw_##T(a, i, scale, o0, o1); break;                                 \
+      case VL_OPTIM_LAMB: lamb_##T(a, i, scale); break;                                           \
+      case VL_OPTIM_LARS: lars_##T(a, i, scale); break;                                           \
+      case VL_NOPTIM_KINDS: break; /* rejected by cpu_optim_step */                               \
     }                                                                                             \
   }
 
 DEF_OPTIM(float)
 DEF_OPTIM(double)
+
+/* The step over the CPU threads: task t is a chunk of one tensor; each element is updated by
+ * exactly the arithmetic of the serial loop, so the thread count changes no result. */
+#define OPTIM_CHUNK 16384
+typedef struct {
+  const vl_optim_args *a;
+  double scale;
+  int64_t *first; /* first task of tensor i; first[n] tasks in all */
+  int64_t chunk;
+  bool whole;
+} optim_job;
+
+static void optim_range(void *vj, int64_t lo, int64_t hi) {
+  const optim_job *j = vj;
+  const vl_optim_args *a = j->a;
+  int i = 0;
+  while (j->first[i + 1] <= lo) i++;
+  for (int64_t t = lo; t < hi; t++) {
+    while (j->first[i + 1] <= t) i++;
+    int64_t o0 = j->whole ? 0 : (t - j->first[i]) * j->chunk;
+    int64_t o1 = j->whole || o0 + j->chunk > a->numel[i] ? a->numel[i] : o0 + j->chunk;
+    if (a->param_dtype == VL_F64) step_double(a, i, j->scale, o0, o1);
+    else step_float(a, i, (float)j->scale, o0, o1);
+  }
+}
 
 static vl_status cpu_optim_step(const vl_optim_args *a) {
   if (a->kind < VL_OPTIM_SGD || a->kind > VL_OPTIM_LARS)
@@ -246,8 +270,27 @@ static vl_status cpu_optim_step(const vl_optim_args *a) {
     b.lr = a->dyn[0];
     b.step = (int64_t)a->dyn[1];
   }
-  if (b.param_dtype == VL_F64) step_double(&b, b.inv_scale ? (double)*b.inv_scale : 1.0);
-  else step_float(&b, b.inv_scale ? *b.inv_scale : 1.0f);
+  optim_job j = {.a = &b, .chunk = OPTIM_CHUNK};
+  j.scale = b.inv_scale ? (double)*b.inv_scale : 1.0;
+  /* SGD and AdamW are elementwise: chunks of a tensor are tasks of their own. LAMB and LARS take
+   * norms over each tensor (summed in order): a tensor per task. */
+  bool whole = b.kind == VL_OPTIM_LAMB || b.kind == VL_OPTIM_LARS;
+  j.first = malloc((size_t)(b.n + 1) * sizeof *j.first);
+  if (!j.first) { /* no task table: the tensors one after another on this thread */
+    for (int i = 0; i < b.n; i++) {
+      if (b.param_dtype == VL_F64) step_double(&b, i, j.scale, 0, b.numel[i]);
+      else step_float(&b, i, (float)j.scale, 0, b.numel[i]);
+    }
+    return VL_OK;
+  }
+  j.first[0] = 0;
+  for (int i = 0; i < b.n; i++) {
+    int64_t tasks = whole || b.numel[i] <= j.chunk ? 1 : (b.numel[i] + j.chunk - 1) / j.chunk;
+    j.first[i + 1] = j.first[i] + tasks;
+  }
+  j.whole = whole;
+  vl_cpu_parallel_for(j.first[b.n], 1, optim_range, &j);
+  free(j.first);
   return VL_OK;
 }
 

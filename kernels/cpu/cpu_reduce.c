@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_vmath.h"
 
 #define B VL_CPU_BLOCK
 
@@ -172,6 +173,55 @@ static void reduce_par(red_job *j, int64_t outer) {
   vl_cpu_parallel_for(outer, per >= 16384 ? 1 : 16384 / (per > 0 ? per : 1), red_range, j);
 }
 
+/* f32 sums over a middle dim (inner > 1): a bias gradient, the backward of a broadcast. The len
+ * rows are cut into fixed chunks of LANES_ROWS (never by thread count), each chunk's lanes summed
+ * in double in row order by the vector code, the chunks' partial sums then added in chunk order:
+ * the same result for any thread count, and parallel even with one outer index (a [4096, 128]
+ * bias gradient was one thread's sequential walk). Up to LANES_ROWS rows this is the plain row
+ * order of reduce_f64. */
+#define LANES_ROWS 256
+typedef struct {
+  const float *in;
+  int64_t len, inner, nch, nlb;
+  double *part; /* [outer][nch][inner] */
+} lanes_job;
+
+static void lanes_range(void *vj, int64_t lo, int64_t hi) {
+  const lanes_job *j = vj;
+  int64_t per = j->nch * j->nlb;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t o = t / per, c = (t % per) / j->nlb, j0 = (t % j->nlb) * B;
+    int64_t l0 = c * LANES_ROWS, rows = j->len - l0 < LANES_ROWS ? j->len - l0 : LANES_ROWS;
+    int64_t w = j->inner - j0 < B ? j->inner - j0 : B;
+    double *p = j->part + (o * j->nch + c) * j->inner + j0;
+    for (int64_t k = 0; k < w; k++) p[k] = 0.0;
+    vl_vm_sum_lanes_f32(j->in + (o * j->len + l0) * j->inner + j0, j->inner, rows, w, p);
+  }
+}
+
+static vl_status sum_lanes_f32(const vl_reduce_args *a, double *acc) {
+  lanes_job j = {.in = a->in, .len = a->len, .inner = a->inner, .nch = (a->len + LANES_ROWS - 1) / LANES_ROWS,
+                 .nlb = (a->inner + B - 1) / B};
+  if (j.nch < 1) j.nch = 1;
+  j.part = malloc((size_t)(a->outer * j.nch * a->inner) * sizeof *j.part);
+  if (!j.part) return vl_fail(VL_EOOM, "sum (cpu): cannot allocate %lld partial sums", (long long)(a->outer * j.nch * a->inner));
+  if (a->len == 0) {
+    for (int64_t i = 0; i < a->outer * a->inner; i++) j.part[i] = 0.0;
+  } else {
+    int64_t tasks = a->outer * j.nch * j.nlb, task_elems = LANES_ROWS * (a->inner < B ? a->inner : B);
+    vl_cpu_parallel_for(tasks, task_elems >= 16384 ? 1 : 16384 / task_elems, lanes_range, &j);
+  }
+  for (int64_t o = 0; o < a->outer; o++)
+    for (int64_t k = 0; k < a->inner; k++) {
+      const double *p = j.part + o * j.nch * a->inner + k;
+      double s = p[0];
+      for (int64_t c = 1; c < j.nch; c++) s += p[c * a->inner];
+      acc[o * a->inner + k] = s;
+    }
+  free(j.part);
+  return VL_OK;
+}
+
 static const char *red_name(vl_reduce_op op) {
   static const char *const names[] = {"sum", "prod", "mean", "max", "min", "var", "norm"};
   VL_TABLE_SIZE(names, VL_NREDUCE);
@@ -221,9 +271,18 @@ vl_status vl_cpu_reduce(const vl_reduce_args *a) {
     for (int64_t i = 0; i < nout; i++) mean[i] /= len;
     pl.tf = TF_DEV2;
   }
-  red_job j = {.pl = &pl, .in = a->in, .dt = a->in_dtype, .len = a->len, .inner = a->inner, .mean = mean, .acc = acc,
-               .idx = want_idx ? a->indices : NULL};
-  reduce_par(&j, a->outer);
+  if (a->in_dtype == VL_F32 && a->inner > 1 && pl.tf == TF_ID && pl.cb == CB_SUM) {
+    vl_status st = sum_lanes_f32(a, acc);
+    if (st != VL_OK) {
+      free(acc);
+      free(mean);
+      return st;
+    }
+  } else {
+    red_job j = {.pl = &pl, .in = a->in, .dt = a->in_dtype, .len = a->len, .inner = a->inner, .mean = mean,
+                 .acc = acc, .idx = want_idx ? a->indices : NULL};
+    reduce_par(&j, a->outer);
+  }
   if (a->op == VL_RED_MEAN) {
     for (int64_t i = 0; i < nout; i++) acc[i] /= len;
   } else if (a->op == VL_RED_VAR) {
@@ -284,44 +343,16 @@ typedef struct {
   int64_t nblk; /* blocks of B lanes per outer index */
 } softmax_job;
 
-/* A contiguous f32 row: float exp (expf, within 2 ulp) computed once per element, the sum in
- * double, the max exact; a NaN anywhere makes the row NaN, as in the double path. Softmax was a
- * third of a CPU BERT step in double, with each exp computed twice. */
-static void softmax_row_f32(const float *x, float *y, int64_t len, bool log_out) {
-  float m = -INFINITY;
-  bool nan = false;
-  for (int64_t i = 0; i < len; i++) {
-    m = x[i] > m ? x[i] : m;
-    nan |= x[i] != x[i];
-  }
-  if (nan) {
-    for (int64_t i = 0; i < len; i++) y[i] = NAN;
-    return;
-  }
-  double s = 0;
-  if (log_out) {
-    for (int64_t i = 0; i < len; i++) s += expf(x[i] - m);
-    float ls = (float)log(s);
-    for (int64_t i = 0; i < len; i++) y[i] = (x[i] - m) - ls;
-  } else {
-    for (int64_t i = 0; i < len; i++) {
-      float e = expf(x[i] - m);
-      y[i] = e;
-      s += e;
-    }
-    float inv = (float)(1.0 / s);
-    for (int64_t i = 0; i < len; i++) y[i] *= inv;
-  }
-}
-
 static void softmax_range(void *vj, int64_t lo, int64_t hi) {
   const softmax_job *j = vj;
   const vl_softmax_args *a = j->a;
   int64_t es = (int64_t)vl_dtype_size(a->dtype);
   double mx[B], sum[B];
   if (a->dtype == VL_F32 && a->inner == 1) {
+    /* A contiguous f32 row: the vector code (cpu_vmath.h), one exp per element, the sum in
+     * double. Softmax was a third of a CPU BERT step in double, with each exp computed twice. */
     for (int64_t o = lo; o < hi; o++)
-      softmax_row_f32((const float *)a->in + o * a->len, (float *)a->out + o * a->len, a->len, a->log);
+      vl_vm_softmax_row_f32((const float *)a->in + o * a->len, (float *)a->out + o * a->len, a->len, a->log);
     return;
   }
   for (int64_t t = lo; t < hi; t++) {

@@ -436,6 +436,95 @@ static void test_unary(void) {
   CHECK(g == 1, "clamp lo > hi");
 }
 
+/* The f32 vector paths (kernels/cpu/cpu_vmath.h) against the scalar double path: the same op
+ * with every operand read through a stride of 2 takes the scalar path. Exact ops must agree
+ * bitwise for contiguous operands, broadcast (stride-0) ones on either side and scalars (a float
+ * or not, both orders, alpha 1 or not); transcendental ops and the activation gradients within a
+ * few ulp. */
+enum { VN = 37 };
+static void f32_run(vl_binary_op op, bool unary, float *out, const float *a, int64_t sa, const float *b,
+                    int64_t sb, double alpha) {
+  vl_iter it;
+  int64_t n = VN;
+  iter_init(&it, 1, &n, unary ? 2 : 3);
+  iter_op(&it, 0, out, VL_F32, NULL);
+  iter_op(&it, 1, (void *)a, VL_F32, &sa);
+  if (unary) K->unary((vl_unary_op)op, &it, -1, 2);
+  else {
+    iter_op(&it, 2, (void *)b, VL_F32, &sb);
+    K->binary(op, &it, alpha);
+  }
+}
+
+/* Relative, down to the subnormals (where float's spacing is 2^-149). */
+static bool rel_close(double a, double b, double rtol) {
+  return vl_test_same(a, b) || fabs(a - b) <= rtol * fabs(b) + 0x1p-148;
+}
+
+static void test_f32_vector_paths(void) {
+  float a[2 * VN], b[2 * VN], vec[VN], ref[VN];
+  for (int i = 0; i < 2 * VN; i++) {
+    a[i] = (float)(vl_test_nrand() * 3.0);
+    b[i] = (float)(vl_test_nrand() * 3.0);
+  }
+  a[6] = NAN, b[10] = INFINITY, a[14] = -0.0f;
+  a[20] = -8.5f, a[21] = -12.25f, a[22] = 30.0f, a[23] = -30.0f; /* GELUs' tails: tiny, not 0 */
+  float a2[2 * VN], b2[2 * VN]; /* the same values at stride 2 */
+  for (int i = 0; i < VN; i++) a2[2 * i] = a[i], b2[2 * i] = b[i];
+  const vl_binary_op exact[] = {VL_BIN_ADD, VL_BIN_SUB, VL_BIN_MUL, VL_BIN_DIV, VL_BIN_MAXIMUM, VL_BIN_MINIMUM,
+                                VL_BIN_RELU_BACKWARD, VL_BIN_TANH_BACKWARD, VL_BIN_SIGMOID_BACKWARD};
+  for (size_t k = 0; k < sizeof exact / sizeof *exact; k++) {
+    vl_binary_op op = exact[k];
+    for (int al = 0; al < 2; al++) {
+      double alpha = al ? 0.3 : 1.0;
+      if (al && op != VL_BIN_ADD && op != VL_BIN_SUB) continue;
+      /* contiguous, then b broadcast, then a broadcast */
+      const int64_t sas[3] = {1, 1, 0}, sbs[3] = {1, 0, 1};
+      for (int m = 0; m < 3; m++) {
+        f32_run(op, false, vec, a, sas[m], b, sbs[m], alpha);
+        f32_run(op, false, ref, a2, 2 * sas[m], b2, 2 * sbs[m], alpha);
+        CHECK(memcmp(vec, ref, sizeof vec) == 0, "f32 binary op %d alpha %g layout %d: vector != scalar path",
+              (int)op, alpha, m);
+      }
+    }
+  }
+  /* scalars: exactly a float or not, both orders */
+  const double ss[] = {0.25, 1.0 / 3.0, -7.0, 1e39};
+  const vl_binary_op sops[] = {VL_BIN_ADD, VL_BIN_SUB, VL_BIN_MUL, VL_BIN_DIV, VL_BIN_MAXIMUM};
+  for (size_t k = 0; k < sizeof sops / sizeof *sops; k++)
+    for (size_t si = 0; si < sizeof ss / sizeof *ss; si++)
+      for (int rev = 0; rev < 2; rev++) {
+        vl_iter it;
+        int64_t n = VN, s1 = 1, s2 = 2;
+        iter_init(&it, 1, &n, 2);
+        iter_op(&it, 0, vec, VL_F32, NULL);
+        iter_op(&it, 1, a, VL_F32, &s1);
+        K->binary_scalar(sops[k], &it, ss[si], rev);
+        iter_op(&it, 0, ref, VL_F32, NULL);
+        iter_op(&it, 1, a2, VL_F32, &s2);
+        K->binary_scalar(sops[k], &it, ss[si], rev);
+        CHECK(memcmp(vec, ref, sizeof vec) == 0, "f32 scalar op %d s=%g rev %d: vector != scalar path",
+              (int)sops[k], ss[si], rev);
+      }
+  /* transcendental and GELU ops: within a few ulp of the double path */
+  const int approx_un[] = {VL_UN_EXP, VL_UN_LOG, VL_UN_TANH, VL_UN_SIGMOID, VL_UN_GELU, VL_UN_GELU_TANH};
+  for (size_t k = 0; k < sizeof approx_un / sizeof *approx_un; k++) {
+    f32_run((vl_binary_op)approx_un[k], true, vec, a, 1, NULL, 0, 1);
+    f32_run((vl_binary_op)approx_un[k], true, ref, a2, 2, NULL, 0, 1);
+    bool ok = true;
+    for (int i = 0; i < VN; i++) ok &= rel_close(vec[i], ref[i], 5e-7);
+    CHECK(ok, "f32 unary op %d: vector path beyond 5e-7 of the double path", approx_un[k]);
+  }
+  const vl_binary_op approx_bin[] = {VL_BIN_GELU_BACKWARD, VL_BIN_GELU_TANH_BACKWARD};
+  for (size_t k = 0; k < 2; k++) {
+    f32_run(approx_bin[k], false, vec, b, 1, a, 1, 1);
+    f32_run(approx_bin[k], false, ref, b2, 2, a2, 2, 1);
+    bool ok = true;
+    for (int i = 0; i < VN; i++) ok &= rel_close(vec[i], ref[i], 1e-6) || fabs(vec[i] - ref[i]) < 1e-6;
+    CHECK(ok, "f32 %s: vector path beyond 1e-6 of the double path", k ? "gelu_tanh_backward" : "gelu_backward");
+  }
+}
+
 static void test_where_masked_fill(void) {
   /* out [2,3] = cond [2,1] (broadcast) ? a [2,3] : b [3] (broadcast) */
   uint8_t cond[2] = {1, 0}, mask[6] = {0, 1, 0, 1, 1, 0};
@@ -479,6 +568,7 @@ int main(void) {
   test_binary_special();
   test_binary_scalar();
   test_unary();
+  test_f32_vector_paths();
   test_where_masked_fill();
   test_arange();
   return vl_test_finish();

@@ -1,0 +1,378 @@
+/* tests/c/test_cpu_vmath.c: the vectorised f32 math of kernels/cpu/cpu_vmath.h against the
+ * double-precision formulas (libm), for every instruction-set instance this CPU can run.
+ *
+ * Accuracy is measured in float ulps of the exact (double) result over: special values (+-0,
+ * +-inf, NaN, the smallest subnormal, FLT_MAX, the approximations' breakpoints), every 4099th
+ * float bit pattern (both signs, all magnitudes: about a million inputs per function) and a fine
+ * linear sweep of [-20, 20]. The GELU gradients cross zero, so their error is measured in ulps
+ * of the larger of their two terms. The ops the scalar path computes exactly (+ - * /, max/min,
+ * the tanh/sigmoid/relu backward formulas) must match it bitwise, and every element's result must
+ * not depend on where a run starts or ends (the thread-count invariance of the CPU kernels).
+ * V100_VMATH_STEP=1 makes the bit-pattern sweep exhaustive (minutes). */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_vmath.h"
+#include "runtime/core/philox.h"
+#include "vl_test.h"
+
+#define SQRT1_2 0.70710678118654752440
+#define INV_SQRT_2PI 0.39894228040143267794
+#define K_TANH 0.79788456080286535588
+
+/* ---- references: the exact value, and the magnitude its error is measured against ---- */
+static double sigm(double w) { return w >= 0 ? 1.0 / (1.0 + exp(-w)) : exp(w) / (1.0 + exp(w)); }
+static double r_exp(double x, double *m) { return *m = exp(x); }
+static double r_log(double x, double *m) { return *m = log(x); }
+static double r_tanh(double x, double *m) { return *m = tanh(x); }
+static double r_sigmoid(double x, double *m) { return *m = sigm(x); }
+static double r_gelu(double x, double *m) { return *m = 0.5 * x * erfc(-x * SQRT1_2); }
+/* x sigmoid(2u) is 0.5 x (1 + tanh(u)) without its cancellation for negative x. */
+static double r_gelu_tanh(double x, double *m) {
+  return *m = x * sigm(2.0 * K_TANH * (x + 0.044715 * x * x * x));
+}
+static double r_gelu_grad(double x, double *m) {
+  double p = 0.5 * erfc(-x * SQRT1_2), q = isinf(x) ? NAN : x * exp(-0.5 * x * x) * INV_SQRT_2PI;
+  *m = fmax(fabs(p), fabs(q));
+  return p + q;
+}
+static double r_gelu_tanh_grad(double x, double *m) {
+  double w = 2.0 * K_TANH * (x + 0.044715 * x * x * x);
+  double s = sigm(w), s1 = sigm(-w);
+  double q = isinf(x) ? NAN : x * s * s1 * 2.0 * K_TANH * (1.0 + 3.0 * 0.044715 * x * x);
+  *m = fmax(fabs(s), fabs(q));
+  return s + q;
+}
+
+typedef struct {
+  const char *name;
+  int un;      /* vl_unary_op, or -1 for a binary backward op */
+  int bin;     /* vl_binary_op when un < 0 */
+  double (*ref)(double, double *);
+  double max_ulp;
+} fn_case;
+
+static const fn_case CASES[] = {
+    {"exp", VL_UN_EXP, 0, r_exp, 1.5},
+    {"log", VL_UN_LOG, 0, r_log, 2},
+    {"tanh", VL_UN_TANH, 0, r_tanh, 2},
+    {"sigmoid", VL_UN_SIGMOID, 0, r_sigmoid, 2.5},
+    {"gelu", VL_UN_GELU, 0, r_gelu, 3.5},
+    {"gelu_tanh", VL_UN_GELU_TANH, 0, r_gelu_tanh, 2.5},
+    {"gelu_backward", -1, VL_BIN_GELU_BACKWARD, r_gelu_grad, 4},
+    {"gelu_tanh_backward", -1, VL_BIN_GELU_TANH_BACKWARD, r_gelu_tanh_grad, 2.5},
+};
+#define NCASES (int)(sizeof CASES / sizeof *CASES)
+
+/* The spacing of floats at magnitude v (subnormal spacing below FLT_MIN). */
+static double ulp_at(double v) {
+  v = fabs(v);
+  if (v < FLT_MIN) return 0x1p-149;
+  if (v >= FLT_MAX) v = FLT_MAX;
+  int e;
+  frexp(v, &e);
+  return ldexp(1.0, e - 24);
+}
+
+static void run_case(const fn_case *c, float *o, const float *x, const float *ones, int64_t n) {
+  if (c->un >= 0) CHECK(vl_vm_unary_f32((vl_unary_op)c->un, o, x, n), "%s: not handled", c->name);
+  else CHECK(vl_vm_binary_f32((vl_binary_op)c->bin, o, ones, x, 1, 0, 1, false, n), "%s: not handled", c->name);
+}
+
+/* The worst error (ulps) over x[0..n); prints the worst input. Exact infinities and NaNs must
+ * match the reference's. */
+typedef struct {
+  double worst;
+  float at;
+  int64_t bad_special;
+} acc_stat;
+
+static void measure(const fn_case *c, const float *x, const float *o, int64_t n, acc_stat *st) {
+  for (int64_t i = 0; i < n; i++) {
+    double m, r = c->ref((double)x[i], &m);
+    float rf = (float)r, got = o[i];
+    if (isnan(r) || isinf(rf)) {
+      if (!(isnan(r) ? isnan(got) : got == rf)) {
+        if (st->bad_special++ < 5)
+          printf("  %s(%a): got %a, want %a\n", c->name, (double)x[i], (double)got, r);
+      }
+      continue;
+    }
+    if (isnan(got) || isinf(got)) {
+      if (st->bad_special++ < 5) printf("  %s(%a): got %a, want %a\n", c->name, (double)x[i], (double)got, r);
+      continue;
+    }
+    double e = fabs((double)got - r) / ulp_at(m);
+    if (e > st->worst) {
+      st->worst = e;
+      st->at = x[i];
+    }
+  }
+}
+
+enum { CHUNK = 1 << 16 };
+
+static void test_accuracy(void) {
+  static float x[CHUNK], o[CHUNK], ones[CHUNK];
+  for (int i = 0; i < CHUNK; i++) ones[i] = 1.0f;
+  const char *env = getenv("V100_VMATH_STEP");
+  uint64_t step = env ? strtoull(env, NULL, 10) : 4099;
+  if (step == 0) step = 1;
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 0x1p-149f, -0x1p-149f, FLT_MIN,
+                            -FLT_MIN, FLT_MAX, -FLT_MAX, 1.0f, -1.0f, 0.625f, -0.625f, 0.62499994f,
+                            88.72283f, 88.72284f, 89.0f, -87.33655f, -103.97208f, -104.0f, 16.0f, -16.0f,
+                            15.999999f, -14.5f, -9.0f, -13.0f, 1e4f, -1e4f, 1e13f, -1e13f, 0.75179f,
+                            -0.75179f, 0x1.fffffep-127f, 0.70710677f, 1.4142135f, 0.5f, 2.0f};
+  for (int ci = 0; ci < NCASES; ci++) {
+    const fn_case *c = &CASES[ci];
+    acc_stat st = {0, 0, 0};
+    int ns = (int)(sizeof specials / sizeof *specials);
+    memcpy(x, specials, sizeof specials);
+    run_case(c, o, x, ones, ns);
+    measure(c, x, o, ns, &st);
+    /* every step-th bit pattern */
+    int64_t k = 0;
+    for (uint64_t b = 0; b < (1ull << 32); b += step) {
+      uint32_t bits = (uint32_t)b;
+      memcpy(&x[k++], &bits, 4);
+      if (k == CHUNK || b + step >= (1ull << 32)) {
+        run_case(c, o, x, ones, k);
+        measure(c, x, o, k, &st);
+        k = 0;
+      }
+    }
+    /* [-20, 20] in steps of 2^-12 */
+    k = 0;
+    for (int64_t i = -20 * 4096; i <= 20 * 4096; i++) {
+      x[k++] = (float)i * 0x1p-12f;
+      if (k == CHUNK || i == 20 * 4096) {
+        run_case(c, o, x, ones, k);
+        measure(c, x, o, k, &st);
+        k = 0;
+      }
+    }
+    printf("  %-9s %-18s max %.2f ulp at %a\n", vl_vm_isa(), c->name, st.worst, (double)st.at);
+    CHECK(st.bad_special == 0, "%s %s: %lld wrong infinities/NaNs", vl_vm_isa(), c->name, (long long)st.bad_special);
+    CHECK(st.worst <= c->max_ulp, "%s %s: %.2f ulp at %a (limit %.0f)", vl_vm_isa(), c->name, st.worst,
+          (double)st.at, c->max_ulp);
+  }
+}
+
+/* An element's result must not depend on the run it is part of: runs of every length 1..40 at
+ * every offset give what the whole array gives. */
+static void test_runs(void) {
+  enum { N = 64 };
+  float x[N], ones[N], whole[N], part[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = (float)(vl_test_nrand() * 4.0);
+    ones[i] = 1.0f;
+  }
+  for (int ci = 0; ci < NCASES; ci++) {
+    const fn_case *c = &CASES[ci];
+    run_case(c, whole, x, ones, N);
+    bool ok = true;
+    for (int off = 0; off < 9; off++)
+      for (int len = 1; len <= 40 && off + len <= N; len++) {
+        run_case(c, part + off, x + off, ones + off, len);
+        if (memcmp(part + off, whole + off, (size_t)len * 4) != 0) ok = false;
+      }
+    CHECK(ok, "%s %s: a run's tail gives other bits than the whole array", vl_vm_isa(), c->name);
+  }
+}
+
+/* ---- ops that must equal the scalar path bitwise ---- */
+static double scalar_bin(vl_binary_op op, double a, double b, double alpha, bool rev) {
+  if (rev) {
+    double t = a;
+    a = b;
+    b = t;
+  }
+  switch (op) {
+    case VL_BIN_ADD: return a + alpha * b;
+    case VL_BIN_SUB: return a - alpha * b;
+    case VL_BIN_MUL: return a * b;
+    case VL_BIN_DIV: return a / b;
+    case VL_BIN_MAXIMUM: return a != a ? a : b != b ? b : a > b ? a : b;
+    case VL_BIN_MINIMUM: return a != a ? a : b != b ? b : a < b ? a : b;
+    case VL_BIN_RELU_BACKWARD: return b > 0 ? a : 0.0;
+    case VL_BIN_TANH_BACKWARD: return a * (1.0 - b * b);
+    case VL_BIN_SIGMOID_BACKWARD: return a * (b * (1.0 - b));
+    default: return NAN;
+  }
+}
+
+static void test_exact_binary(void) {
+  enum { N = 37 };
+  float a[N], b[N], o[N];
+  for (int i = 0; i < N; i++) {
+    a[i] = (float)(vl_test_nrand() * 3.0);
+    b[i] = (float)(vl_test_nrand() * 3.0);
+  }
+  a[3] = NAN, b[5] = NAN, a[7] = INFINITY, b[7] = -INFINITY, b[9] = 0.0f, a[11] = -0.0f, b[11] = 0.0f;
+  const vl_binary_op ops[] = {VL_BIN_ADD, VL_BIN_SUB, VL_BIN_MUL, VL_BIN_DIV, VL_BIN_MAXIMUM,
+                              VL_BIN_MINIMUM, VL_BIN_RELU_BACKWARD, VL_BIN_TANH_BACKWARD,
+                              VL_BIN_SIGMOID_BACKWARD};
+  const double scalars[] = {0.5, 1.0 / 3.0, -2.0, 1e40};
+  for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
+    vl_binary_op op = ops[k];
+    bool act = op >= VL_BIN_RELU_BACKWARD;
+    /* tensor-tensor, alpha 1 and (add/sub) 0.3 */
+    for (int al = 0; al < (op <= VL_BIN_SUB ? 2 : 1); al++) {
+      double alpha = al ? 0.3 : 1.0;
+      CHECK(vl_vm_binary_f32(op, o, a, b, 1, 0, alpha, false, N));
+      bool ok = true;
+      for (int i = 0; i < N; i++)
+        if (!vl_test_same(o[i], (float)scalar_bin(op, a[i], b[i], alpha, false))) ok = false;
+      CHECK(ok, "%s binary op %d alpha %g: differs from the scalar path", vl_vm_isa(), (int)op, alpha);
+    }
+    if (act) {
+      CHECK(!vl_vm_binary_f32(op, o, a, b, 0, 1.0, 1.0, false, N), "op %d with a scalar must be refused", (int)op);
+      continue;
+    }
+    /* tensor-scalar, both orders; 1/3 is not a float, 1e40 is beyond float */
+    for (size_t si = 0; si < sizeof scalars / sizeof *scalars; si++)
+      for (int rev = 0; rev < 2; rev++) {
+        double s = scalars[si];
+        float sf = (float)s;
+        bool handled = vl_vm_binary_f32(op, o, a, &sf, 0, s, 1.0, rev, N);
+        if (!handled) {
+          CHECK(op == VL_BIN_MAXIMUM || op == VL_BIN_MINIMUM, "op %d scalar %g refused", (int)op, s);
+          continue;
+        }
+        bool ok = true;
+        for (int i = 0; i < N; i++)
+          if (!vl_test_same(o[i], (float)scalar_bin(op, a[i], s, 1.0, rev))) ok = false;
+        CHECK(ok, "%s op %d scalar %g rev %d: differs from the scalar path", vl_vm_isa(), (int)op, s, rev);
+      }
+  }
+  /* the exact unary ops */
+  const vl_unary_op uops[] = {VL_UN_NEG, VL_UN_ABS, VL_UN_SQUARE, VL_UN_RELU};
+  for (size_t k = 0; k < sizeof uops / sizeof *uops; k++) {
+    CHECK(vl_vm_unary_f32(uops[k], o, a, N));
+    bool ok = true;
+    for (int i = 0; i < N; i++) {
+      double v = a[i], w = uops[k] == VL_UN_NEG ? -v : uops[k] == VL_UN_ABS ? fabs(v)
+                          : uops[k] == VL_UN_SQUARE ? v * v : (v > 0 || v != v ? v : 0.0);
+      if (!vl_test_same(o[i], (float)w) || signbit(o[i]) != signbit((float)w)) ok = false;
+    }
+    CHECK(ok, "%s unary op %d differs from the scalar path", vl_vm_isa(), (int)uops[k]);
+  }
+}
+
+/* ---- rows ---- */
+static void test_softmax_rows(void) {
+  const int lens[] = {1, 3, 7, 8, 9, 16, 31, 128, 1000};
+  float x[1000], y[1000], g[1000], dx[1000];
+  for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+    int n = lens[li];
+    for (int i = 0; i < n; i++) {
+      x[i] = (float)(vl_test_nrand() * 5.0);
+      g[i] = (float)vl_test_nrand();
+    }
+    if (n > 4) x[2] = -INFINITY; /* a masked position */
+    for (int lg = 0; lg < 2; lg++) {
+      vl_vm_softmax_row_f32(x, y, n, lg);
+      double m = -INFINITY, s = 0;
+      for (int i = 0; i < n; i++) m = fmax(m, x[i]);
+      for (int i = 0; i < n; i++) s += exp((double)x[i] - m);
+      double worst = 0;
+      for (int i = 0; i < n; i++) {
+        double want = lg ? (x[i] - m) - log(s) : exp((double)x[i] - m) / s;
+        double err = isinf(want) ? (y[i] == (float)want ? 0 : INFINITY) : fabs(y[i] - want) / (fabs(want) + 1e-30);
+        if (lg && !isinf(want)) err = fabs(y[i] - want) / fmax(fabs(want), 1.0);
+        worst = fmax(worst, err);
+      }
+      CHECK(worst < 1e-6, "%s %ssoftmax len %d: relative error %g", vl_vm_isa(), lg ? "log_" : "", n, worst);
+      /* backward against the double formula */
+      vl_vm_softmax_bw_row_f32(y, g, dx, n, lg);
+      double dot = 0;
+      for (int i = 0; i < n; i++) dot += lg ? (double)g[i] : (double)g[i] * y[i];
+      worst = 0;
+      for (int i = 0; i < n; i++) {
+        double want = lg ? g[i] - exp((double)y[i]) * dot : y[i] * (g[i] - dot);
+        worst = fmax(worst, fabs(dx[i] - want) / (fabs(g[i]) + fabs(dot) + 1e-30));
+      }
+      CHECK(worst < 1e-6, "%s %ssoftmax backward len %d: error %g", vl_vm_isa(), lg ? "log_" : "", n, worst);
+    }
+  }
+  /* a NaN makes the row NaN; so does a row of -inf (no finite maximum), as the double path */
+  float r[9] = {1, 2, 3, NAN, 5, 6, 7, 8, 9}, out[9];
+  vl_vm_softmax_row_f32(r, out, 9, false);
+  bool all = true;
+  for (int i = 0; i < 9; i++) all &= isnan(out[i]);
+  CHECK(all, "%s softmax: a NaN input must make the row NaN", vl_vm_isa());
+  /* softmax rows sum to 1 for large lengths */
+  float big[1000];
+  for (int i = 0; i < 1000; i++) big[i] = (float)(i % 17) * 0.25f;
+  vl_vm_softmax_row_f32(big, y, 1000, false);
+  double s = 0;
+  for (int i = 0; i < 1000; i++) s += y[i];
+  CHECK(fabs(s - 1.0) < 1e-5, "%s softmax sums to %.9g", vl_vm_isa(), s);
+}
+
+static void test_sum_lanes(void) {
+  enum { L = 13, W = 21, LD = 24 };
+  float x[L * LD];
+  for (int i = 0; i < L * LD; i++) x[i] = (float)vl_test_nrand();
+  double acc[W], want[W];
+  for (int j = 0; j < W; j++) acc[j] = want[j] = 0.5 * j;
+  vl_vm_sum_lanes_f32(x, LD, L, W, acc);
+  for (int j = 0; j < W; j++)
+    for (int l = 0; l < L; l++) want[j] += x[l * LD + j];
+  CHECK(memcmp(acc, want, sizeof acc) == 0, "%s sum_lanes differs from the ordered double sum", vl_vm_isa());
+}
+
+/* The vector Philox against runtime/core/philox.h's scalar mapping, bit for bit: bernoulli at
+ * probabilities on, between and beyond the uniforms' grid, and uniforms in [a, b). */
+static void test_philox(void) {
+  enum { N = 1000 };
+  static float out[N];
+  const double ps[] = {0.9, 0.5, 0.0, 1.0, 1.5, -0.2, NAN, (1000 + 0.5) * 0x1p-23, 1000 * 0x1p-23, 1e-9};
+  const uint64_t seed = 0x123456789abcdefull, first = 77;
+  const int64_t starts[] = {0, 1, 13, 250};
+  for (size_t k = 0; k < sizeof ps / sizeof *ps + 2; k++) {
+    bool bern = k < sizeof ps / sizeof *ps;
+    double a = bern ? ps[k] : (k % 2 ? -3.0 : 0.0), b = bern ? 0 : (k % 2 ? 5.5 : 1.0);
+    for (size_t si = 0; si < sizeof starts / sizeof *starts; si++) {
+      int64_t g0 = starts[si], n = N - 4 * g0 - 3; /* a partial last group */
+      vl_vm_philox_f32(seed, first, g0, n, bern ? VL_RAND_BERNOULLI : VL_RAND_UNIFORM, a, b, out);
+      bool ok = true;
+      for (int64_t i = 0; i < n; i++) {
+        double v[4];
+        int64_t e = 4 * g0 + i;
+        vl_philox_group_uniform(seed, first + (uint64_t)(e / 4), 0, VL_PHILOX_BITS, v);
+        double u = v[e % 4];
+        float want = bern ? (float)(u < a) : (float)(a + (b - a) * u);
+        if (memcmp(&want, &out[i], 4) != 0) ok = false;
+      }
+      CHECK(ok, "%s philox %s a=%g b=%g from group %lld: differs from the scalar stream", vl_vm_isa(),
+            bern ? "bernoulli" : "uniform", a, b, (long long)g0);
+    }
+  }
+}
+
+int main(void) {
+  vl_test_init();
+  const char *isas[] = {"avx512", "avx2", "generic"};
+  int ran = 0;
+  for (int k = 0; k < 3; k++) {
+    if (!vl_vm_select(isas[k])) {
+      printf("instance %s: not on this CPU\n", isas[k]);
+      continue;
+    }
+    ran++;
+    printf("instance %s\n", vl_vm_isa());
+    test_accuracy();
+    test_runs();
+    test_exact_binary();
+    test_softmax_rows();
+    test_sum_lanes();
+    test_philox();
+  }
+  CHECK(ran >= 1 && vl_vm_select("generic"), "the generic instance always runs");
+  CHECK(vl_vm_select(NULL));
+  return vl_test_finish();
+}
