@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_vmath.h"
 #include "kernels/nn_kernels.h"
 
 #define B VL_CPU_BLOCK
@@ -357,15 +358,10 @@ done:
 /* ======================= softmax backward =======================
  * Lanes of one outer index: with inner == 1 one lane (the row) walked in blocks; otherwise up to
  * B lanes side by side, one contiguous block per step along len. */
-/* A contiguous f32 row: the dot product in double, the rest in float (expf for log-softmax). */
+/* A contiguous f32 row: the vector math's (kernels/cpu/cpu_vmath.h: the dot product summed in
+ * fixed lanes, exp vectorised for log-softmax). */
 static void softmax_bw_row_f32(const float *y, const float *g, float *dx, int64_t len, bool log_out) {
-  double s = 0;
-  for (int64_t i = 0; i < len; i++) s += log_out ? (double)g[i] : (double)g[i] * (double)y[i];
-  float sf = (float)s;
-  if (log_out)
-    for (int64_t i = 0; i < len; i++) dx[i] = g[i] - expf(y[i]) * sf;
-  else
-    for (int64_t i = 0; i < len; i++) dx[i] = y[i] * (g[i] - sf);
+  vl_vm_softmax_bw_row_f32(y, g, dx, len, log_out);
 }
 
 static void softmax_bw_range(void *vj, int64_t lo, int64_t hi) {
