@@ -179,6 +179,7 @@ const vl_backend vl_cpu_backend = {
     .pooling = &vl_cpu_pooling_kernels,
     .norm = &vl_cpu_norm_kernels,
     .optim = &vl_cpu_optim_kernels,
+    .fused = &vl_cpu_fused_kernels,
     .supports = cpu_supports,
     .current_stream = NULL, /* no streams: CPU kernels run synchronously on the calling thread */
     .check_async = NULL,    /* index errors are returned by the kernel itself */
