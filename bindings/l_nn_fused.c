@@ -3,8 +3,9 @@
  *   dropout(x, p, training=true) -> y                      (recorded)
  *   dropout_apply(x, p, seed, offset) -> y                 (raw: the mask of the draw at (seed,
  *       offset) applied to x, as DropoutBackward applies it to dy; for tests)
- *   cross_entropy(logits, target, ignore_index=-100, smoothing=0, reduction='mean') -> loss
- *       (recorded; class-id targets)
+ *   cross_entropy(logits, target, ignore_index=-100, smoothing=0, reduction='mean', dtype=nil) -> loss
+ *       (recorded; class-id targets; dtype: the loss's, nil for the default rule of
+ *       runtime/nn/fused.h)
  * Only Lua types are checked here; the runtime checks values, shapes, dtypes and devices. */
 #include <string.h>
 
@@ -51,9 +52,11 @@ static int l_cross_entropy(lua_State *L) {
     else if (!r || strcmp(r, "mean") != 0)
       return l_nn_error(L, "%s: reduction must be 'mean', 'sum' or 'none', got %s", op, luaL_tolstring(L, 5, NULL));
   }
-  lua_settop(L, 5);
+  vl_xent_params p = {.ignore_index = (int64_t)ignore, .smoothing = smoothing, .reduction = red,
+                      .out_dtype = lua_isnoneornil(L, 6) ? VL_NDTYPES : l_checkdtype(L, 6)};
+  lua_settop(L, 6);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, vl_ag_cross_entropy(x, t, (int64_t)ignore, smoothing, red, slot));
+  return l_done(L, vl_ag_cross_entropy(x, t, &p, slot));
 }
 
 const luaL_Reg l_fused_funcs[] = {

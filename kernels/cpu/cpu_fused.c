@@ -155,7 +155,9 @@ static vl_status cpu_xent_forward(const vl_xent_args *a) {
     count += target_of(a, r) != a->ignore_index;
   }
   st(a->count, 0, a->stat_dtype, (double)count);
-  st(a->out, 0, a->out_dtype, a->reduction == VL_XENT_MEAN ? sum / (double)count : sum);
+  /* rounded to the stat dtype first, so a half loss is the f32 loss rounded (as for NONE) */
+  double v = a->reduction == VL_XENT_MEAN ? sum / (double)count : sum;
+  st(a->out, 0, a->out_dtype, a->stat_dtype == VL_F32 ? (double)(float)v : v);
   return VL_OK;
 }
 
@@ -163,7 +165,7 @@ static vl_status cpu_xent_forward(const vl_xent_args *a) {
 #define XENT_BW_ROW(T, EXP)                                                                   \
   do {                                                                                        \
     const T lse = (T)ld(a->lse, r, a->stat_dtype), k = (T)(s / (double)C);                   \
-    const T hit = (T)(1 - s) + k;                                                             \
+    const T hit = ((T)1 - (T)s) + k; /* as the CUDA kernel rounds it */                       \
     for (int64_t c = 0; c < C; c++) {                                                         \
       T x = (T)ld(a->logits, base + c * inner, a->dtype);                                     \
       T d = g * (EXP(x - lse) - (c == t ? hit : k));                                          \

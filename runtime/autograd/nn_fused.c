@@ -57,17 +57,16 @@ static vl_status xent_backward(vl_node *n, vl_tensor *const *go, vl_tensor **gi)
   return vl_ag_give_n(n, s, 1, &g, gi);
 }
 
-vl_status vl_ag_cross_entropy(vl_tensor *logits, vl_tensor *target, int64_t ignore_index, double smoothing,
-                              vl_xent_reduction reduction, vl_tensor **loss) {
-  xent_ctx c = {{.ignore_index = ignore_index, .smoothing = smoothing, .reduction = reduction,
-                 .out_dtype = VL_NDTYPES}};
+vl_status vl_ag_cross_entropy(vl_tensor *logits, vl_tensor *target, const vl_xent_params *p, vl_tensor **loss) {
+  xent_ctx c = {*p};
   /* PyTorch's autocast runs cross entropy in f32 and returns an f32 loss; the kernels already
    * compute in f32 from half logits, so only the loss's dtype changes (no cast of the logits). */
-  if (vl_autocast_enabled() && (logits->dtype == VL_F16 || logits->dtype == VL_BF16)) c.p.out_dtype = VL_F32;
+  if (c.p.out_dtype == VL_NDTYPES && vl_autocast_enabled() && (logits->dtype == VL_F16 || logits->dtype == VL_BF16))
+    c.p.out_dtype = VL_F32;
   vl_tensor *in[1] = {logits};
   if (!vl_ag_needs(1, in)) return vl_cross_entropy(logits, target, &c.p, loss, NULL, NULL);
   vl_tensor *r = NULL, *lse = NULL, *count = NULL;
-  VL_TRY(vl_cross_entropy(logits, target, &c.p, &r, &lse, reduction == VL_XENT_MEAN ? &count : NULL));
+  VL_TRY(vl_cross_entropy(logits, target, &c.p, &r, &lse, c.p.reduction == VL_XENT_MEAN ? &count : NULL));
   vl_status s = VL_AG_RECORD(.name = "CrossEntropyBackward", .backward = xent_backward, .nin = 1, .in = in,
                              .out = &r, .save = {logits, target, lse, count}, VL_AG_CTX_OF(c));
   vl_tensor_release(lse);

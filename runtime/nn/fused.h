@@ -64,11 +64,12 @@ vl_status vl_cross_entropy(vl_tensor *logits, vl_tensor *target, const vl_xent_p
 /* dlogits (logits' shape and dtype) for the loss gradient `grad` (the loss's shape). */
 vl_status vl_cross_entropy_backward(vl_tensor *logits, vl_tensor *target, vl_tensor *lse, vl_tensor *count,
                                     vl_tensor *grad, const vl_xent_params *p, vl_tensor **dlogits);
-/* Recorded: out_dtype is the logits' dtype, except f32 for f16/bf16 logits under autocast
- * (cross entropy is an fp32 op there, as in PyTorch; the kernels read the half logits directly
- * and compute in f32, so no f32 copy of the logits is made). */
-vl_status vl_ag_cross_entropy(vl_tensor *logits, vl_tensor *target, int64_t ignore_index, double smoothing,
-                              vl_xent_reduction reduction, vl_tensor **loss);
+/* Recorded. p->out_dtype VL_NDTYPES: the logits' dtype, except f32 for f16/bf16 logits under
+ * autocast (cross entropy is an fp32 op there, as in PyTorch; the kernels read the half logits
+ * directly and compute in f32, so no f32 copy of the logits is made). A float dtype given is
+ * taken as it is (F.cross_entropy's `dtype` option: an f32 loss from half logits without
+ * autocast, AMP O2/O3). */
+vl_status vl_ag_cross_entropy(vl_tensor *logits, vl_tensor *target, const vl_xent_params *p, vl_tensor **loss);
 
 #ifdef __cplusplus
 }

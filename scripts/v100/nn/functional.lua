@@ -200,13 +200,15 @@ end
 -- any float dtype, dlogits written directly in the logits' dtype, no probabilities stored; under
 -- autocast half logits give an f32 loss without an f32 copy of the logits. Probability targets (a
 -- float tensor of the input's shape) are composed here, smoothed as target * (1 - s) + s / C.
+-- opts.dtype (class ids only): the loss's dtype, e.g. 'f32' for an f32 loss from half logits
+-- outside autocast (AMP O2/O3) without an f32 copy of the logits.
 function F.cross_entropy(logits, target, opts)
   opts = opts or {}
   target = widen(target)
   local nnc = core_nn()
   local s = opts.smoothing or opts.label_smoothing or 0
   if v100.is_tensor(target) and (target.dtype == 'i64' or target.dtype == 'i32') then
-    return nnc.cross_entropy(logits, target, opts.ignore_index or -100, s, opts.reduction)
+    return nnc.cross_entropy(logits, target, opts.ignore_index or -100, s, opts.reduction, opts.dtype)
   end
   nnc.check_class_target('cross_entropy', logits, target, true)
   nnc.check_prob('cross_entropy', 'smoothing', s)
