@@ -11,12 +11,13 @@
  *    copies of them give after the f32 gradient is cast back (autocast's cast and the fused op's
  *    direct half input agree exactly). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/fused_kernels.h"
 #include "runtime/core/philox.h"
 
-/* Element i of a float array of dtype dt. */
+/* Element i of a float array of dtype dt (the few scalars: targets' rows, statistics). */
 static inline double ld(const void *p, int64_t i, vl_dtype dt) {
   switch (dt) {
     case VL_F32: return ((const float *)p)[i];
@@ -39,29 +40,56 @@ static inline void st(void *p, int64_t i, vl_dtype dt, double v) {
 
 /* ======================= dropout ======================= */
 
-static void dropout_range(void *ctx, int64_t g0, int64_t g1) {
+/* Philox groups per block: VL_CPU_BLOCK elements, 4 a group. */
+#define DROP_GROUPS (VL_CPU_BLOCK / 4)
+
+/* The words of groups first .. first + DROP_GROUPS - 1, w[j][g] = word j of group g: the rounds of
+ * runtime/core/philox.h's vl_philox_ctr (c2 = c3 = 0), run over the groups side by side so that
+ * the compiler can vectorise the 32-bit multiplies. */
+static void philox_block(uint64_t seed, uint64_t first, uint32_t w[4][DROP_GROUPS]) {
+  uint32_t c0[DROP_GROUPS], c1[DROP_GROUPS], c2[DROP_GROUPS], c3[DROP_GROUPS];
+  for (int g = 0; g < DROP_GROUPS; g++) {
+    uint64_t ctr = first + (uint64_t)g;
+    c0[g] = (uint32_t)ctr, c1[g] = (uint32_t)(ctr >> 32), c2[g] = 0, c3[g] = 0;
+  }
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int r = 0; r < 10; r++) {
+    for (int g = 0; g < DROP_GROUPS; g++) {
+      uint64_t p0 = (uint64_t)0xD2511F53u * c0[g], p1 = (uint64_t)0xCD9E8D57u * c2[g];
+      uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[g] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3[g] ^ k1;
+      c1[g] = (uint32_t)p1, c3[g] = (uint32_t)p0, c0[g] = n0, c2[g] = n2;
+    }
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  memcpy(w[0], c0, sizeof c0), memcpy(w[1], c1, sizeof c1), memcpy(w[2], c2, sizeof c2), memcpy(w[3], c3, sizeof c3);
+}
+
+static void dropout_range(void *ctx, int64_t b0, int64_t b1) {
   const vl_dropout_args *a = ctx;
   const uint64_t seed = a->base ? a->base[0] : a->seed, first = a->base ? a->base[1] + a->offset : a->offset;
-  const bool f64 = a->dtype == VL_F64;
+  const int64_t es = (int64_t)vl_dtype_size(a->dtype);
   const float sf = (float)a->scale;
-  for (int64_t g = g0; g < g1; g++) {
-    vl_philox4 w = vl_philox(seed, first + (uint64_t)g);
-    for (int j = 0; j < 4; j++) {
-      int64_t i = 4 * g + j;
-      if (i >= a->numel) break;
-      bool keep = (w.x[j] >> (32 - VL_PHILOX_BITS)) < a->threshold;
-      double x = ld(a->in, i, a->dtype);
-      /* x * 0 keeps NaN and inf -> NaN, as the composed x * mask did */
-      double y = f64 ? x * (keep ? a->scale : 0.0) : (double)((float)x * (keep ? sf : 0.0f));
-      st(a->out, i, a->dtype, y);
+  double buf[VL_CPU_BLOCK];
+  uint32_t w[4][DROP_GROUPS];
+  for (int64_t b = b0; b < b1; b++) {
+    const int64_t off = b * VL_CPU_BLOCK, m = a->numel - off < VL_CPU_BLOCK ? a->numel - off : VL_CPU_BLOCK;
+    philox_block(seed, first + (uint64_t)(off / 4), w);
+    vl_cpu_load_f64(buf, (const char *)a->in + off * es, es, a->dtype, m);
+    /* x * 0 keeps NaN and inf -> NaN, as the composed x * mask did */
+    if (a->dtype == VL_F64) {
+      for (int64_t i = 0; i < m; i++) buf[i] *= (w[i & 3][i >> 2] >> (32 - VL_PHILOX_BITS)) < a->threshold ? a->scale : 0.0;
+    } else {
+      for (int64_t i = 0; i < m; i++)
+        buf[i] = (double)((float)buf[i] * ((w[i & 3][i >> 2] >> (32 - VL_PHILOX_BITS)) < a->threshold ? sf : 0.0f));
     }
+    vl_cpu_store_f64((char *)a->out + off * es, es, a->dtype, buf, m);
   }
 }
 
 static vl_status cpu_dropout(const vl_dropout_args *a) {
   if (a->numel <= 0) return VL_OK;
-  int64_t groups = (a->numel + 3) / 4;
-  vl_cpu_parallel_for(groups, 4096, dropout_range, (void *)a);
+  vl_cpu_parallel_for((a->numel + VL_CPU_BLOCK - 1) / VL_CPU_BLOCK, 16, dropout_range, (void *)a);
   return VL_OK;
 }
 
@@ -75,14 +103,27 @@ typedef struct xent_job {
   const vl_xent_args *a;
   int64_t *bad_row; /* per range: the first row with a class id out of range, or -1 */
   int64_t grain;
+  int oom;
 } xent_job;
+
+/* Row r's classes start at logits element row_base, `inner` apart. */
+static inline int64_t row_base(const vl_xent_args *a, int64_t r) {
+  const int64_t o = r / a->inner, i = r - o * a->inner;
+  return o * a->classes * a->inner + i;
+}
 
 static void xent_fw_range(void *ctx, int64_t r0, int64_t r1) {
   xent_job *j = ctx;
   const vl_xent_args *a = j->a;
-  const int64_t C = a->classes, inner = a->inner;
+  const int64_t C = a->classes, es = (int64_t)vl_dtype_size(a->dtype);
   const double s = a->smoothing;
+  const bool f64 = a->dtype == VL_F64;
   int64_t bad = -1;
+  double *x = malloc((size_t)(C > 0 ? C : 1) * sizeof *x);
+  if (!x) {
+    j->oom = 1;
+    return;
+  }
   for (int64_t r = r0; r < r1; r++) {
     int64_t t = target_of(a, r);
     if (t == a->ignore_index) {
@@ -97,26 +138,26 @@ static void xent_fw_range(void *ctx, int64_t r0, int64_t r1) {
       st(a->row_loss, r, a->stat_dtype, NAN);
       continue;
     }
-    const int64_t o = r / inner, i = r - o * inner, base = o * C * inner + i;
+    vl_cpu_load_f64(x, (const char *)a->logits + row_base(a, r) * es, a->inner * es, a->dtype, C);
     double m = -INFINITY;
-    for (int64_t c = 0; c < C; c++) {
-      double x = ld(a->logits, base + c * inner, a->dtype);
-      if (x > m || x != x) m = x; /* a NaN wins: the row's result is NaN */
-    }
+    for (int64_t c = 0; c < C; c++)
+      if (x[c] > m || x[c] != x[c]) m = x[c]; /* a NaN wins: the row's result is NaN */
     double sum = 0, sumx = 0;
-    for (int64_t c = 0; c < C; c++) {
-      double x = ld(a->logits, base + c * inner, a->dtype);
-      sum += exp(x - m);
-      sumx += x;
+    if (f64) {
+      for (int64_t c = 0; c < C; c++) sum += exp(x[c] - m), sumx += x[c];
+    } else {
+      /* f32 exponentials (as the CUDA kernels), summed in double */
+      for (int64_t c = 0; c < C; c++) sum += (double)expf((float)(x[c] - m)), sumx += x[c];
     }
     double lse = m + log(sum);
     /* the log-sum-exp the backward reads, rounded as the backward will see it */
     st(a->lse, r, a->stat_dtype, lse);
-    double nll = lse - ld(a->logits, base + t * inner, a->dtype);
+    double nll = lse - x[t];
     /* as the composed formula: the smoothing term only when s > 0 (0 * inf would be NaN) */
     double loss = s > 0 ? nll * (1 - s) + (lse - sumx / (double)C) * s : nll;
     st(a->row_loss, r, a->stat_dtype, loss);
   }
+  free(x);
   j->bad_row[r0 / j->grain] = bad;
 }
 
@@ -145,6 +186,7 @@ static vl_status cpu_xent_forward(const vl_xent_args *a) {
     int64_t bad = -1;
     for (int64_t k = 0; k < nslots && bad < 0; k++) bad = j.bad_row[k];
     free(j.bad_row);
+    if (j.oom) return vl_fail(VL_EOOM, "%s (cpu): out of host memory for rows of %lld", a->op, (long long)a->classes);
     if (bad >= 0) return bad_index(a, bad);
   }
   if (a->reduction == VL_XENT_NONE) return VL_OK;
@@ -161,23 +203,17 @@ static vl_status cpu_xent_forward(const vl_xent_args *a) {
   return VL_OK;
 }
 
-/* One row's gradient in the compute type T (float, or double for f64 logits). */
-#define XENT_BW_ROW(T, EXP)                                                                   \
-  do {                                                                                        \
-    const T lse = (T)ld(a->lse, r, a->stat_dtype), k = (T)(s / (double)C);                   \
-    const T hit = ((T)1 - (T)s) + k; /* as the CUDA kernel rounds it */                       \
-    for (int64_t c = 0; c < C; c++) {                                                         \
-      T x = (T)ld(a->logits, base + c * inner, a->dtype);                                     \
-      T d = g * (EXP(x - lse) - (c == t ? hit : k));                                          \
-      st(a->dlogits, base + c * inner, a->dtype, (double)d);                                  \
-    }                                                                                         \
-  } while (0)
-
 static void xent_bw_range(void *ctx, int64_t r0, int64_t r1) {
-  const vl_xent_args *a = ctx;
-  const int64_t C = a->classes, inner = a->inner;
+  xent_job *j = ctx;
+  const vl_xent_args *a = j->a;
+  const int64_t C = a->classes, es = (int64_t)vl_dtype_size(a->dtype);
   const double s = a->smoothing;
   const bool f64 = a->dtype == VL_F64;
+  double *x = malloc((size_t)(C > 0 ? C : 1) * sizeof *x);
+  if (!x) {
+    j->oom = 1;
+    return;
+  }
   double g0 = a->reduction == VL_XENT_NONE ? 0 : ld(a->grad, 0, a->stat_dtype);
   if (a->reduction == VL_XENT_MEAN) {
     /* the division in the stat dtype, as the CUDA kernel does it */
@@ -185,26 +221,35 @@ static void xent_bw_range(void *ctx, int64_t r0, int64_t r1) {
     g0 = f64 ? g0 / cnt : (double)((float)g0 / (float)cnt);
   }
   for (int64_t r = r0; r < r1; r++) {
-    const int64_t o = r / inner, i = r - o * inner, base = o * C * inner + i;
+    char *dst = (char *)a->dlogits + row_base(a, r) * es;
     const int64_t t = target_of(a, r);
     if (t == a->ignore_index || t < 0 || t >= C) {
-      for (int64_t c = 0; c < C; c++) st(a->dlogits, base + c * inner, a->dtype, 0);
+      memset(x, 0, (size_t)C * sizeof *x);
+      vl_cpu_store_f64(dst, a->inner * es, a->dtype, x, C);
       continue;
     }
-    double gr = a->reduction == VL_XENT_NONE ? ld(a->grad, r, a->stat_dtype) : g0;
+    vl_cpu_load_f64(x, (const char *)a->logits + row_base(a, r) * es, a->inner * es, a->dtype, C);
+    const double gr = a->reduction == VL_XENT_NONE ? ld(a->grad, r, a->stat_dtype) : g0;
     if (f64) {
-      const double g = gr;
-      XENT_BW_ROW(double, exp);
+      const double lse = ld(a->lse, r, a->stat_dtype), k = s / (double)C, hit = (1 - s) + k;
+      for (int64_t c = 0; c < C; c++) x[c] = gr * (exp(x[c] - lse) - (c == t ? hit : k));
     } else {
-      const float g = (float)gr;
-      XENT_BW_ROW(float, expf);
+      /* each element in f32, as the CUDA kernel, rounded once to the dtype by the store */
+      const float lse = (float)ld(a->lse, r, a->stat_dtype), g = (float)gr, k = (float)(s / (double)C);
+      const float hit = (1.0f - (float)s) + k;
+      for (int64_t c = 0; c < C; c++) x[c] = (double)(g * (expf((float)x[c] - lse) - (c == t ? hit : k)));
     }
+    vl_cpu_store_f64(dst, a->inner * es, a->dtype, x, C);
   }
+  free(x);
 }
 
 static vl_status cpu_xent_backward(const vl_xent_args *a) {
   const int64_t rows = rows_of(a);
-  if (rows > 0) vl_cpu_parallel_for(rows, xent_grain(a), xent_bw_range, (void *)a);
+  if (rows <= 0) return VL_OK;
+  xent_job j = {.a = a};
+  vl_cpu_parallel_for(rows, xent_grain(a), xent_bw_range, &j);
+  if (j.oom) return vl_fail(VL_EOOM, "%s (cpu): out of host memory for rows of %lld", a->op, (long long)a->classes);
   return VL_OK;
 }
 

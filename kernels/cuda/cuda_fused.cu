@@ -372,15 +372,26 @@ __global__ void __launch_bounds__(256) vl_xe_bw_kernel(const T *logits, T *dx, v
   for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += step) {
     const int64_t e0 = v * V;
     const bool full = vec_ok && e0 + V <= p.numel;
+    int64_t o, c, i;
+    vl_xe_pos<I32>(p, e0, o, c, i);
     vl_vec<T, V> x, y;
+    if (full && p.inner == 1 && c + V <= p.classes) {
+      /* a vector inside one row: an ignored row (most rows of a full MLM head) is zeros, with no
+       * read of its logits */
+      const int64_t t0 = p.target_i32 ? (int64_t)((const int32_t *)p.target)[o] : ((const int64_t *)p.target)[o];
+      if (t0 == p.ignore || t0 < 0 || t0 >= p.classes) {
+#pragma unroll
+        for (int j = 0; j < V; j++) y.v[j] = vl_conv<T>::f((C)0);
+        reinterpret_cast<vl_vec<T, V> *>(dx)[v] = y;
+        continue;
+      }
+    }
     if (full) {
       x = reinterpret_cast<const vl_vec<T, V> *>(logits)[v];
     } else {
 #pragma unroll
       for (int j = 0; j < V; j++) x.v[j] = e0 + j < p.numel ? logits[e0 + j] : logits[0];
     }
-    int64_t o, c, i;
-    vl_xe_pos<I32>(p, e0, o, c, i);
     int64_t row = -1, t = 0;
     C lse = 0, g = 0;
 #pragma unroll
