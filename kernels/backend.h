@@ -5,8 +5,8 @@
  * check, shutdown) and a capability query. Front ends get it from vl_backend_of and ask
  * `supports` instead of testing the device type themselves, so that what a device can do is
  * written down once, next to its kernels (kernels/cpu/cpu_kernels.c, kernels/cuda/cuda_kernels.cu).
- * Autocast, graph capture and communicators are meant to hang off this same point; attention
- * gets a table here when it has kernels. Model: ggml's backend interface with supports_op. */
+ * Autocast, graph capture and communicators are meant to hang off this same point. The attention
+ * table answers its own capability question (head dim, alignment), which a dtype alone cannot. Model: ggml's backend interface with supports_op. */
 #ifndef VL_BACKEND_H
 #define VL_BACKEND_H
 
@@ -50,6 +50,7 @@ typedef struct vl_backend {
   const vl_pooling_kernels *pooling;
   const vl_norm_kernels *norm;
   const vl_optim_kernels *optim;
+  const vl_attention_kernels *attention;
   const vl_fused_kernels *fused; /* dropout, softmax cross entropy (kernels/fused_kernels.h) */
   /* Whether the tables run `op` on data of dtype `dt` in `layout`, after the front end's own
    * conversions (integer inputs of transcendental ops are cast first, etc.). Pure: no device

@@ -169,15 +169,66 @@ typedef struct vl_optim_kernels {
                        float *found_inf, vl_exec ex);
 } vl_optim_kernels;
 
+/* ---- fused attention ----
+ * o = softmax(q k^T * scale + mask [+ causal]) v per (batch, head), with attention dropout, as
+ * FlashAttention computes it: the L x S scores never reach memory. q is B x H x L x E, k and v
+ * B x H x S x E, o and dout B x H x L x E, each given by element strides of its first three dims
+ * (`*_st` = {batch, head, row}; the last dim is contiguous). mask (may be NULL) is an additive mask (f64
+ * for f64 data, f32 otherwise) broadcast to B x H x L x S by its four strides (0 on broadcast dims). causal: key j is
+ * dropped for query i when j > i.
+ * lse [B*H*L] (contiguous, f64 for f64 data, f32 otherwise): forward writes log(sum_j exp(z_ij))
+ * of the row's scaled, masked scores z (+inf for a row with no finite score: its output and
+ * gradients are 0).
+ * Dropout (p > 0): element (b, h, i, j) with linear index e = ((b*H + h)*L + i)*S + j is kept
+ * exactly where v100.bernoulli at the same generator state keeps element e (runtime/core/philox.h:
+ * counter offset + e/4, word e % 4, its 23-bit value below keep_below); kept probabilities are
+ * scaled by 1/(1-p). The forward writes the decisions as bits, `keep` [B*H*L][ceil(S/8)] u8 (bit
+ * j%8 of byte j/8 of row (b*H + h)*L + i), and the backward reads them, so it draws nothing.
+ * Backward: dq, dk, dv (same shapes and stride conventions) from dout, o and lse; `delta`
+ * [B*H*L] f32 is scratch (the rows' dout . o). */
+typedef struct vl_attention_args {
+  vl_dtype dtype;                 /* q, k, v, o, dout and the gradients */
+  int64_t b, h, l, s, e;
+  const void *q, *k, *v;
+  int64_t q_st[3], k_st[3], v_st[3];
+  const void *mask;
+  int64_t mask_st[4];
+  void *o;                        /* forward output */
+  int64_t o_st[3];
+  void *lse;
+  uint8_t *keep;                  /* dropout bits (NULL when p == 0) */
+  const void *dout;
+  int64_t do_st[3];
+  void *dq, *dk, *dv;             /* backward outputs */
+  int64_t dq_st[3], dk_st[3], dv_st[3];
+  float *delta;
+  double scale, p;
+  uint32_t keep_below;            /* keep when (word >> 9) < keep_below */
+  bool causal;
+  uint64_t seed, offset;          /* Philox key and first counter (forward, p > 0) */
+  const uint64_t *base;           /* under graph capture: {seed, base} read at run time (vl_rand_args) */
+  vl_exec ex;
+} vl_attention_args;
+
+typedef struct vl_attention_kernels {
+  /* Whether forward/backward take this problem on `device` (dtype, head dim, the alignment of
+   * the pointers and strides); the front end falls back to nothing: callers ask first. */
+  bool (*supports)(const vl_attention_args *a);
+  vl_status (*forward)(const vl_attention_args *a);
+  vl_status (*backward)(const vl_attention_args *a);
+} vl_attention_kernels;
+
 extern const vl_conv_kernels vl_cpu_conv_kernels;
 extern const vl_pooling_kernels vl_cpu_pooling_kernels;
 extern const vl_norm_kernels vl_cpu_norm_kernels;
 extern const vl_optim_kernels vl_cpu_optim_kernels;
+extern const vl_attention_kernels vl_cpu_attention_kernels;
 #ifdef VL_HAVE_CUDA
 extern const vl_conv_kernels vl_cuda_conv_kernels;
 extern const vl_pooling_kernels vl_cuda_pooling_kernels;
 extern const vl_norm_kernels vl_cuda_norm_kernels;
 extern const vl_optim_kernels vl_cuda_optim_kernels;
+extern const vl_attention_kernels vl_cuda_attention_kernels;
 #endif
 
 #ifdef __cplusplus

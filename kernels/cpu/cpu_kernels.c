@@ -179,6 +179,7 @@ const vl_backend vl_cpu_backend = {
     .pooling = &vl_cpu_pooling_kernels,
     .norm = &vl_cpu_norm_kernels,
     .optim = &vl_cpu_optim_kernels,
+    .attention = &vl_cpu_attention_kernels,
     .fused = &vl_cpu_fused_kernels,
     .supports = cpu_supports,
     .current_stream = NULL, /* no streams: CPU kernels run synchronously on the calling thread */

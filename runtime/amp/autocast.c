@@ -46,6 +46,7 @@ static const struct {
     [VL_AC_MAXIMUM] = {"maximum", VL_AC_PROMOTE},
     [VL_AC_MINIMUM] = {"minimum", VL_AC_PROMOTE},
     [VL_AC_WHERE] = {"where", VL_AC_PROMOTE},
+    [VL_AC_ATTENTION] = {"scaled_dot_product_attention", VL_AC_HALF},
 };
 _Static_assert(VL_AC_NOPS <= VL_AUTOCAST_MAX_OPS, "vl_autocast.op_class is too small for the op table");
 

@@ -2,7 +2,8 @@
  *
  * While autocast is enabled (vl_autocast_enter), every recorded op (runtime/autograd vl_ag_*)
  * casts its float inputs by the class of the op before running:
- *   HALF     to the half dtype (f16 or bf16): matmul, mm, bmm, addmm, linear, conv2d;
+ *   HALF     to the half dtype (f16 or bf16): matmul, mm, bmm, addmm, linear, conv2d,
+ *            scaled_dot_product_attention (q, k, v; its mask is read as f32);
  *   FP32     f16/bf16 inputs to f32: softmax, log_softmax, layer_norm, the reductions sum,
  *            prod, mean, var, norm, and exp, log, rsqrt, reciprocal, pow;
  *   PROMOTE  mixed float inputs to the widest of them (add, sub, mul, div, maximum, minimum,
@@ -70,6 +71,7 @@ typedef enum vl_autocast_op {
   VL_AC_MAXIMUM,
   VL_AC_MINIMUM,
   VL_AC_WHERE,
+  VL_AC_ATTENTION,
   VL_AC_NOPS
 } vl_autocast_op;
 

@@ -81,6 +81,26 @@ vl_status vl_l2norms(int n, vl_tensor *const *ts, vl_tensor **out);
 /* AMP: multiply every tensor by inv_scale[0] in place and set found_inf[0] = 1 on inf/NaN. */
 vl_status vl_unscale_(int n, vl_tensor *const *ts, vl_tensor *inv_scale, vl_tensor *found_inf);
 
+/* ---- fused attention (runtime/nn/attention.c; kernels/nn_kernels.h has the contract) ---- */
+typedef struct vl_attention_params {
+  double scale;    /* multiplies q.k (1/sqrt(E) is the usual choice) */
+  double dropout;  /* attention dropout probability in [0, 1) */
+  bool causal;     /* key j dropped for query i when j > i */
+} vl_attention_params;
+/* Whether the fused kernels of q's device take this problem: q B x H x L x E, k and v
+ * B x H x S x E of one float dtype, mask NULL or float broadcastable to B x H x L x S, and what
+ * the backend needs beyond that (head dim, alignment). Sets no error. */
+bool vl_attention_supported(vl_tensor *q, vl_tensor *k, vl_tensor *v, vl_tensor *mask, const vl_attention_params *p);
+/* out (B x H x L x E, stored B x L x H x E), lse (B x H x L, f64 for f64 data, else f32) and, with dropout, keep (u8
+ * B x H x L x ceil(S/8): the dropout bits; NULL otherwise). lse/keep may be NULL (not wanted). */
+vl_status vl_attention(vl_tensor *q, vl_tensor *k, vl_tensor *v, vl_tensor *mask, const vl_attention_params *p,
+                       vl_tensor **out, vl_tensor **lse, vl_tensor **keep);
+vl_status vl_attention_backward(vl_tensor *q, vl_tensor *k, vl_tensor *v, vl_tensor *mask, vl_tensor *out,
+                                vl_tensor *dout, vl_tensor *lse, vl_tensor *keep, const vl_attention_params *p,
+                                vl_tensor **dq, vl_tensor **dk, vl_tensor **dv);
+/* The 23-bit threshold of a keep probability 1 - p that v100.bernoulli's test amounts to. */
+uint32_t vl_attention_keep_below(double p);
+
 /* ---- argument checks of the layers composed of tensor ops in Lua (runtime/nn/checks.c) ----
  * Each raises what the layer itself would: the layer's name, the operands and their shapes. */
 /* p (may be NULL: no check) on x's device, else "op: input is on cpu but weight is on cuda:0 (...)". */
@@ -118,6 +138,9 @@ vl_status vl_ag_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y);
 vl_status vl_ag_batch_norm(vl_tensor *x, vl_tensor *weight, vl_tensor *bias, vl_tensor *running_mean,
                            vl_tensor *running_var, bool training, double momentum, double eps, vl_tensor **y);
 vl_status vl_ag_layer_norm(vl_tensor *x, int nnorm, vl_tensor *weight, vl_tensor *bias, double eps, vl_tensor **y);
+/* The mask gets no gradient (it is a constant of the op). */
+vl_status vl_ag_attention(vl_tensor *q, vl_tensor *k, vl_tensor *v, vl_tensor *mask, const vl_attention_params *p,
+                          vl_tensor **out);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,8 @@ static void check_tables(const vl_backend *be) {
             be->norm->layernorm_backward && be->norm->softmax_backward,
         "%s: norm", be->name);
   CHECK(be->optim->step && be->optim->l2norms && be->optim->unscale, "%s: optim", be->name);
+  CHECK(be->attention && be->attention->supports && be->attention->forward && be->attention->backward,
+        "%s: attention", be->name);
 }
 
 /* What every backend agrees on (vl_supports_base), asked through be->supports. */

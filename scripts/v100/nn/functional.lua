@@ -125,13 +125,47 @@ end
 
 -- softmax(q k^T * scale + mask) v over the last two dims (batch dims broadcast).
 -- mask: bool (true = attend) or an additive float mask, broadcastable to ... x L x S.
+-- opts: mask, scale (default 1/sqrt(E)), dropout (attention dropout, training only: pass 0 in
+-- eval), causal, impl ('auto' default, 'fused', 'math').
+-- 'auto' takes the fused op (runtime/nn/attention.c: FlashAttention's scheme, no L x S scores
+-- in memory, dropout bits instead of a mask tensor) whenever the device's kernels take the
+-- problem: 4-D q B x H x L x E, k and v B x H x S x E of one dtype, a mask needing no gradient
+-- (and on CUDA f16/bf16 with head dim 64 or 128, sm_80 or newer). Otherwise, or with 'math', the
+-- composition of tensor ops below. Both give the same values (within rounding) and, for one
+-- generator state, the same dropout mask; they differ on a query row whose every key is masked
+-- with -inf: the fused op returns zeros there (and zero gradients), the composition NaN.
+-- The fused output is a B x H x L x E view of B x L x H x E memory: out:transpose(2, 3) is
+-- contiguous, so merging the heads back costs no copy.
+-- F.attention_impl: the default of opts.impl for every call (e.g. 'math' to compare a model's
+-- run against the composition).
+F.attention_impl = 'auto'
 function F.scaled_dot_product_attention(q, k, v, opts)
   opts = opts or {}
   local mask = opts.mask
-  core_nn().check_sdpa(q, k, v, mask)
+  local nnc = core_nn()
+  nnc.check_sdpa(q, k, v, mask)
   local E = q.shape[q.ndim]
   local L, S = q.shape[q.ndim - 1], k.shape[k.ndim - 1]
   local scale = opts.scale or 1 / math.sqrt(E)
+  local p = opts.dropout or 0
+  local impl = opts.impl or F.attention_impl or 'auto'
+  if impl ~= 'auto' and impl ~= 'fused' and impl ~= 'math' then
+    error("scaled_dot_product_attention: impl must be 'auto', 'fused' or 'math', got " .. tostring(impl), 2)
+  end
+  if impl ~= 'math' then
+    local fmask = mask
+    if mask ~= nil and mask.dtype == 'bool' then
+      -- the additive form of a bool mask (its own, small, shape): 0 where attended, -inf elsewhere
+      fmask = v100.zeros(mask.shape, { device = mask.device }):masked_fill(mask:logical_not(), -math.huge)
+    end
+    if (fmask == nil or not fmask.requires_grad) and nnc.attention_supported(q, k, v, fmask, scale, p, opts.causal) then
+      return nnc.attention(q, k, v, fmask, scale, p, opts.causal)
+    end
+    if impl == 'fused' then
+      -- the op's own checks name what it refuses (shapes, dtypes, the backend's limits)
+      return nnc.attention(q, k, v, fmask, scale, p, opts.causal)
+    end
+  end
   local scores = q:matmul(k:transpose(-2, -1)) * scale
   if opts.causal then
     -- keep key j for query i when j <= i (top-left aligned, as PyTorch's is_causal)
@@ -143,11 +177,13 @@ function F.scaled_dot_product_attention(q, k, v, opts)
     if mask.dtype == 'bool' then
       scores = scores:masked_fill(mask:logical_not(), -math.huge)
     else
-      scores = scores + mask -- a float mask (check_sdpa refused the other dtypes)
+      -- a float mask (check_sdpa refused the other dtypes), in the scores' dtype as the fused op
+      -- takes any float mask
+      scores = scores + (mask.dtype == scores.dtype and mask or mask:to(scores.dtype))
     end
   end
   local attn = scores:softmax(-1)
-  if opts.dropout and opts.dropout > 0 then attn = F.dropout(attn, opts.dropout, true) end
+  if p > 0 then attn = F.dropout(attn, p, true) end
   return attn:matmul(v)
 end
 
