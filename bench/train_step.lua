@@ -122,7 +122,9 @@ else
   local mask = v100.ones({ batch, L }, { dtype = 'i64', device = dev })
   loss_fn = function()
     local scores, rel = model(input_ids, types, mask, positions)
-    return bert.pretraining_loss(scores:float(), rel:float(), mlm, nsp)
+    -- the half scores as they are: the fused cross entropy computes in f32 and returns an f32
+    -- loss without an f32 copy of the scores (PyTorch's side needs its .float(): see the .py)
+    return bert.pretraining_loss(scores, rel, mlm, nsp)
   end
 end
 model:train()

@@ -123,6 +123,10 @@ def main():
                 out = model(input_ids=ids, token_type_ids=types, attention_mask=mask)
                 pred, rel = out.prediction_logits, out.seq_relationship_logits
             V = pred.shape[-1]
+            # An f32 loss from the half scores, as the Lua side computes it. Torch gets f32 math only
+            # through an f32 copy of the scores (at O1 autocast would make the same copy, cross_entropy
+            # being an fp32 op; at O2, without .float(), it would compute in half precision); the Lua
+            # side's fused cross entropy reads the half scores and computes in f32 without the copy.
             return (F.cross_entropy(pred.float().reshape(-1, V), mlm.reshape(-1), ignore_index=-100)
                     + F.cross_entropy(rel.float(), nsp))
 

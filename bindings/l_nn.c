@@ -61,6 +61,7 @@ static const luaL_Reg *const l_nn_parts[] = {
     l_conv_funcs,
     l_check_funcs,
     l_attention_funcs,
+    l_fused_funcs,
     NULL, /* keep last */
 };
 

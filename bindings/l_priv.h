@@ -80,6 +80,7 @@ extern const luaL_Reg l_optim_funcs[]; /* bindings/l_nn_optim.c */
 extern const luaL_Reg l_conv_funcs[]; /* bindings/l_nn_conv.c */
 extern const luaL_Reg l_check_funcs[]; /* bindings/l_nn_checks.c */
 extern const luaL_Reg l_attention_funcs[]; /* bindings/l_nn_attention.c */
+extern const luaL_Reg l_fused_funcs[]; /* bindings/l_nn_fused.c */
 /* bindings/l_nn.c: an integer or a pair {h, w} at idx into out (raises "op: what must be ...");
  * the one parser of the layers' sizes, strides, paddings and dilations. */
 void l_checkpair(lua_State *L, int idx, const char *op, const char *what, int out[2]);

@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 
+#include "kernels/fused_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/nn_kernels.h"
 #include "runtime/core/device.h"
@@ -50,6 +51,7 @@ typedef struct vl_backend {
   const vl_norm_kernels *norm;
   const vl_optim_kernels *optim;
   const vl_attention_kernels *attention;
+  const vl_fused_kernels *fused; /* dropout, softmax cross entropy (kernels/fused_kernels.h) */
   /* Whether the tables run `op` on data of dtype `dt` in `layout`, after the front end's own
    * conversions (integer inputs of transcendental ops are cast first, etc.). Pure: no device
    * needed. */

@@ -240,8 +240,10 @@ end
 local function losses(b)
   local scores, nsp = heads(b)
   local V = scores.shape[3]
-  local mlm = nn.cross_entropy(scores:reshape{ -1, V }:float(), mlm_labels(b):reshape{ -1 }, { ignore_index = -100 })
-  local nspl = nn.cross_entropy(nsp:float(), b.next_sentence_label)
+  -- f32 losses from the half scores as they are (the fused cross entropy computes in f32; no f32
+  -- copy of the vocabulary-sized scores)
+  local mlm = nn.cross_entropy(scores:reshape{ -1, V }, mlm_labels(b):reshape{ -1 }, { ignore_index = -100, dtype = 'f32' })
+  local nspl = nn.cross_entropy(nsp, b.next_sentence_label, { dtype = 'f32' })
   return mlm, nspl, scores, nsp
 end
 

@@ -180,6 +180,7 @@ const vl_backend vl_cpu_backend = {
     .norm = &vl_cpu_norm_kernels,
     .optim = &vl_cpu_optim_kernels,
     .attention = &vl_cpu_attention_kernels,
+    .fused = &vl_cpu_fused_kernels,
     .supports = cpu_supports,
     .current_stream = NULL, /* no streams: CPU kernels run synchronously on the calling thread */
     .check_async = NULL,    /* index errors are returned by the kernel itself */

@@ -47,6 +47,7 @@ extern "C" const vl_backend vl_cuda_backend = {
     .norm = &vl_cuda_norm_kernels,
     .optim = &vl_cuda_optim_kernels,
     .attention = &vl_cuda_attention_kernels,
+    .fused = &vl_cuda_fused_kernels,
     .supports = cuda_supports,
     .current_stream = vl_cuda_current_stream,
     .check_async = vl_cuda_check_async,

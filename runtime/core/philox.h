@@ -107,4 +107,19 @@ VL_HD void vl_philox_group_normal(uint64_t seed, uint64_t counter, int is_f64, d
   }
 }
 
+/* The Bernoulli draw of one word as an integer test: u = vl_ubits(x, VL_PHILOX_BITS) < p exactly
+ * when (x >> (32 - VL_PHILOX_BITS)) < the returned threshold (the number of 23-bit values k with
+ * (k + 0.5) 2^-23 < p, found with the same double expression as the draw), so fused kernels
+ * (dropout) make bernoulli's decision without double arithmetic on the device. */
+VL_HD uint32_t vl_philox_bernoulli_threshold(double p) {
+  const uint32_t n = 1u << VL_PHILOX_BITS;
+  if (!(p > 0)) return 0;
+  if (p >= 1) return n;
+  double k0 = p * (double)n - 0.5;
+  uint32_t k = k0 <= 0 ? 0 : k0 >= (double)n ? n : (uint32_t)k0;
+  while (k > 0 && ((double)(k - 1) + 0.5) * (1.0 / (double)n) >= p) k--;
+  while (k < n && ((double)k + 0.5) * (1.0 / (double)n) < p) k++;
+  return k;
+}
+
 #endif

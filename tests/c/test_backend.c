@@ -28,6 +28,8 @@ static void check_tables(const vl_backend *be) {
   CHECK(be->optim->step && be->optim->l2norms && be->optim->unscale, "%s: optim", be->name);
   CHECK(be->attention && be->attention->supports && be->attention->forward && be->attention->backward,
         "%s: attention", be->name);
+  CHECK(be->fused && be->fused->dropout && be->fused->xent_forward && be->fused->xent_backward, "%s: fused",
+        be->name);
 }
 
 /* What every backend agrees on (vl_supports_base), asked through be->supports. */

@@ -344,19 +344,23 @@ end
 function bert.pretraining_loss(prediction_scores, seq_relationship_score, labels, next_sentence_label, opts)
   local V = prediction_scores.shape[prediction_scores.ndim]
   local flat_scores, flat_labels = prediction_scores:reshape{ -1, V }, labels:reshape{ -1 }
+  -- half scores (AMP) give an f32 loss computed in f32 by the fused cross entropy, which reads
+  -- them as they are: no f32 copy of the vocabulary-sized scores
+  local ldt = prediction_scores.dtype == 'f64' and 'f64' or 'f32'
   local mlm
   local w = opts and opts.weights
   if w ~= nil then
-    local per = F.cross_entropy(flat_scores, flat_labels, { ignore_index = -100, reduction = 'none' })
+    local per = F.cross_entropy(flat_scores, flat_labels, { ignore_index = -100, reduction = 'none', dtype = ldt })
     w = w:reshape{ -1 }:to(per.dtype)
     local den = w:sum()
     -- 0 / 1 instead of 0 / 0 when no prediction is real
     mlm = (per * w):sum() / (den + den:eq(0):to(den.dtype))
   else
-    mlm = F.cross_entropy(flat_scores, flat_labels, { ignore_index = -100 })
+    mlm = F.cross_entropy(flat_scores, flat_labels, { ignore_index = -100, dtype = ldt })
   end
   if next_sentence_label == nil then return mlm, mlm, nil end
-  local nsp = F.cross_entropy(seq_relationship_score, next_sentence_label)
+  local nsp = F.cross_entropy(seq_relationship_score, next_sentence_label,
+    { dtype = seq_relationship_score.dtype == 'f64' and 'f64' or 'f32' })
   return mlm + nsp, mlm, nsp
 end
 

@@ -70,16 +70,20 @@ function F.softmax(x, dim) return x:softmax(dim or -1) end
 function F.log_softmax(x, dim) return x:log_softmax(dim or -1) end
 
 -- Inverted dropout: the kept elements are scaled by 1/(1-p) so that eval needs no scaling.
--- The mask comes from v100.bernoulli (the shared Philox generator), so the same seed/offset
--- gives the same mask; nn.Checkpoint relies on that to recompute.
+-- One fused op (runtime/nn/dropout.c): the keep mask is drawn inline from the shared Philox
+-- generator exactly as v100.bernoulli(x.shape, 1 - p) draws it (the same elements, the same
+-- counters consumed), so the same seed/offset gives the same mask -- nn.Checkpoint relies on that
+-- to recompute -- and a CUDA graph replay draws a fresh one. Only the draw's (seed, offset) is kept
+-- for the backward, which regenerates the mask. p = 0 and eval mode return x, p = 1 returns x * 0;
+-- neither draws.
 function F.dropout(x, p, training)
   p = p or 0.5
-  core_nn().check_prob('dropout', 'p', p)
-  if training == false or p == 0 then return x end
-  if p == 1 then return x * 0 end
-  local mask = v100.bernoulli(x.shape, 1 - p, { dtype = x.dtype, device = x.device })
-  mask:mul_(1 / (1 - p))
-  return x * mask
+  if training == false or p == 0 or p == 1 then
+    core_nn().check_prob('dropout', 'p', p)
+    if p == 1 and training ~= false then return x * 0 end
+    return x
+  end
+  return core_nn().dropout(x, p) -- checks p and x in C
 end
 
 -- ids: integer tensor of any shape with 0-based rows of weight; result ids.shape x dim.
@@ -231,35 +235,32 @@ function F.nll_loss(logp, target, opts)
 end
 
 -- Label smoothing as PyTorch: (1 - s) * nll + s * mean over classes of -logp, where ignored
--- positions count in neither the sum nor the mean's denominator. Probability targets (a float
--- tensor of the input's shape) are smoothed as target * (1 - s) + s / C.
+-- positions count in neither the sum nor the mean's denominator. Class-id targets (i64/i32; u8
+-- widened) go to one fused op (runtime/nn/xent.c): the loss from f32 row statistics of logits of
+-- any float dtype, dlogits written directly in the logits' dtype, no probabilities stored; under
+-- autocast half logits give an f32 loss without an f32 copy of the logits. Probability targets (a
+-- float tensor of the input's shape) are composed here, smoothed as target * (1 - s) + s / C.
+-- opts.dtype (class ids only): the loss's dtype, e.g. 'f32' for an f32 loss from half logits
+-- outside autocast (AMP O2/O3) without an f32 copy of the logits.
 function F.cross_entropy(logits, target, opts)
   opts = opts or {}
   target = widen(target)
   local nnc = core_nn()
-  nnc.check_class_target('cross_entropy', logits, target, true)
   local s = opts.smoothing or opts.label_smoothing or 0
+  if v100.is_tensor(target) and (target.dtype == 'i64' or target.dtype == 'i32') then
+    return nnc.cross_entropy(logits, target, opts.ignore_index or -100, s, opts.reduction, opts.dtype)
+  end
+  nnc.check_class_target('cross_entropy', logits, target, true)
   nnc.check_prob('cross_entropy', 'smoothing', s)
   local reduction = nnc.check_reduction('cross_entropy', opts.reduction)
   local cd = class_dim(logits)
   local C = logits.shape[cd]
   local logp = logits:log_softmax(cd)
-
-  if target.dtype ~= 'i64' and target.dtype ~= 'i32' then -- probabilities (check_class_target)
-    if s > 0 then target = target * (1 - s) + s / C end
-    local per = -(logp * target):sum(cd)
-    -- PyTorch divides by the number of samples (numel / C), as reduce's per:mean() does here
-    return reduce(per, reduction)
-  end
-
-  local nll, valid = nll_terms('cross_entropy', logp, target, opts.ignore_index or -100)
-  local per = nll
-  if s > 0 then
-    local smooth = (-logp):sum(cd):masked_fill(valid:logical_not(), 0) / C
-    per = nll * (1 - s) + smooth * s
-  end
-  local count = reduction == 'mean' and valid:sum():to(per.dtype) or nil
-  return reduce(per, reduction, count)
+  -- probabilities (check_class_target refused every other target dtype)
+  if s > 0 then target = target * (1 - s) + s / C end
+  local per = -(logp * target):sum(cd)
+  -- PyTorch divides by the number of samples (numel / C), as reduce's per:mean() does here
+  return reduce(per, reduction)
 end
 
 function F.mse_loss(x, y, opts)
