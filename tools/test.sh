@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tools/test.sh [BUILD_DIR]: build, then run every test with ctest. Tests labelled `gpu` run only
+# tools/test.sh [BUILD_DIR]: build (and the Python tools of the ONNX test, tools/setup-python.sh),
+# then run every test with ctest. Tests labelled `gpu` run only
 # when a GPU is present (nvidia-smi exists and lists one); otherwise they are excluded.
 # Environment: as tools/build.sh; CTEST_TIMEOUT (seconds per test, default 900).
 set -euo pipefail
@@ -8,6 +9,11 @@ BUILD="${1:-${BUILD_DIR:-$ROOT/build}}"
 JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
 bash "$ROOT/tools/build.sh" "$BUILD"
+# The Python side of the ONNX test (onnx, onnxruntime in a venv; PyPI). Without a package
+# registry the test says SKIP and names this script, except under CI (.ci/run runs it first),
+# where a missing package fails it.
+bash "$ROOT/tools/setup-python.sh" >/dev/null ||
+  echo "test.sh: tools/setup-python.sh failed: tests/lua/test_onnx.lua will skip its onnxruntime checks" >&2
 
 label_args=()
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
