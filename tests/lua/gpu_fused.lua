@@ -75,7 +75,8 @@ T.test('dropout: the cuda backward (the regenerated mask) equals the cpu one', f
     local grads = {}
     for _, dev in ipairs { 'cpu', 'cuda' } do
       v100.manual_seed(99)
-      local xd = x:to(dev):requires_grad_()
+      -- a fresh leaf on each device (x:to('cpu') would be x itself, then a leaf of the cuda copy's graph)
+      local xd = x:detach():to(dev):requires_grad_()
       F.dropout(xd, 0.45, true):backward(dy:to(dev))
       grads[dev] = xd.grad
     end

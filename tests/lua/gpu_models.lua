@@ -88,11 +88,12 @@ T.test('resnet18 small_input f32: every conv and batch norm backward on cuda mat
     local name, mod = e[1], e[2]
     if mod.__name == 'Conv2d' or mod.__name == 'BatchNorm2d' then
       local orig = mod.forward
-      rawset(mod, 'forward', function(self, inp)
-        local r = { name = name, mod = self, x = inp }
+      rawset(mod, 'forward', function(self, inp, opts)
+        -- opts: the fused ReLU / residual of a BN (ResNet's blocks fuse them into the BN)
+        local r = { name = name, mod = self, x = inp, opts = opts }
         -- a BN's input feeds only the BN, so the gradient arriving at it is the BN's own dx
         if mod.__name == 'BatchNorm2d' then inp:register_hook(function(g) r.dx = g end) end
-        local out = orig(self, inp)
+        local out = orig(self, inp, opts)
         out:register_hook(function(g) r.dy = g end)
         r.out = out
         rec[#rec + 1] = r
@@ -112,7 +113,11 @@ T.test('resnet18 small_input f32: every conv and batch norm backward on cuda mat
     if mod.__name == 'Conv2d' then
       o64 = nn.F.conv2d(x64, w64, nil, { stride = mod.stride, padding = mod.padding })
     else
-      o64 = nn.F.batch_norm(x64, nil, nil, w64, mod.bias:detach():double(), true, 0.1, mod.eps)
+      local o = nil
+      if r.opts then
+        o = { activation = r.opts.activation, residual = r.opts.residual and r.opts.residual:detach():double() }
+      end
+      o64 = nn.F.batch_norm(x64, nil, nil, w64, mod.bias:detach():double(), true, 0.1, mod.eps, o)
     end
     o64:backward(r.dy:double())
     close(r.out:detach():double(), o64:detach():cpu(), r.name .. ' output')
