@@ -36,14 +36,20 @@ static REAL FN(scores)(const vl_attention_args *a, int64_t bh, int64_t i, const 
   return m;
 }
 
-/* Buffers of one head: Q/O/dO rows are read one at a time; K, V (and their transposes) whole. */
-typedef struct {
-  REAL *k, *v, *kt, *vt, *z, *row, *row2, *dk, *dv, *dq, *q_all;
-} FN(bufs);
-
 static void FN(transpose)(const REAL *src, int64_t rows, int64_t cols, REAL *dst) {
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
+}
+
+/* Head bh's K and V as dense S x E rows, and K transposed (E x S) into kt. Q, O and dO rows are
+ * read one at a time by the callers. */
+static void FN(load_kv)(const vl_attention_args *a, int64_t bh, REAL *k, REAL *v, REAL *kt) {
+  const int64_t S = a->s, E = a->e, es = (int64_t)vl_dtype_size(a->dtype);
+  for (int64_t j = 0; j < S; j++) {
+    FN(load_row)(k + j * E, row_of(a->k, a->k_st, a->h, bh, j, es), a->dtype, E);
+    FN(load_row)(v + j * E, row_of(a->v, a->v_st, a->h, bh, j, es), a->dtype, E);
+  }
+  FN(transpose)(k, S, E, kt);
 }
 
 VL_ATTN_CLONES static void FN(attn_fw_range)(void *vj, int64_t lo, int64_t hi) {
@@ -51,21 +57,17 @@ VL_ATTN_CLONES static void FN(attn_fw_range)(void *vj, int64_t lo, int64_t hi) {
   const vl_attention_args *a = job->a;
   const int64_t L = a->l, S = a->s, E = a->e, H = a->h, es = (int64_t)vl_dtype_size(a->dtype);
   const int64_t S8 = (S + 7) / 8;
-  REAL *mem = malloc(sizeof(REAL) * (size_t)(4 * S * E + 2 * S + 2 * E));
+  REAL *mem = malloc(sizeof(REAL) * (size_t)(3 * S * E + S + 2 * E));
   if (!mem) {
     job->failed = 1;
     return;
   }
-  REAL *restrict k = mem, *restrict v = k + S * E, *restrict kt = v + S * E, *restrict z = kt + 2 * S * E,
+  REAL *restrict k = mem, *restrict v = k + S * E, *restrict kt = v + S * E, *restrict z = kt + S * E,
                 *restrict q = z + S, *restrict o = q + E;
   const REAL inv_keep = a->p > 0 ? (REAL)(1.0 / (1.0 - a->p)) : (REAL)1;
   keep_cache kc = {.seed = a->seed, .offset = a->offset};
   for (int64_t bh = lo; bh < hi; bh++) {
-    for (int64_t j = 0; j < S; j++) {
-      FN(load_row)(k + j * E, row_of(a->k, a->k_st, H, bh, j, es), a->dtype, E);
-      FN(load_row)(v + j * E, row_of(a->v, a->v_st, H, bh, j, es), a->dtype, E);
-    }
-    FN(transpose)(k, S, E, kt);
+    FN(load_kv)(a, bh, k, v, kt);
     for (int64_t i = 0; i < L; i++) {
       FN(load_row)(q, row_of(a->q, a->q_st, H, bh, i, es), a->dtype, E);
       REAL m = FN(scores)(a, bh, i, q, kt, z);
@@ -118,11 +120,7 @@ VL_ATTN_CLONES static void FN(attn_bw_range)(void *vj, int64_t lo, int64_t hi) {
   const REAL inv_keep = a->p > 0 ? (REAL)(1.0 / (1.0 - a->p)) : (REAL)1;
   const REAL scale = (REAL)a->scale;
   for (int64_t bh = lo; bh < hi; bh++) {
-    for (int64_t j = 0; j < S; j++) {
-      FN(load_row)(k + j * E, row_of(a->k, a->k_st, H, bh, j, es), a->dtype, E);
-      FN(load_row)(v + j * E, row_of(a->v, a->v_st, H, bh, j, es), a->dtype, E);
-    }
-    FN(transpose)(k, S, E, kt);
+    FN(load_kv)(a, bh, k, v, kt);
     FN(transpose)(v, S, E, vt);
     for (int64_t x = 0; x < S * E; x++) dk[x] = dv[x] = 0;
     for (int64_t i = 0; i < L; i++) {
