@@ -235,6 +235,16 @@ typedef struct vl_attention_args {
   vl_exec ex;
 } vl_attention_args;
 
+/* The rule by which the CUDA fused attention takes a problem, apart from sizes and alignment: f16
+ * or bf16, head dim 64, and a device of compute capability 8.0 or newer. Its kernels are built on
+ * mma.sync m16n8k16, ldmatrix and cp.async (sm_80); an sm_70 build (the V100, tools/build-sm70.sh)
+ * compiles their bodies out, and on such a device `supports` says no, so the caller composes
+ * attention from matmul and softmax instead. Here, not in the .cu file, so that a CPU build tests
+ * the rule (tests/c/test_attention_caps.c). */
+static inline bool vl_attention_fused_eligible(vl_dtype dtype, int64_t head_dim, int cc_major) {
+  return (dtype == VL_F16 || dtype == VL_BF16) && head_dim == 64 && cc_major >= 8;
+}
+
 typedef struct vl_attention_kernels {
   /* Whether forward/backward take this problem on `device` (dtype, head dim, the alignment of
    * the pointers and strides); the front end falls back to nothing: callers ask first. */

@@ -36,7 +36,8 @@ local opts, parser = recipe.options{
     'Without --data on a machine without a GPU: a width-8 ResNet-18 on 12000 Fashion-MNIST images for 2 epochs ' ..
     '(a few minutes); with a GPU: ResNet-18 on all of Fashion-MNIST for 30 epochs, AMP O1 fp16, NHWC, CUDA graph.',
   epilog = 'Prints a header, one line per epoch (train loss, val top-1/top-5, images/s) and ends with ' ..
-    '"test accuracy: 0.xxxx" (the last top-1). --log-dir adds metrics.jsonl and TensorBoard event files.',
+    '"evaluated on: <which images>" and "test accuracy: 0.xxxx" (the last top-1 on them: for Fashion-MNIST its test ' ..
+    'set, never trained on). --log-dir adds metrics.jsonl and TensorBoard event files.',
   { '--data', 'fashion-mnist', 'fashion-mnist, synthetic, or an ImageFolder root holding train/ and val/', argname = '<DATA>' },
   { '--fashion-root', data.FASHION_MNIST_ROOT, 'the Fashion-MNIST IDX folder of --data fashion-mnist', argname = '<DIR>' },
   { '--arch', 'auto', 'auto: resnet18 on fashion-mnist, else resnet50', { 'auto', table.unpack(ARCHS) } },
@@ -123,8 +124,12 @@ local function fashion_source()
   local xtr, ytr = recipe.pad_standardise(tr_img, PAD, dev), tr_lbl:long():to(dev)
   local xte, yte = recipe.pad_standardise(te_img, 0, dev), te_lbl:long():to(dev)
   local sampler = dist.DistributedSampler(xtr.shape[1], { seed = opts.seed * 1000, drop_last = true })
+  -- Validation is on Fashion-MNIST's own test set (t10k, never trained on), its first
+  -- --val-subset images; the header and the last lines say so.
   local src = { classes = 10, channels = 1, small_input = true, ntrain = xtr.shape[1], nval = xte.shape[1],
-    steps = #sampler // B }
+    steps = #sampler // B, val_kind = 'test',
+    val_what = string.format('%s of the 10000 images of Fashion-MNIST\'s test set (t10k)',
+      xte.shape[1] < 10000 and ('the first ' .. xte.shape[1]) or 'all') }
   function src.batches(epoch, start)
     sampler:set_epoch(epoch)
     local idx = sampler:indices():to(dev)
@@ -174,7 +179,8 @@ local function folder_source()
     resize = opts.val_resize })
   -- Images of 64 pixels or less (CIFAR-sized, the Fashion-MNIST folder) take the 3x3 stem.
   local src = { classes = #train_ds.classes, channels = 3, small_input = opts.image_size <= 64, ntrain = train_ds.n,
-    nval = val_ds.n, steps = tl.batches_per_epoch, loaders = { tl, vl } }
+    nval = val_ds.n, steps = tl.batches_per_epoch, loaders = { tl, vl }, val_kind = 'val',
+    val_what = string.format('the %d images of %s/val', val_ds.n, root) }
   function src.batches(epoch, start) return tl:epoch(epoch, { start = start }) end
   function src.val()
     local it = vl:epoch(1)
@@ -264,10 +270,10 @@ local sync = recipe.syncer(dev)
 -- GPU power, energy, clocks (NVML, read-only) beside the metrics, energy per image, Prometheus
 local tel = telemetry.from_options(opts, dev, 'image', 'resnet50')
 
-dist.print(string.format('resnet50.lua: %s%s on %s (%d classes, %d train / %d val images), %d rank%s, device %s, ' ..
+dist.print(string.format('resnet50.lua: %s%s on %s (%d classes, %d train / %d %s images), %d rank%s, device %s, ' ..
   'batch %d per rank (lr %g), %d epochs x %d steps, %s, amp %s%s, layout %s, graph %s, %d parameters%s',
   opts.arch, opts.width ~= 64 and (' width ' .. opts.width) or '', kind == 'folder' and opts.data or kind, src.classes,
-  src.ntrain, src.nval, WORLD, WORLD > 1 and 's' or '', dev, B, lr, opts.epochs, steps_per_epoch, opts.optimizer,
+  src.ntrain, src.nval, src.val_kind or 'val', WORLD, WORLD > 1 and 's' or '', dev, B, lr, opts.epochs, steps_per_epoch, opts.optimizer,
   opts.amp, opts.amp == 'O0' and '' or (' ' .. opts.dtype .. (scaler and ' + loss scaling' or '')), opts.layout,
   opts.graph, model:num_parameters(), opts.resume and string.format(', resumed at epoch %d batch %d', first_epoch, first_batch) or ''))
 dist.print(tel:describe())
@@ -310,6 +316,7 @@ end
 if opts.evaluate then
   local v = validate()
   dist.print(string.format('evaluate: %d images  top-1 %.4f  top-5 %.4f  loss %.4f', v.n, v.top1, v.top5, v.loss))
+  dist.print('evaluated on: ' .. src.val_what)
   dist.print(string.format('test accuracy: %.4f', v.top1))
   logger:log(step, { top1 = v.top1, top5 = v.top5, loss = v.loss }, { split = 'val' })
   logger:close()
@@ -382,7 +389,10 @@ logger:close()
 local total = clock() - t_run
 dist.print(string.format('total time: %.0f s', total))
 if energy_line then dist.print(energy_line) end
-if last then dist.print(string.format('test accuracy: %.4f', last.top1)) end
+if last then
+  dist.print('evaluated on: ' .. src.val_what)
+  dist.print(string.format('test accuracy: %.4f', last.top1))
+end
 if scaler then
   local c = scaler:counters()
   dist.print(string.format('loss scale %g, %d steps skipped', scaler:get_scale(), c.skipped_steps))

@@ -23,7 +23,12 @@ if [ -x "$VENV/bin/python" ] && [ "$(cat "$VENV/.v100lua-requirements" 2>/dev/nu
 fi
 if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
   echo "setup-python.sh: $PY lacks venv/ensurepip; installing python3-venv" >&2
-  bash "$ROOT/tools/setup.sh" python3-venv
+  bash "$ROOT/tools/setup.sh" python3-venv ca-certificates
+fi
+# Debian's pip verifies PyPI's certificate against the system's bundle, which a minimal Debian
+# (a container, tools/fresh-root.sh) does not have until ca-certificates is installed.
+if [ ! -s /etc/ssl/certs/ca-certificates.crt ] && command -v dpkg-query >/dev/null 2>&1; then
+  bash "$ROOT/tools/setup.sh" ca-certificates
 fi
 # A venv left half-made (a broken interpreter link, an interrupted pip) is made again.
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import pip' 2>/dev/null; then

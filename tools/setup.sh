@@ -8,7 +8,8 @@ set -euo pipefail
 
 PACKAGES=(build-essential cmake ninja-build pkg-config liblua5.4-dev libopenblas-dev zlib1g-dev
           libopenmpi-dev openmpi-bin libreadline-dev libcjson-dev libutf8proc-dev lua-argparse
-          libturbojpeg0-dev libisal-dev dataset-fashion-mnist wordnet-base)
+          libturbojpeg0-dev libisal-dev libprotobuf-c-dev protobuf-c-compiler
+          dataset-fashion-mnist wordnet-base)
 # tests/lua/test_prometheus.lua parses the metrics with the reference Python client's parser.
 PACKAGES+=(python3-prometheus-client)
 PACKAGES+=("$@")

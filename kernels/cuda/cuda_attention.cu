@@ -460,10 +460,8 @@ int cc_major(int device) {
 }
 
 bool cuda_att_supports(const vl_attention_args *a) {
-  if (a->dtype != VL_F16 && a->dtype != VL_BF16) return false;
-  if (a->e != 64) return false;
+  if (!vl_attention_fused_eligible(a->dtype, a->e, cc_major(a->ex.device))) return false;
   if (a->l > (1 << 30) || a->s > (1 << 30) || a->b * a->h > INT32_MAX) return false;
-  if (cc_major(a->ex.device) < 8) return false;
   const void *ptrs[] = {a->q, a->k, a->v, a->o, a->dout, a->dq, a->dk, a->dv};
   const int64_t *sts[] = {a->q_st, a->k_st, a->v_st, a->o_st, a->do_st, a->dq_st, a->dk_st, a->dv_st};
   for (int i = 0; i < 8; i++)
@@ -546,8 +544,12 @@ vl_status cuda_att_backward(const vl_attention_args *a) {
 
 }  // namespace
 
+/* Host-side table, left out of the device passes: Clang (tools/build-sm70.sh) would emit a
+ * const table of host function addresses on the GPU too, which ptxas refuses. */
+#ifndef __CUDA_ARCH__
 extern "C" const vl_attention_kernels vl_cuda_attention_kernels = {
     .supports = cuda_att_supports,
     .forward = cuda_att_forward,
     .backward = cuda_att_backward,
 };
+#endif

@@ -451,8 +451,12 @@ static vl_status vl_cuda_xent_backward(const vl_xent_args *a) {
   return VL_OK;
 }
 
+/* Host-side table, left out of the device passes: Clang (tools/build-sm70.sh) would emit a
+ * const table of host function addresses on the GPU too, which ptxas refuses. */
+#ifndef __CUDA_ARCH__
 extern "C" const vl_fused_kernels vl_cuda_fused_kernels = {
     .dropout = vl_cuda_dropout,
     .xent_forward = vl_cuda_xent_forward,
     .xent_backward = vl_cuda_xent_backward,
 };
+#endif

@@ -5,6 +5,9 @@
 #include "kernels/cuda/cuda_cudnn.cuh"
 #include "runtime/core/cuda.h"
 
+/* Host-side table, left out of the device passes: Clang (tools/build-sm70.sh) would emit a
+ * const table of host function addresses on the GPU too, which ptxas refuses. */
+#ifndef __CUDA_ARCH__
 extern "C" const vl_kernels vl_cuda_kernels = {
     .name = "cuda",
     .fill = vl_cuda_fill,
@@ -23,6 +26,7 @@ extern "C" const vl_kernels vl_cuda_kernels = {
     .index_select = vl_cuda_index_select,
     .rand = vl_cuda_rand,
 };
+#endif
 
 /* cuDNN's double-precision convolutions are NCHW only, so f64 convolutions (gradient checks, not
  * speed) run NCHW here and the front end converts channels-last operands (runtime/nn/conv.c). */
@@ -38,6 +42,7 @@ static void cuda_shutdown(void) {
   vl_cudnn_teardown();
 }
 
+#ifndef __CUDA_ARCH__
 extern "C" const vl_backend vl_cuda_backend = {
     .name = "cuda",
     .type = VL_CUDA,
@@ -53,3 +58,4 @@ extern "C" const vl_backend vl_cuda_backend = {
     .check_async = vl_cuda_check_async,
     .shutdown = cuda_shutdown,
 };
+#endif

@@ -316,6 +316,9 @@ static vl_status n_group_end(vl_comm *c) {
   return s;
 }
 
+/* Host-side table, left out of the device passes: Clang (tools/build-sm70.sh) would emit a
+ * const table of host function addresses on the GPU too, which ptxas refuses. */
+#ifndef __CUDA_ARCH__
 static const vl_comm_backend nccl_backend = {
     .name = "nccl",
     .native_half = true,
@@ -337,6 +340,7 @@ static const vl_comm_backend nccl_backend = {
 };
 
 extern "C" const vl_comm_backend *vl_dist_nccl_backend(void) { return &nccl_backend; }
+#endif
 
 extern "C" vl_status vl_nccl_unique_id(uint8_t id[VL_NCCL_ID_BYTES]) {
   static_assert(sizeof(ncclUniqueId) == VL_NCCL_ID_BYTES, "ncclUniqueId size");

@@ -310,6 +310,9 @@ static vl_status cuda_softmax_backward(const vl_softmax_bw_args *a) {
   return VL_OK;
 }
 
+/* Host-side table, left out of the device passes: Clang (tools/build-sm70.sh) would emit a
+ * const table of host function addresses on the GPU too, which ptxas refuses. */
+#ifndef __CUDA_ARCH__
 extern "C" const vl_norm_kernels vl_cuda_norm_kernels = {
     .batchnorm_forward = vl_cuda_bn_forward,
     .batchnorm_backward = vl_cuda_bn_backward,
@@ -317,3 +320,4 @@ extern "C" const vl_norm_kernels vl_cuda_norm_kernels = {
     .layernorm_backward = cuda_ln_backward,
     .softmax_backward = cuda_softmax_backward,
 };
+#endif

@@ -53,6 +53,10 @@ T.test('the default run: under 5 minutes on the CPU, test accuracy >= 0.80', fun
   T.ok(out:find('device cpu', 1, true), 'the CPU configuration: ' .. out)
   local acc = tonumber(out:match('\ntest accuracy: (0%.%d+)\n'))
   T.ok(acc, 'no "test accuracy" line:\n' .. out)
+  -- The accuracy is on Fashion-MNIST's test set (not a split of the training images), and says so.
+  T.ok(out:find('12000 train / 2000 test images', 1, true), 'the header names the test set:\n' .. out)
+  T.ok(out:find("\nevaluated on: the first 2000 of the 10000 images of Fashion-MNIST's test set (t10k)\ntest accuracy: ", 1, true),
+    'the line before the accuracy names the images:\n' .. out)
   T.ok(acc >= DEFAULT_ACC, string.format('accuracy %.4f < %.2f:\n%s', acc, DEFAULT_ACC, out))
   T.ok(secs < DEFAULT_SECONDS, string.format('%.0f s, over %d s', secs, DEFAULT_SECONDS))
   print(string.format('  default run: test accuracy %.4f in %.0f s', acc, secs))

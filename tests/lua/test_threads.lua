@@ -151,13 +151,16 @@ T.test('matmul (f32, f64, batched, transposed, with a bias): the same with 1 and
   end
   local one = with_threads(1, mm)
   local four = with_threads(4, mm)
-  -- OpenBLAS's kernels for the edge of a block may sum in another order: within rounding
+  -- OpenBLAS's kernels for the edge of a block may sum in another order: within rounding. An f32
+  -- dot of k = 300 products (|a_ij b_jk| ~ 1, results ~ 17) rounds differently per order by about
+  -- sqrt(k) ulps of the partial sums: 5.7e-5 seen on a Zen 3 (OpenBLAS's Haswell kernels), none on
+  -- SkylakeX's. 3e-4 is well inside a misplaced or missing block's error (of order 1).
   for i = 1, #one do
-    local tol = one[i].dtype == 'f64' and 1e-13 or one[i].dtype == 'bf16' and 1e-2 or 1e-6
+    local tol = one[i].dtype == 'f64' and 1e-13 or one[i].dtype == 'bf16' and 1e-2 or 3e-4
     T.allclose(one[i], four[i], tol, tol, 'matmul ' .. i .. ' with 1 and 4 threads')
   end
   T.allclose(one[1], a:to('f64'):matmul(b:to('f64')):to('f32'), 1e-4, 1e-4, 'f32 matmul against f64')
-  T.allclose(one[7], a:matmul(bt:t()) + bias, 1e-5, 1e-5, 'linear = x w^T + b')
+  T.allclose(one[7], a:matmul(bt:t()) + bias, 3e-4, 3e-4, 'linear = x w^T + b (the bias in the GEMM: another order)')
 end)
 
 T.run()
