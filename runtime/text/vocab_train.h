@@ -64,6 +64,14 @@ vl_status vl_vocab_trainer_feed_file(vl_vocab_trainer *tr, const char *path);
 /* The number of distinct words counted so far. */
 size_t vl_vocab_trainer_nwords(const vl_vocab_trainer *tr);
 
+/* Words of more than this many symbols are merged through a linked list of their symbols and
+ * an index of where each pair occurs, in time linear-ish in their length; shorter words through
+ * HF's scan of the word (a scan and a shift per merge: quadratic in a word's length, and a
+ * single 1M-character word took ~30 s; now ~1 s). Both give the same vocab. */
+#define VL_VOCAB_LONG_WORD 64
+/* For tests: the threshold above (0: every word through the lists, SIZE_MAX: none). */
+void vl_vocab_trainer_set_long_word(vl_vocab_trainer *tr, size_t symbols);
+
 /* Trains on the words counted: *tokens (malloc'ed array of malloc'ed NUL-terminated strings, id
  * order) and *n. Fails (VL_EINVAL) when no word was counted or vocab_size is below the specials,
  * the alphabet and the continuations; outputs untouched on failure. May be called once. */
