@@ -284,7 +284,7 @@ vl_status vl_chunk(vl_tensor *t, int chunks, int dim, vl_tensor ***outs, int *n)
   VL_TRY(vl_wrap_dim("chunk", dim, t->ndim, &d));
   int64_t size = t->size[d];
   if (size == 0) return split_views("chunk", t, 0, chunks, d, outs, n);
-  int64_t piece = (size + chunks - 1) / chunks;
-  int count = (int)((size + piece - 1) / piece); /* as PyTorch: possibly fewer than `chunks` */
+  int64_t piece = 1 + (size - 1) / chunks; /* ceil without the sum that can overflow, as in split */
+  int count = (int)(1 + (size - 1) / piece); /* as PyTorch: possibly fewer than `chunks` */
   return split_views("chunk", t, piece, count, d, outs, n);
 }
