@@ -118,6 +118,7 @@ typedef struct u64map {
   uint64_t *keys;
   int64_t *vals;
   size_t n, nslots;
+  size_t first; /* slots of the first allocation, a power of two (0: 4096) */
 } u64map;
 
 static void u64map_free(u64map *m) {
@@ -127,7 +128,7 @@ static void u64map_free(u64map *m) {
 }
 
 static bool u64map_grow(u64map *m) {
-  size_t ns = m->nslots ? 2 * m->nslots : 4096;
+  size_t ns = m->nslots ? 2 * m->nslots : m->first ? m->first : 4096;
   uint64_t *k = malloc(ns * sizeof *k);
   int64_t *v = malloc(ns * sizeof *v);
   if (!k || !v) {
@@ -418,7 +419,7 @@ static bool lw_add(longword *lw, uint32_t x, uint32_t y, uint32_t slot) {
   if (!i) return false;
   if (*i == 0) {
     if (lw->nlists == lw->cap) {
-      size_t cap = lw->cap ? 2 * lw->cap : 64;
+      size_t cap = lw->cap ? 2 * lw->cap : 16;
       pos_list *nl = realloc(lw->lists, cap * sizeof *nl);
       if (!nl) return false;
       lw->lists = nl;
@@ -688,6 +689,9 @@ static vl_status initial_words(vl_vocab_trainer *tr, train_state *st) {
       uint32_t n = st->len[w], *s = st->syms + st->off[w];
       longword *lw = st->lw[w] = calloc(1, sizeof *lw);
       if (!lw || !(lw->next = malloc(n * sizeof *lw->next)) || !(lw->prev = malloc(n * sizeof *lw->prev))) return OOM();
+      /* The pair map sized to the word (it has fewer than n distinct pairs to start), not the
+       * 4096 slots of the big maps: many distinct long words must not cost 64 KiB each. */
+      for (lw->at.first = 16; lw->at.first < 2 * (size_t)n && lw->at.first < 4096;) lw->at.first *= 2;
       for (uint32_t i = 0; i < n; i++) {
         lw->prev[i] = i ? i - 1 : LW_NONE;
         lw->next[i] = i + 1 < n ? i + 1 : LW_NONE;
