@@ -7,7 +7,8 @@
  *        a checkpoint must not silently lose a value); int_keys = true (a table that is not an
  *        array 1..n may have integer keys, written as their decimal text; otherwise an error)
  *   v100.io.json_decode(string[, what]) -> value   what (a file name, say) goes into messages
- * Values: nil/null, booleans, numbers, strings, and tables nested up to 200 levels: a table whose
+ * Values: nil/null, booleans, numbers, strings, and tables (arrays, objects) nested up to
+ * JSON_MAX_DEPTH (1000) levels, the same limit both ways and named in both errors: a table whose
  * keys are exactly 1..n (n >= 1) is an array, one with string keys only an object, an empty one
  * `{}`. Integers and floats stay apart as in Lua: an integer prints as its exact decimal digits
  * (all 64 bits: no {"__int64__": ...} wrapping is needed, since decoding reads the digits back
@@ -16,7 +17,8 @@
  * numeral ("3" -> 3, "3.0" -> 3.0, an integer beyond 64 bits -> float). null decodes to nil (an
  * absent member; a hole in an array). An object that is exactly {"__int64__": "<decimal>"}
  * decodes to that integer: checkpoints written before this codec held integers beyond 2^53 so.
- * Strings must be valid UTF-8 without NUL bytes, either way (C strings would cut them).
+ * Strings must be valid UTF-8 without NUL bytes, either way (C strings would cut them): a raw NUL
+ * byte in the input is refused as \u0000 is, never read as the end of the string.
  *
  * cJSON keeps numbers as doubles, which loses the integer/float distinction and integers past
  * 2^53; so numbers are printed here (as raw cJSON items), and decoding takes each number's text
@@ -32,7 +34,12 @@
 #include "bindings/l_log.h"
 #include "runtime/io/file_io.h"
 
-#define JSON_MAX_DEPTH 200
+/* One nesting limit for encoding and decoding, so that whatever json_encode writes json_decode
+ * reads. It is cJSON's own CJSON_NESTING_LIMIT (1000, which cJSON's parser enforces with a bare
+ * failure): check_input below enforces it first, with an error that names it. */
+#define JSON_MAX_DEPTH 1000
+#define JSON_STR_(x) #x
+#define JSON_STR(x) JSON_STR_(x)
 
 /* ---- encoding ---- */
 
@@ -168,7 +175,8 @@ static key_ref *object_keys(enc *e, int idx, size_t nkeys) {
 /* The table at idx (absolute). */
 static cJSON *encode_table(enc *e, int idx, int depth) {
   lua_State *L = e->L;
-  if (depth > JSON_MAX_DEPTH) return enc_fail(e, "tables nested deeper than %s levels (a cycle?)", "200"), NULL;
+  if (depth > JSON_MAX_DEPTH)
+    return enc_fail(e, "tables nested deeper than %s levels, the JSON nesting limit (a cycle?)", JSON_STR(JSON_MAX_DEPTH)), NULL;
   if (!lua_checkstack(L, 6)) return enc_fail(e, "%s", "out of Lua stack"), NULL;
   lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
   size_t nkeys = 0, nstr = 0;
@@ -395,6 +403,34 @@ static void decode_push(lua_State *L, dec_box *b, const char *text, const cJSON 
 
 static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+/* Before cJSON parses: a raw NUL byte (cJSON would end the string there and return what came
+ * before) and nesting past JSON_MAX_DEPTH (cJSON fails without saying why) are refused here,
+ * naming the byte. Brackets inside strings do not count. Raises, or returns. */
+static void check_input(lua_State *L, const char *pre, const char *s, size_t n) {
+  int depth = 0, in_str = 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (c == '\0')
+      luaL_error(L, "%sa NUL byte at byte %d (NUL bytes are not supported, raw or as \\u0000)", pre, (int)i + 1);
+    if (in_str) {
+      if (c == '\\') {
+        if (i + 1 < n && s[i + 1] == '\0') continue; /* the NUL is reported on the next round */
+        i++;
+      } else if (c == '"') {
+        in_str = 0;
+      }
+    } else if (c == '"') {
+      in_str = 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > JSON_MAX_DEPTH)
+        luaL_error(L, "%snested deeper than %d levels, the JSON nesting limit, at byte %d", pre, JSON_MAX_DEPTH,
+                   (int)i + 1);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      depth--;
+    }
+  }
+}
+
 static int l_json_decode(lua_State *L) {
   const char *what = luaL_optstring(L, 2, NULL);
   lua_settop(L, 1);
@@ -407,6 +443,7 @@ static int l_json_decode(lua_State *L) {
   size_t first = 0;
   while (first < n && is_ws(s[first])) first++;
   if (first == n) return luaL_error(L, "%sthe input is empty", pre);
+  check_input(L, pre, s, n);
   dec_box *b = lua_newuserdatauv(L, sizeof *b, 0);
   memset(b, 0, sizeof *b);
   b->pre = pre;

@@ -3,7 +3,9 @@
  *     w:scalar(tag, value, step[, wall_time])   one scalar Event (wall_time: Unix seconds, default now)
  *     w:flush(), w:close() (also __gc and __close; idempotent), w.path
  *   v100.io.read_events(path) -> {file_version = 'brain.Event:2' | nil, records = n,
- *                                 {wall_time =, step =, tag =, value =}, ...}
+ *                                 {wall_time =, step =, tag =, value =}, ...,
+ *                                 torn = 'record 4 (byte 120): truncated: ...' | nil, torn_at = byte | nil}
+ *   v100.io.check_event_tag(tag)      raises what w:scalar would raise for that tag (empty, NUL, not UTF-8)
  *   v100.io.isatty(fd) -> bool        for the progress bar (0 stdin, 1 stdout, 2 stderr)
  *   v100.io.unix_time() -> seconds    since the epoch (float), the wall time of log records
  *   v100.io.makedirs(path)            mkdir -p
@@ -160,7 +162,24 @@ static int l_read_events(lua_State *L) {
   }
   lua_pushinteger(L, (lua_Integer)d->records);
   lua_setfield(L, -2, "records");
+  if (d->torn) { /* the whole records before the tear were read (runtime/io/tfevents.h) */
+    lua_pushstring(L, d->torn_what);
+    lua_setfield(L, -2, "torn");
+    lua_pushinteger(L, (lua_Integer)d->torn_at);
+    lua_setfield(L, -2, "torn_at");
+  }
   vl_tfevents_data_free(d); /* now rather than at the box's collection */
+  return 1;
+}
+
+static int l_check_event_tag(lua_State *L) {
+  if (lua_type(L, 1) != LUA_TSTRING)
+    return luaL_error(L, "EventWriter:scalar: the tag must be a string, got %s", luaL_typename(L, 1));
+  size_t n;
+  const char *tag = lua_tolstring(L, 1, &n);
+  vl_status s = vl_tfevents_check_tag(tag, n);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  lua_pushboolean(L, 1);
   return 1;
 }
 
@@ -195,6 +214,7 @@ static const luaL_Reg writer_methods[] = {
 static const luaL_Reg log_funcs[] = {
     {"EventWriter", l_event_writer},
     {"read_events", l_read_events},
+    {"check_event_tag", l_check_event_tag},
     {"isatty", l_isatty},
     {"unix_time", l_unix_time},
     {"makedirs", l_makedirs},

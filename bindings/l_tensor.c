@@ -499,7 +499,8 @@ static int split_or_chunk(lua_State *L, bool chunk) {
   p->v = NULL;
   p->n = p->i = 0;
   luaL_setmetatable(L, PENDING_MT);
-  vl_status s = chunk ? vl_ag_chunk(t, (int)(k > INT_MAX ? INT_MAX : k), d, &p->v, &p->n)
+  /* chunk counts are ints: clamp both ways (a count below INT_MIN must stay negative, and be refused). */
+  vl_status s = chunk ? vl_ag_chunk(t, (int)(k > INT_MAX ? INT_MAX : k < INT_MIN ? INT_MIN : k), d, &p->v, &p->n)
                       : vl_ag_split(t, (int64_t)k, d, &p->v, &p->n);
   if (s != VL_OK) return vl_lua_error(L, s);
   lua_createtable(L, p->n, 0);

@@ -216,6 +216,21 @@ static vl_status run_accumulate(engine *e, size_t idx) {
   vl_tensor *leaf = n->leaf;
   vl_autograd_meta *m = meta_of(leaf);
   if (!e->items[idx].buf[0] || !m) return VL_OK;
+  /* The graph was recorded before leaf:set_() gave the leaf data of another shape, dtype or
+   * device (set_ cannot refuse: an old loss the garbage collector has not yet freed keeps a graph
+   * alive). The gradient describes the old data: storing it would leave a .grad that does not fit
+   * the parameter, adding it to one of the new shape could broadcast silently. */
+  const vl_tensor *g0 = e->items[idx].buf[0];
+  bool fits = g0->ndim == leaf->ndim && g0->dtype == leaf->dtype &&
+              vl_device_eq(g0->storage->device, leaf->storage->device);
+  for (int i = 0; fits && i < leaf->ndim; i++) fits = g0->size[i] == leaf->size[i];
+  if (!fits) {
+    char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+    return vl_fail(VL_EINVAL,
+                   "AccumulateGrad: the leaf was changed by set_ after this graph was recorded (gradient %s, leaf "
+                   "now %s); run the forward again after set_",
+                   vl_tensor_desc(g0, d1, sizeof d1), vl_tensor_desc(leaf, d2, sizeof d2));
+  }
   VL_TRY(run_hooks("AccumulateGrad", m->hooks, -1, &e->items[idx].buf[0]));
   capture(e, idx);
   if (!e->accumulate) return VL_OK;

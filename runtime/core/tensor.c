@@ -172,7 +172,8 @@ vl_status vl_tensor_set_(vl_tensor *t, vl_tensor *src) {
   memcpy(t->stride, src->stride, sizeof t->stride);
   t->storage->version++;
   /* A cached gradient accumulator describes the old shape and dtype: graphs recorded from now on
-   * get a new one (graphs still alive keep theirs; see vl_node's AccumulateGrad). */
+   * get a new one (graphs still alive keep theirs, and their backward refuses a gradient that
+   * no longer fits: run_accumulate in runtime/autograd/engine.c). */
   if (m) m->accumulator = NULL;
   /* A gradient of another shape, dtype or device no longer fits the data: drop it. */
   if (m && m->grad) {

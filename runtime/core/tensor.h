@@ -67,7 +67,9 @@ vl_tensor *vl_tensor_retain(vl_tensor *t);     /* returns t */
 void vl_tensor_release(vl_tensor *t);          /* NULL is fine */
 /* Makes the tensor object t a view of src's data (storage, offset, sizes, strides, dtype),
  * keeping t's identity and autograd state (requires_grad, hooks; .grad is dropped when it no
- * longer fits). What Module:to() uses so that optimizers holding parameters stay valid. */
+ * longer fits). What Module:to() uses so that optimizers holding parameters stay valid. A graph
+ * recorded before, still alive, keeps its AccumulateGrad for the old data: its backward then
+ * fails naming both shapes rather than store a gradient that does not fit (engine.c). */
 vl_status vl_tensor_set_(vl_tensor *t, vl_tensor *src);
 /* Bytes held by the storage (what the bindings report to Lua's collector). */
 size_t vl_tensor_storage_nbytes(const vl_tensor *t);

@@ -161,8 +161,19 @@ double vl_unix_time(void) {
 struct vl_tfevents {
   FILE *f;
   char *path;
-  int failed; /* a write failed: the file may end in a torn record */
+  int failed;     /* a write failed: the file was cut back to `whole`, and takes no more records */
+  off_t whole;    /* bytes of whole records known to be in the file (after the last good flush) */
+  off_t pending;  /* bytes handed to stdio since */
 };
+
+/* After a failed write or flush (a full disk): the file is cut back to its whole records, so
+ * that it ends at a record boundary as if the failed records had never been written (readers
+ * would otherwise meet half a record). Best effort: the write's error is what is reported. */
+static void cut_back(vl_tfevents *w) {
+  w->failed = 1;
+  if (ftruncate(fileno(w->f), w->whole) != 0) { /* the reader still stops at the tear */
+  }
+}
 
 /* The host name as it may stand in a file name: anything but [A-Za-z0-9._-] becomes '_'. */
 static void host_part(char *out, size_t cap) {
@@ -180,9 +191,11 @@ static void host_part(char *out, size_t cap) {
 
 static vl_status write_bytes(vl_tfevents *w, const void *p, size_t n) {
   if (fwrite(p, 1, n, w->f) != n) {
-    w->failed = 1;
-    return vl_fail(VL_EIO, "EventWriter: %s: write failed: %s", w->path, strerror(errno));
+    int e = errno;
+    cut_back(w);
+    return vl_fail(VL_EIO, "EventWriter: %s: write failed: %s", w->path, strerror(e));
   }
+  w->pending += (off_t)n;
   return VL_OK;
 }
 
@@ -253,9 +266,7 @@ vl_status vl_tfevents_open(const char *dir, vl_tfevents **out) {
 
 const char *vl_tfevents_path(const vl_tfevents *w) { return w->path; }
 
-vl_status vl_tfevents_scalar(vl_tfevents *w, const char *tag, size_t tag_len, double value, int64_t step,
-                             double wall_time) {
-  if (w->failed) return vl_fail(VL_EIO, "EventWriter: %s: an earlier write failed; the file is closed to records", w->path);
+vl_status vl_tfevents_check_tag(const char *tag, size_t tag_len) {
   if (tag_len == 0) return vl_fail(VL_EINVAL, "EventWriter: the tag is empty");
   if (memchr(tag, '\0', tag_len)) return vl_fail(VL_EINVAL, "EventWriter: the tag contains a NUL byte");
   if (vl_utf8_valid_prefix((const unsigned char *)tag, tag_len) != tag_len) {
@@ -263,6 +274,13 @@ vl_status vl_tfevents_scalar(vl_tfevents *w, const char *tag, size_t tag_len, do
     return vl_fail(VL_EINVAL, "EventWriter: the tag \"%s\" is not valid UTF-8",
                    vl_escape_bytes(tag, tag_len, shown, sizeof shown));
   }
+  return VL_OK;
+}
+
+vl_status vl_tfevents_scalar(vl_tfevents *w, const char *tag, size_t tag_len, double value, int64_t step,
+                             double wall_time) {
+  if (w->failed) return vl_fail(VL_EIO, "EventWriter: %s: an earlier write failed; the file is closed to records", w->path);
+  VL_TRY(vl_tfevents_check_tag(tag, tag_len));
   float v;
   if (isfinite(value) && fabs(value) > FLT_MAX) v = value > 0 ? INFINITY : -INFINITY;
   else v = (float)value;
@@ -278,18 +296,35 @@ vl_status vl_tfevents_scalar(vl_tfevents *w, const char *tag, size_t tag_len, do
 }
 
 vl_status vl_tfevents_flush(vl_tfevents *w) {
+  /* After a failure stdio may still hold part of a record: flushing it would tear the file again. */
+  if (w->failed) return vl_fail(VL_EIO, "EventWriter: %s: an earlier write failed; the file is closed to records", w->path);
   if (fflush(w->f) != 0) {
-    w->failed = 1;
-    return vl_fail(VL_EIO, "EventWriter: %s: flush failed: %s", w->path, strerror(errno));
+    int e = errno;
+    cut_back(w);
+    return vl_fail(VL_EIO, "EventWriter: %s: flush failed: %s", w->path, strerror(e));
   }
+  w->whole += w->pending;
+  w->pending = 0;
   return VL_OK;
 }
 
 vl_status vl_tfevents_close(vl_tfevents *w) {
   if (!w) return VL_OK;
   vl_status s = VL_OK;
-  if (fflush(w->f) != 0) s = vl_fail(VL_EIO, "EventWriter: %s: flush failed: %s", w->path, strerror(errno));
-  if (fclose(w->f) != 0 && s == VL_OK) s = vl_fail(VL_EIO, "EventWriter: %s: close failed: %s", w->path, strerror(errno));
+  if (w->failed) {
+    /* fclose flushes what stdio still holds (part of a failed record); cut it off again through
+     * a second descriptor of the same file. The write's error was reported already. */
+    int fd = dup(fileno(w->f));
+    fclose(w->f);
+    if (fd >= 0) {
+      if (ftruncate(fd, w->whole) != 0) { /* best effort, as in cut_back */
+      }
+      close(fd);
+    }
+  } else {
+    if (fflush(w->f) != 0) s = vl_fail(VL_EIO, "EventWriter: %s: flush failed: %s", w->path, strerror(errno));
+    if (fclose(w->f) != 0 && s == VL_OK) s = vl_fail(VL_EIO, "EventWriter: %s: close failed: %s", w->path, strerror(errno));
+  }
   free(w->path);
   free(w);
   return s;
@@ -482,9 +517,14 @@ vl_status vl_tfevents_read(const char *path, vl_tfevents_data *out) {
   size_t off = 0;
   while (off < n && s == VL_OK) {
     size_t rec = st.d.records + 1, left = n - off;
+    /* The file ending inside a record is a write cut short (a full disk, a crash), not damage
+     * inside: the whole records before it are read, as TensorBoard reads them, and the tear is
+     * reported beside them. A CRC mismatch is damage and fails the read. */
     if (left < 12) {
-      s = vl_fail(VL_EIO, "read_events: %s: record %zu (byte %zu): truncated header: %zu of 12 bytes", path, rec,
-                  off, left);
+      st.d.torn = true;
+      st.d.torn_at = off;
+      snprintf(st.d.torn_what, sizeof st.d.torn_what, "record %zu (byte %zu): truncated header: %zu of 12 bytes",
+               rec, off, left);
       break;
     }
     uint64_t len = get_le(b + off, 8);
@@ -495,8 +535,10 @@ vl_status vl_tfevents_read(const char *path, vl_tfevents_data *out) {
       break;
     }
     if (len > left - 12 || left - 12 - len < 4) {
-      s = vl_fail(VL_EIO, "read_events: %s: record %zu (byte %zu): truncated: %zu of %llu data+CRC bytes", path, rec,
-                  off, left - 12, (unsigned long long)len + 4);
+      st.d.torn = true;
+      st.d.torn_at = off;
+      snprintf(st.d.torn_what, sizeof st.d.torn_what, "record %zu (byte %zu): truncated: %zu of %llu data+CRC bytes",
+               rec, off, left - 12, (unsigned long long)len + 4);
       break;
     }
     const unsigned char *data = b + off + 12;

@@ -16,6 +16,7 @@
 #ifndef VL_TFEVENTS_H
 #define VL_TFEVENTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,9 +64,14 @@ typedef struct vl_tfevents vl_tfevents;
 vl_status vl_tfevents_open(const char *dir, vl_tfevents **out);
 const char *vl_tfevents_path(const vl_tfevents *w);
 /* Appends one scalar Event (buffered until flush/close). The tag must be non-empty valid UTF-8
- * without NUL bytes (protobuf strings are UTF-8; TensorBoard shows tags as text). A double
- * beyond the float range becomes +-inf rather than an undefined conversion. After a failed
- * write the writer refuses further records: the file would hold a torn record in the middle. */
+ * without NUL bytes (protobuf strings are UTF-8; TensorBoard shows tags as text): see
+ * vl_tfevents_check_tag. A double beyond the float range becomes +-inf rather than an undefined
+ * conversion. After a failed write or flush (a full disk) the file is cut back to the records
+ * of the last good flush (ftruncate; again at close, after stdio let go of its buffer) and the
+ * writer refuses further records: the file would hold a torn record in the middle. */
+/* VL_EINVAL when tag cannot be a scalar's tag (empty, a NUL byte, not UTF-8); what the writer
+ * checks, for callers that must know before they write anything (the Logger's two files). */
+vl_status vl_tfevents_check_tag(const char *tag, size_t tag_len);
 vl_status vl_tfevents_scalar(vl_tfevents *w, const char *tag, size_t tag_len, double value, int64_t step,
                              double wall_time);
 vl_status vl_tfevents_flush(vl_tfevents *w);
@@ -86,14 +92,23 @@ typedef struct vl_tfevents_data {
   size_t records;     /* TFRecords read */
   size_t n;           /* scalars: one per Value with a simple_value, in file order */
   vl_tfevent *ev;
+  /* The file ends inside a record (a write cut short by a full disk or a crash): the records
+   * before it were read; torn_at is the byte where the torn record starts (the size of the
+   * whole records), torn_what says which record and how much of it is there:
+   *   "record 4 (byte 120): truncated: 10 of 28 data+CRC bytes" */
+  bool torn;
+  size_t torn_at;
+  char torn_what[128];
 } vl_tfevents_data;
 
 /* Reads every record of path, checking both CRCs of each, and decodes the Events: Values without
  * a simple_value (images, histograms, TF2 tensor summaries) and unknown fields are skipped.
- * Errors (VL_EIO) name the path and the 1-based record with its byte offset:
+ * A file that ends inside a record is read up to that record, as TensorBoard reads it, and the
+ * tear is reported in out->torn* (not an error: a full disk or a crash leaves such a file, and
+ * the writer cuts its file back when it can). Errors (VL_EIO) name the path and the 1-based
+ * record with its byte offset:
  *   "read_events: <path>: record 3 (byte 96): data CRC mismatch (stored 0x..., computed 0x...)",
- * a cut header or data ("truncated: ... of ... bytes"), or a malformed Event. out is untouched
- * on failure. */
+ * or a malformed Event. out is untouched on failure. */
 vl_status vl_tfevents_read(const char *path, vl_tfevents_data *out);
 void vl_tfevents_data_free(vl_tfevents_data *d);
 

@@ -271,7 +271,9 @@ vl_status vl_split(vl_tensor *t, int64_t split_size, int dim, vl_tensor ***outs,
   int64_t size = t->size[d];
   if (split_size < 0 || (split_size == 0 && size > 0))
     return vl_fail(VL_EINVAL, "split: split_size must be positive, got %lld", (long long)split_size);
-  int64_t count = size == 0 ? 1 : (size + split_size - 1) / split_size;
+  /* 1 + (size - 1) / split_size, not (size + split_size - 1) / split_size: that sum overflows
+   * for a split_size near INT64_MAX (t:split(math.maxinteger)), where PyTorch gives one piece. */
+  int64_t count = size == 0 ? 1 : 1 + (size - 1) / split_size;
   if (count > 1 << 24) return vl_fail(VL_EINVAL, "split: %lld pieces are too many", (long long)count);
   return split_views("split", t, split_size, (int)count, d, outs, n);
 }
@@ -282,7 +284,7 @@ vl_status vl_chunk(vl_tensor *t, int chunks, int dim, vl_tensor ***outs, int *n)
   VL_TRY(vl_wrap_dim("chunk", dim, t->ndim, &d));
   int64_t size = t->size[d];
   if (size == 0) return split_views("chunk", t, 0, chunks, d, outs, n);
-  int64_t piece = (size + chunks - 1) / chunks;
-  int count = (int)((size + piece - 1) / piece); /* as PyTorch: possibly fewer than `chunks` */
+  int64_t piece = 1 + (size - 1) / chunks; /* ceil without the sum that can overflow, as in split */
+  int count = (int)(1 + (size - 1) / piece); /* as PyTorch: possibly fewer than `chunks` */
   return split_views("chunk", t, piece, count, d, outs, n);
 }

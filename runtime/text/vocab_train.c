@@ -118,6 +118,7 @@ typedef struct u64map {
   uint64_t *keys;
   int64_t *vals;
   size_t n, nslots;
+  size_t first; /* slots of the first allocation, a power of two (0: 4096) */
 } u64map;
 
 static void u64map_free(u64map *m) {
@@ -127,7 +128,7 @@ static void u64map_free(u64map *m) {
 }
 
 static bool u64map_grow(u64map *m) {
-  size_t ns = m->nslots ? 2 * m->nslots : 4096;
+  size_t ns = m->nslots ? 2 * m->nslots : m->first ? m->first : 4096;
   uint64_t *k = malloc(ns * sizeof *k);
   int64_t *v = malloc(ns * sizeof *v);
   if (!k || !v) {
@@ -290,6 +291,7 @@ struct vl_vocab_trainer {
   strtab words;
   uint64_t *counts; /* per word */
   size_t counts_cap;
+  size_t long_word; /* words of more symbols are merged through linked symbols (see merge_long) */
   bool trained;
 };
 
@@ -326,6 +328,7 @@ vl_status vl_vocab_trainer_new(const vl_vocab_train_opts *opts, vl_vocab_trainer
   vl_vocab_trainer *tr = calloc(1, sizeof *tr);
   if (!tr) return OOM();
   tr->opts = o;
+  tr->long_word = VL_VOCAB_LONG_WORD;
   tr->opts.nspecial = 0;
   tr->special = calloc(o.nspecial ? o.nspecial : 1, sizeof *tr->special);
   bool ok = tr->special != NULL;
@@ -342,6 +345,8 @@ vl_status vl_vocab_trainer_new(const vl_vocab_train_opts *opts, vl_vocab_trainer
 }
 
 size_t vl_vocab_trainer_nwords(const vl_vocab_trainer *tr) { return tr->words.n; }
+
+void vl_vocab_trainer_set_long_word(vl_vocab_trainer *tr, size_t symbols) { tr->long_word = symbols; }
 
 static vl_status count_word(void *ctx, const char *w, size_t n) {
   vl_vocab_trainer *tr = ctx;
@@ -378,47 +383,62 @@ vl_status vl_vocab_trainer_feed(vl_vocab_trainer *tr, const char *text, size_t l
   return VL_OK;
 }
 
-vl_status vl_vocab_trainer_feed_file(vl_vocab_trainer *tr, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return vl_fail(VL_EIO, "train_vocab: cannot open '%s': %s", path, strerror(errno));
-  /* In blocks of whole lines (a block grows until it holds a line break, or the file ends), so
-   * that no word or character is cut and offsets in errors are the file's. */
-  size_t cap = (size_t)1 << 22, have = 0, base = 0;
-  char *buf = malloc(cap);
-  vl_status s = buf ? VL_OK : OOM();
-  bool eof = false;
-  while (s == VL_OK && !(eof && have == 0)) {
-    if (!eof) {
-      if (have == cap) {
-        char *nb = realloc(buf, 2 * cap);
-        if (!nb) {
-          s = OOM();
-          break;
-        }
-        buf = nb;
-        cap *= 2;
-      }
-      size_t got = fread(buf + have, 1, cap - have, f);
-      have += got;
-      eof = got == 0;
-    }
-    size_t cut = have;
-    if (!eof) {
-      while (cut > 0 && buf[cut - 1] != '\n') cut--;
-      if (cut == 0) continue; /* no line break yet: read more */
-    }
-    s = vl_vocab_trainer_feed(tr, buf, cut, path, base);
-    memmove(buf, buf + cut, have - cut);
-    have -= cut;
-    base += cut;
-  }
-  if (s == VL_OK && ferror(f)) s = vl_fail(VL_EIO, "train_vocab: error reading '%s'", path);
-  free(buf);
-  fclose(f);
-  return s;
+/* ---- training ---- */
+
+/* A long word's symbols as a doubly linked list over its slots (a merge keeps the left slot and
+ * unlinks the right one) and, per pair, the slots where it starts: a merge touches only the
+ * pair's occurrences, not the whole word. Entries go stale as merges change the word (checked
+ * when used); every current occurrence of a pair is in its list. */
+#define LW_NONE UINT32_MAX /* no neighbour; also the symbol of an unlinked slot */
+
+typedef struct pos_list {
+  uint32_t *v;
+  size_t n, cap;
+} pos_list;
+
+typedef struct longword {
+  uint32_t *next, *prev;
+  u64map at; /* pair -> its list in lists + 1 */
+  pos_list *lists;
+  size_t nlists, cap;
+} longword;
+
+static void longword_free(longword *lw) {
+  if (!lw) return;
+  free(lw->next);
+  free(lw->prev);
+  u64map_free(&lw->at);
+  for (size_t i = 0; i < lw->nlists; i++) free(lw->lists[i].v);
+  free(lw->lists);
+  free(lw);
 }
 
-/* ---- training ---- */
+/* Records that pair (x, y) starts at slot. */
+static bool lw_add(longword *lw, uint32_t x, uint32_t y, uint32_t slot) {
+  int64_t *i = u64map_at(&lw->at, ((uint64_t)x << 32) | y);
+  if (!i) return false;
+  if (*i == 0) {
+    if (lw->nlists == lw->cap) {
+      size_t cap = lw->cap ? 2 * lw->cap : 16;
+      pos_list *nl = realloc(lw->lists, cap * sizeof *nl);
+      if (!nl) return false;
+      lw->lists = nl;
+      lw->cap = cap;
+    }
+    lw->lists[lw->nlists] = (pos_list){NULL, 0, 0};
+    *i = (int64_t)++lw->nlists;
+  }
+  pos_list *l = &lw->lists[*i - 1];
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 4;
+    uint32_t *nv = realloc(l->v, cap * sizeof *nv);
+    if (!nv) return false;
+    l->v = nv;
+    l->cap = cap;
+  }
+  l->v[l->n++] = slot;
+  return true;
+}
 
 typedef struct train_state {
   strtab tok;
@@ -427,10 +447,14 @@ typedef struct train_state {
   heap q;
   uint32_t *syms; /* every word's symbols, word i at syms[off[i] .. off[i] + len[i]) */
   size_t *off;
-  uint32_t *len;
+  uint32_t *len;  /* a long word's live symbols, its slots spanning more */
+  longword **lw;  /* per word: NULL, or the long word's lists */
+  size_t nwords;
 } train_state;
 
 static void state_free(train_state *st) {
+  for (size_t w = 0; st->lw && w < st->nwords; w++) longword_free(st->lw[w]);
+  free(st->lw);
   strtab_free(&st->tok);
   u64map_free(&st->pairs);
   for (size_t i = 0; i < st->round.n; i++) free(st->round.sets[i].w);
@@ -452,8 +476,49 @@ static bool add_change(train_state *st, uint32_t a, uint32_t b, int d, uint64_t 
   return d < 0 || rounds_add(&st->round, KEY(a, b), w);
 }
 
+static int by_u32(const void *x, const void *y) {
+  uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+  return (a > b) - (a < b);
+}
+
+/* merge_word on a long word: the pair's slots, in word order, each checked against the word as
+ * it is when the merge reaches it. That is what the left-to-right scan of merge_word checks at
+ * each position, in the same order with the same count changes, so the vocab is the same; the
+ * cost is the pair's occurrences (times a log), not the word's length: one 1M-character word
+ * took ~30 s of scans and memmoves over 30k merges, ~1 s so. */
+static bool merge_long(train_state *st, uint32_t w, uint32_t a, uint32_t b, uint32_t r, uint64_t count) {
+  longword *lw = st->lw[w];
+  uint32_t *s = st->syms + st->off[w];
+  int64_t li = u64map_get(&lw->at, KEY(a, b));
+  if (li == 0) return true;
+  pos_list c = lw->lists[li - 1]; /* taken: occurrences this merge makes go to a new list */
+  lw->lists[li - 1] = (pos_list){NULL, 0, 0};
+  qsort(c.v, c.n, sizeof *c.v, by_u32);
+  bool ok = true;
+  for (size_t j = 0; ok && j < c.n; j++) {
+    uint32_t p = c.v[j], q = lw->next[p];
+    if ((j > 0 && c.v[j - 1] == p) || s[p] != a || q == LW_NONE || s[q] != b) continue; /* stale */
+    uint32_t before = lw->prev[p];
+    if (before != LW_NONE)
+      ok = add_change(st, s[before], a, -1, count, w) && add_change(st, s[before], r, 1, count, w) &&
+           lw_add(lw, s[before], r, before);
+    s[p] = r;
+    s[q] = LW_NONE;
+    uint32_t after = lw->next[q];
+    lw->next[p] = after;
+    if (after != LW_NONE) lw->prev[after] = p;
+    st->len[w]--;
+    if (ok && after != LW_NONE)
+      ok = add_change(st, b, s[after], -1, count, w) && add_change(st, r, s[after], 1, count, w) &&
+           lw_add(lw, r, s[after], p);
+  }
+  free(c.v);
+  return ok;
+}
+
 /* HF's Word::merge: left to right, each (a, b) becomes r, the neighbours' pairs change. */
 static bool merge_word(train_state *st, uint32_t w, uint32_t a, uint32_t b, uint32_t r, uint64_t count) {
+  if (st->lw[w]) return merge_long(st, w, a, b, r, count);
   uint32_t *s = st->syms + st->off[w];
   size_t n = st->len[w];
   for (size_t k = 0; k < n; k++) {
@@ -604,7 +669,9 @@ static vl_status initial_words(vl_vocab_trainer *tr, train_state *st) {
   st->syms = malloc((total ? total : 1) * sizeof *st->syms);
   st->off = malloc(W->n * sizeof *st->off);
   st->len = malloc(W->n * sizeof *st->len);
-  if (!st->syms || !st->off || !st->len) return OOM();
+  st->lw = calloc(W->n, sizeof *st->lw);
+  st->nwords = W->n;
+  if (!st->syms || !st->off || !st->len || !st->lw) return OOM();
   size_t k = 0;
   for (size_t w = 0; w < W->n; w++) {
     st->off[w] = k;
@@ -618,6 +685,19 @@ static vl_status initial_words(vl_vocab_trainer *tr, train_state *st) {
     st->len[w] = (uint32_t)(k - st->off[w]);
     for (size_t i = st->off[w] + 1; i < k; i++)
       if (!add_change(st, st->syms[i - 1], st->syms[i], 1, tr->counts[w], (uint32_t)w)) return OOM();
+    if (st->len[w] > tr->long_word) {
+      uint32_t n = st->len[w], *s = st->syms + st->off[w];
+      longword *lw = st->lw[w] = calloc(1, sizeof *lw);
+      if (!lw || !(lw->next = malloc(n * sizeof *lw->next)) || !(lw->prev = malloc(n * sizeof *lw->prev))) return OOM();
+      /* The pair map sized to the word (it has fewer than n distinct pairs to start), not the
+       * 4096 slots of the big maps: many distinct long words must not cost 64 KiB each. */
+      for (lw->at.first = 16; lw->at.first < 2 * (size_t)n && lw->at.first < 4096;) lw->at.first *= 2;
+      for (uint32_t i = 0; i < n; i++) {
+        lw->prev[i] = i ? i - 1 : LW_NONE;
+        lw->next[i] = i + 1 < n ? i + 1 : LW_NONE;
+        if (i + 1 < n && !lw_add(lw, s[i], s[i + 1], i)) return OOM();
+      }
+    }
   }
   if (!push_round(st)) return OOM();
   return VL_OK;
@@ -714,39 +794,4 @@ void vl_vocab_tokens_free(char **tokens, size_t n) {
   if (!tokens) return;
   for (size_t i = 0; i < n; i++) free(tokens[i]);
   free(tokens);
-}
-
-vl_status vl_vocab_train_files(const char *const *files, size_t nfiles, const vl_vocab_train_opts *opts,
-                               char ***tokens, size_t *n) {
-  if (nfiles == 0) return vl_fail(VL_EINVAL, "train_vocab: no input files");
-  vl_vocab_trainer *tr;
-  VL_TRY(vl_vocab_trainer_new(opts, &tr));
-  vl_status s = VL_OK;
-  for (size_t i = 0; i < nfiles && s == VL_OK; i++) s = vl_vocab_trainer_feed_file(tr, files[i]);
-  if (s == VL_OK) s = vl_vocab_trainer_train(tr, tokens, n);
-  vl_vocab_trainer_free(tr);
-  return s;
-}
-
-vl_status vl_vocab_save(const char *const *tokens, size_t n, const char *path) {
-  if (n == 0) return vl_fail(VL_EINVAL, "save_vocab: no tokens for '%s'", path);
-  size_t len = 0;
-  for (size_t i = 0; i < n; i++) {
-    size_t l = strlen(tokens[i]);
-    if (l == 0 || strpbrk(tokens[i], "\r\n") || !valid_utf8(tokens[i], l))
-      return vl_fail(VL_EINVAL, "save_vocab: token %zu (id %zu) is empty, holds a line break or is not valid UTF-8",
-                     i + 1, i);
-    len += l + 1;
-  }
-  char *buf = malloc(len), *p = buf;
-  if (!buf) return vl_fail(VL_EOOM, "save_vocab: out of memory");
-  for (size_t i = 0; i < n; i++) {
-    size_t l = strlen(tokens[i]);
-    memcpy(p, tokens[i], l);
-    p[l] = '\n';
-    p += l + 1;
-  }
-  vl_status s = vl_fs_write_atomic(path, buf, len);
-  free(buf);
-  return s;
 }

@@ -344,8 +344,15 @@ function M.load(path)
   local ok, meta = pcall(cio.json_decode, read_file(mp) or '', mp)
   if not ok then fail('load: %s', meta) end
   if type(meta) ~= 'table' or meta.format ~= FORMAT then fail('load: %s: not a v100lua checkpoint (format is %s, expected %s)', mp, tostring(type(meta) == 'table' and meta.format), FORMAT) end
-  if math.type(meta.version) ~= 'integer' or meta.version > VERSION then
-    fail('load: %s: checkpoint version %s, this v100lua reads up to %d', mp, tostring(meta.version), VERSION)
+  -- 1.0 is version 1: another JSON tool (Python's json with a float, jq) may have rewritten the
+  -- file. A fraction, a string or a version below 1 is no version at all, and said so.
+  local version = type(meta.version) == 'number' and math.tointeger(meta.version)
+  if not version or version < 1 then
+    fail('load: %s: "version" must be a whole number >= 1, got %s', mp, cio.json_encode(meta.version))
+  end
+  meta.version = version
+  if version > VERSION then
+    fail('load: %s: checkpoint version %d is newer than this v100lua, which reads versions 1 to %d', mp, version, VERSION)
   end
   for _, f in ipairs(meta.files or {}) do
     if not exists(join(path, f)) then fail('load: %s: %s lists %s, which is missing', path, META, f) end

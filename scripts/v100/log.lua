@@ -223,6 +223,9 @@ local function check_fields(fname, t, what)
   for k, v in pairs(t) do
     if type(k) ~= 'string' then error(string.format('%s: %s keys must be strings, got %s', fname, what, type(k)), 3) end
     if RESERVED[k] then error(string.format('%s: "%s" is written by the logger itself; rename the %s entry', fname, k, what), 3) end
+    -- An empty name has no place in a JSON line's reader nor as a TensorBoard tag: refused
+    -- whichever files the logger writes, so a script does not fail only once TensorBoard is on.
+    if k == '' then error(string.format('%s: empty %s name', fname, what), 3) end
     local tv = type(v)
     if not (tv == 'number' or tv == 'string' or tv == 'boolean' or core.is_tensor(v)) then
       error(string.format('%s: %s "%s" must be a number, string or boolean, got %s', fname, what, k, tv), 3)
@@ -251,6 +254,17 @@ function Logger:log(step, metrics, extra)
   for k, v in pairs(metrics) do
     values[k] = core.is_tensor(v) and number_of('Logger:log', 'metric "' .. k .. '"', v) or v
   end
+  -- Every check comes before either file is written: a call that raises leaves no JSON line
+  -- without its scalars (the tags are checked as the event writer would check them).
+  local prefix = type(extra.split) == 'string' and extra.split .. '/' or ''
+  if self.writer then
+    for k, v in pairs(values) do
+      if type(v) == 'number' then
+        local ok, err = pcall(cio.check_event_tag, prefix .. k)
+        if not ok then error('Logger:log: metric "' .. k .. '": ' .. tostring(err), 2) end
+      end
+    end
+  end
   local now = cio.unix_time()
   local enc = cio.json_encode
   local parts = {'"step":' .. step}
@@ -275,7 +289,6 @@ function Logger:log(step, metrics, extra)
     end
   end
   if self.writer then
-    local prefix = type(extra.split) == 'string' and extra.split .. '/' or ''
     for _, k in ipairs(mkeys) do
       if type(values[k]) == 'number' then self.writer:scalar(prefix .. k, values[k], step, now) end
     end

@@ -4,6 +4,7 @@
 -- checkpoint that does not fit fails with a clear error, leaves no partial or temporary files,
 -- the previous checkpoint stays the latest and loads, and training goes on; a log line that does
 -- not fit is an error naming the file, and the file keeps only whole lines.
+local v100 = require 'v100'
 local T = require 'testlib'
 
 local dir = T.tmpdir()
@@ -63,6 +64,21 @@ for line in text:gmatch('[^\n]+') do
   n = n + 1
 end
 print('log lines readable ' .. n)
+-- TensorBoard: scalars until the event file reaches the limit
+local tb = log.Logger{ dir = dir .. '/tb', jsonl = false }
+local calls, terr = 0, nil
+local metrics = {}
+for k = 1, 20 do metrics['metric_' .. k] = k + 0.5 end
+for i = 1, 100000 do
+  local ok2, e = pcall(tb.log, tb, i, metrics, { split = 'train' })
+  if not ok2 then terr = e break end
+  calls = i
+end
+local events = tb.events_path
+tb:close()
+print('tb calls before the error ' .. calls)
+print('tb error: ' .. tostring(terr))
+print('tb events ' .. events)
 ]==])
 
 T.test('a checkpoint and a log that do not fit: clear errors, nothing half-written, training goes on', function()
@@ -70,6 +86,7 @@ T.test('a checkpoint and a log that do not fit: clear errors, nothing half-writt
   local p = assert(io.popen(cmd, 'r'))
   local out = p:read('a')
   local ok = p:close()
+  T.write_file(dir .. '/child.out', out)
   T.ok(ok, 'the child ended normally:\n' .. out)
   T.ok(out:find('saved ' .. dir .. '/ck/epoch0%-step1\n'), out)
   T.ok(out:find('big save ok=false\n', 1, true), out)
@@ -91,6 +108,26 @@ T.test('a checkpoint and a log that do not fit: clear errors, nothing half-writt
     'the log error names the file and the cause: ' .. tostring(lerr))
   T.ok(out:find('log ends with a newline true\n', 1, true), 'no half-written line at the end:\n' .. out)
   T.ok(out:find('log lines readable ' .. lines .. '\n', 1, true), 'every line before the error is whole JSON:\n' .. out)
+end)
+
+T.test('a TensorBoard file that does not fit: cut back to its whole records, every one readable', function()
+  -- the child of the test above ran the Logger's event writer into the same limit
+  local out = assert(io.open(dir .. '/child.out', 'rb')):read('a')
+  local calls = tonumber(out:match('tb calls before the error (%d+)'))
+  T.ok(calls and calls > 50 and calls < 2000, 'the event file filled its 256 KiB: ' .. tostring(calls) .. ' calls')
+  local terr = out:match('tb error: ([^\n]*)')
+  T.ok(terr and terr:find('EventWriter: ' .. dir .. '/tb/events.out.tfevents.', 1, true) and terr:lower():find('too large'),
+    'the error names the event file and the cause: ' .. tostring(terr))
+  local path = out:match('tb events ([^\n]*)')
+  -- the writer cut the torn record off (before: half a record at the end, and read_events
+  -- refused the whole file); the reader would read up to a tear anyway
+  local size = #T.read_file(path)
+  T.ok(size <= 256 * 1024, size)
+  local ev = v100.io.read_events(path)
+  T.eq(ev.torn, nil, 'no torn record at the end')
+  T.eq(#ev % 20, 0, 'whole calls only: ' .. #ev .. ' scalars')
+  T.ok(#ev // 20 == calls, 'every call before the error is in the file: ' .. #ev // 20 .. ' of ' .. calls)
+  T.eq({ ev[1].tag, ev[1].step, ev[#ev].tag, ev[#ev].step, ev[#ev].value }, { 'train/metric_1', 1, 'train/metric_9', calls, 9.5 })
 end)
 
 os.execute("rm -rf '" .. dir .. "'")

@@ -132,6 +132,28 @@ T.test('Logger: bad inputs are clear errors', function()
   T.raises(function() lg:log(1, {loss = v100.tensor{1, 2}}) end, 'a tensor of 2 elements')
   T.raises(function() lg:log(1, {['bad\255'] = 1}) end, 'not valid UTF-8')
   lg:close()
+end)
+
+T.test('Logger: a call that raises writes neither file (an empty name used to leave its JSON line)', function()
+  for _, jsonl in ipairs({ true, false }) do
+    local d = root .. '/val' .. tostring(jsonl)
+    local lg = log.Logger{dir = d, rank = 0, jsonl = jsonl}
+    lg:log(1, {loss = 1})
+    T.raises(function() lg:log(2, {[''] = 1}) end, 'Logger:log: empty metric name')
+    T.raises(function() lg:log(2, {loss = 1}, {[''] = 'x'}) end, 'Logger:log: empty extra field name')
+    T.raises(function() lg:log(2, {['a\0b'] = 1}) end, 'metric "a')
+    T.raises(function() lg:log(2, {loss = 1}, {split = 'tr\255'}) end, 'metric "loss": EventWriter: the tag "tr\\xFF/loss" is not valid UTF-8')
+    T.raises(function() lg:log(2, {loss = 1, note = 'x\255'}) end, 'not valid UTF-8')
+    lg:log(3, {loss = 3})
+    lg:close()
+    if jsonl then
+      local steps = {}
+      for _, l in ipairs(lines(read(d .. '/metrics.jsonl'))) do steps[#steps + 1] = vio.json_decode(l).step end
+      T.eq(steps, {1, 3})
+    end
+    local ev = vio.read_events(lg.events_path)
+    T.eq({#ev, ev[1].step, ev[2].step, ev.torn}, {2, 1, 3, nil})
+  end
   T.raises(function() log.Logger{rank = 0} end, 'Logger: dir must be the log directory (a string), got nil')
   T.raises(function() log.Logger{dir = root .. '/x', jsonl = 5} end, 'jsonl must be a boolean or a file name')
   write(root .. '/afile', 'x')
@@ -168,14 +190,32 @@ T.test('EventWriter: scalars, close, path, errors', function()
   T.raises(function() vio.EventWriter('') end, 'EventWriter: the path is empty')
 end)
 
-T.test('read_events: a truncated file and a flipped byte name the path and the record', function()
+-- The byte size of the first k TFRecords of an event file's bytes b.
+local function read_events_size(b, k)
+  local off = 0
+  for _ = 1, k do off = off + 12 + string.unpack('<I8', b, off + 1) + 4 end
+  return off
+end
+
+T.test('read_events: a torn last record is reported beside the whole ones; a flipped byte names the path and the record', function()
   local w = vio.EventWriter(root .. '/rd')
   for i = 1, 3 do w:scalar('x', i, i) end
   w:close()
   local b = read(w.path)
   local bad = root .. '/rd/bad.tfevents'
-  write(bad, b:sub(1, #b - 2))
-  T.raises(function() vio.read_events(bad) end, {'read_events: ' .. bad .. ': record 4 (byte ', 'truncated'})
+  -- A write cut short (a full disk, a crash) used to make the whole file unreadable; TensorBoard
+  -- reads up to the tear, and so does read_events, saying where the tear is.
+  local whole = read_events_size(b, 3) -- bytes of the version record and the first two scalars
+  for _, cut in ipairs({ #b - 1, #b - 2, whole + 11, whole + 12, whole + 1 }) do
+    write(bad, b:sub(1, cut))
+    local ev = vio.read_events(bad)
+    T.eq({ #ev, ev.records, ev.torn_at, ev[2].value }, { 2, 3, whole, 2.0 }, 'cut at ' .. cut)
+    T.ok(ev.torn:find('^record 4 %(byte ' .. whole .. '%): truncated'), ev.torn)
+  end
+  write(bad, b:sub(1, 5)) -- even the version record torn: nothing read, the tear said
+  local ev0 = vio.read_events(bad)
+  T.eq({ #ev0, ev0.records, ev0.torn_at, ev0.torn }, { 0, 0, 0, 'record 1 (byte 0): truncated header: 5 of 12 bytes' })
+  T.eq(vio.read_events(w.path).torn, nil)
   -- flip a byte of record 2's data (record 1, the version record, is 12 + 24 + 4 bytes)
   local at = 40 + 12 + 2
   write(bad, b:sub(1, at - 1) .. string.char(b:byte(at) ~ 0x20) .. b:sub(at + 1))
@@ -363,7 +403,7 @@ T.test('json: round trips keep integers and floats apart; bad inputs', function(
   T.raises(function() vio.json_encode{a = 'x\0y'} end, 'a string contains a NUL byte at $.a')
   local cyc = {}
   cyc.self = cyc
-  T.raises(function() vio.json_encode(cyc) end, 'nested deeper than 200 levels (a cycle?)')
+  T.raises(function() vio.json_encode(cyc) end, 'nested deeper than 1000 levels, the JSON nesting limit (a cycle?)')
 end)
 
 T.test('isatty, makedirs, unix_time', function()
