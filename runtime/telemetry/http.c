@@ -11,7 +11,7 @@
  * the listening socket readable. Now, in order: the oldest connection still sending its request
  * is dropped to make room; else a reserve descriptor (held open on /dev/null for this) is closed
  * and its slot takes the connection; else the listening socket is left out of poll for
- * VL_HTTP_BACKOFF_MS. The same "drop the oldest unfinished request" makes room when every slot is
+ * VL_HTTP_BACKOFF_MS. The same "drop the oldest unfinished request" (older than VL_HTTP_GRACE_MS) makes room when every slot is
  * taken, so idle connections cannot keep a scraper out. close() writes to a pipe the thread polls:
  * it never waits on a client. */
 #define _GNU_SOURCE /* accept4 */
@@ -178,18 +178,20 @@ static void on_writable(vl_http_server *srv, conn *c) {
 }
 
 /* The connection still sending its request that came first (the trickler, the idle one): the one
- * to drop when room is needed. NULL when every connection is being answered. */
-static conn *oldest_reading(vl_http_server *srv) {
+ * to drop when room is needed. A connection younger than VL_HTTP_GRACE_MS is spared: a scraper
+ * accepted an instant before its request arrived would otherwise be the one dropped once the
+ * older ones are gone. NULL when none qualifies. */
+static conn *oldest_reading(vl_http_server *srv, int64_t now) {
   conn *best = NULL;
   for (int i = 0; i < VL_HTTP_MAX_CONN; i++) {
     conn *c = &srv->conns[i];
-    if (c->fd >= 0 && !c->out && (!best || c->born_ms < best->born_ms)) best = c;
+    if (c->fd >= 0 && !c->out && now - c->born_ms >= VL_HTTP_GRACE_MS && (!best || c->born_ms < best->born_ms)) best = c;
   }
   return best;
 }
 
 static bool drop_oldest(vl_http_server *srv) {
-  conn *c = oldest_reading(srv);
+  conn *c = oldest_reading(srv, now_ms());
   if (!c) return false;
   conn_close(srv, c);
   count(srv, &srv->dropped);
@@ -249,8 +251,14 @@ static void accept_all(vl_http_server *srv) {
       }
     }
     /* Out of descriptors with nothing to give back, or another error: try again later, not at
-     * once (the pending connection keeps the socket readable, so retrying now would spin). */
-    srv->backoff_until_ms = now_ms() + VL_HTTP_BACKOFF_MS;
+     * once (the pending connection keeps the socket readable, so retrying now would spin): when
+     * the youngest connection may be dropped, at the latest after VL_HTTP_BACKOFF_MS. */
+    int64_t now = now_ms(), until = now + VL_HTTP_BACKOFF_MS;
+    for (int i = 0; i < VL_HTTP_MAX_CONN; i++) {
+      conn *c = &srv->conns[i];
+      if (c->fd >= 0 && !c->out && c->born_ms + VL_HTTP_GRACE_MS < until) until = c->born_ms + VL_HTTP_GRACE_MS;
+    }
+    srv->backoff_until_ms = until > now ? until : now + 1;
     return;
   }
 }
@@ -263,7 +271,7 @@ static void *thread_main(void *arg) {
     int64_t now = now_ms(), next = -1;
     int n = 0;
     p[n++] = (struct pollfd){.fd = srv->wake[0], .events = POLLIN};
-    bool room = free_slot(srv) || oldest_reading(srv);
+    bool room = free_slot(srv) || oldest_reading(srv, now);
     int listen_at = -1;
     if (srv->backoff_until_ms > now) {
       next = srv->backoff_until_ms;
@@ -279,7 +287,9 @@ static void *thread_main(void *arg) {
         conn_close(srv, c);
         continue;
       }
-      if (next < 0 || c->deadline_ms < next) next = c->deadline_ms;
+      int64_t wake = c->deadline_ms;
+      if (!room && !c->out && c->born_ms + VL_HTTP_GRACE_MS < wake) wake = c->born_ms + VL_HTTP_GRACE_MS; /* droppable then */
+      if (next < 0 || wake < next) next = wake;
       who[n] = c;
       p[n++] = (struct pollfd){.fd = c->fd, .events = c->out ? POLLOUT : POLLIN};
     }

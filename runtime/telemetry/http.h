@@ -10,7 +10,8 @@
  *
  * Limits (per connection, from its accept, whatever the client sends): VL_HTTP_READ_MS to send the
  * request head, VL_HTTP_WRITE_MS more to take the answer. When every slot is taken, or accept runs
- * out of descriptors, the oldest connection still sending its request is dropped; with nothing to
+ * out of descriptors, the oldest connection still sending its request (and older than
+ * VL_HTTP_GRACE_MS) is dropped; with nothing to
  * drop, accepting pauses VL_HTTP_BACKOFF_MS. vl_http_close never waits on a client. */
 #ifndef VL_HTTP_H
 #define VL_HTTP_H
@@ -30,6 +31,10 @@ extern "C" {
 #define VL_HTTP_READ_MS 2000
 #define VL_HTTP_WRITE_MS 5000
 #define VL_HTTP_BACKOFF_MS 100
+/* A connection this young is not dropped to make room: a scraper accepted just before its request
+ * arrived would be, once older ones are gone. Short, because a burst of idle connections queued
+ * ahead of a scraper is taken (and dropped) at one per this much under EMFILE. */
+#define VL_HTTP_GRACE_MS 10
 
 typedef struct vl_http_server vl_http_server;
 
