@@ -256,7 +256,7 @@ static vl_status check_left(vl_comm *c, const char *op, int64_t seq, int peer) {
 /* Completes *req (MPI_Test's code in *rc, as MPI_Wait's would be) or fails as above, or after
  * V100LUA_DIST_TIMEOUT seconds. seq: the collective's number (0 for send/recv, with its peer). */
 static vl_status wait_req(vl_comm *c, MPI_Request *req, MPI_Status *st, const char *op, int64_t seq, int peer, int *rc) {
-  double t0 = now_s(), probed = -1;
+  double t0 = now_s(), probed = t0; /* the first look at the control messages 2 ms in: a fast wait never pays for it */
   for (long it = 0;; it++) {
     int flag = 0;
     *rc = MPI_Test(req, &flag, st);
