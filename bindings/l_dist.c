@@ -14,7 +14,8 @@
  *
  * The NCCL watchdog is a host thread started by the first init on a machine with a GPU: every
  * second it asks runtime/dist whether a CUDA collective has been in flight longer than
- * V100LUA_NCCL_TIMEOUT seconds (default 600; 0 turns the watchdog off) or NCCL failed
+ * V100LUA_NCCL_TIMEOUT seconds (else V100LUA_DIST_TIMEOUT's, the CPU collectives' limit too; default
+ * 600; 0 turns the watchdog off) or NCCL failed
  * asynchronously; then it prints the rank, host and operation, and ends the whole job at once
  * (MPI_Abort; ending a process ends its kernels, so no rank stays in a kernel). */
 #define _POSIX_C_SOURCE 200809L
@@ -165,7 +166,10 @@ static int d_exit(lua_State *L) {
     vl_dist_info i;
     vl_dist_get_info(&i);
     if (code != EXIT_SUCCESS && i.size > 1) vl_dist_abort(code);
-    if (vl_dist_finalize() != VL_OK) vl_errclear();
+    /* os.exit(0) while another rank waits in a collective this one skipped: the finalize says so;
+     * raised, it is reported with the rank prefix and ends the job (bindings/main.c). */
+    vl_status s = vl_dist_finalize();
+    if (s != VL_OK) return vl_lua_error(L, s);
   }
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
@@ -192,17 +196,19 @@ static void *watchdog(void *arg) {
   return NULL;
 }
 
-/* V100LUA_NCCL_TIMEOUT: seconds (> 0), or 0 for no watchdog; anything else is an error. */
+/* V100LUA_NCCL_TIMEOUT, else V100LUA_DIST_TIMEOUT (the one limit of CPU and CUDA collectives):
+ * seconds (> 0), or 0 for no watchdog; anything else is an error. */
 static void start_watchdog(lua_State *L) {
   static bool started = false;
   if (started || vl_cuda_device_count() == 0) return;
-  const char *v = getenv("V100LUA_NCCL_TIMEOUT");
+  const char *var = "V100LUA_NCCL_TIMEOUT", *v = getenv(var);
+  if (!v || !*v) var = "V100LUA_DIST_TIMEOUT", v = getenv(var);
   if (v && *v) {
     char *end;
     errno = 0;
     double t = strtod(v, &end);
     if (errno || *end || !(t >= 0))
-      luaL_error(L, "dist.init: V100LUA_NCCL_TIMEOUT='%s' is not a number of seconds (0 turns the watchdog off)", v);
+      luaL_error(L, "dist.init: %s='%s' is not a number of seconds (0 turns the watchdog off)", var, v);
     g_watch_timeout = t;
   }
   started = true;

@@ -371,6 +371,12 @@ static int h_index(lua_State *L) {
   if (!strcmp(k, "port")) {
     if (ud->srv) lua_pushinteger(L, vl_http_port(ud->srv));
     else lua_pushnil(L);
+  } else if (!strcmp(k, "addr")) { /* the bound address, numeric: "0" reads back as "0.0.0.0" */
+    if (ud->srv) lua_pushstring(L, vl_http_addr(ud->srv));
+    else lua_pushnil(L);
+  } else if (!strcmp(k, "loopback")) {
+    if (ud->srv) lua_pushboolean(L, vl_http_loopback(ud->srv));
+    else lua_pushnil(L);
   } else {
     lua_pushvalue(L, 2);
     lua_rawget(L, lua_upvalueindex(1));

@@ -585,7 +585,15 @@ int main(int argc, char **argv) {
   /* Finalizers release every tensor before the runtime frees the pools under them. */
   vl_set_reclaim_hook(NULL, NULL);
   lua_close(L);
-  if (vl_dist_finalize() != VL_OK) l_message(progname, vl_errmsg());
+  /* A normal end can still fail the job: another rank waits in a collective this one never joined
+   * (runtime/dist/mpi.c's leave handshake says which). Then this rank reports and aborts. */
+  if (vl_dist_finalize() != VL_OK) {
+    l_message(progname, vl_errmsg());
+    ok = false;
+    vl_dist_info di;
+    vl_dist_get_info(&di);
+    if (di.initialized && di.size > 1) vl_dist_abort(EXIT_FAILURE);
+  }
   vl_shutdown();
   return ok ? EXIT_SUCCESS : EXIT_FAILURE;
 }

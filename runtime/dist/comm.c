@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/core/context.h"
@@ -183,8 +184,12 @@ vl_status vl_dist_init(void) {
       return s;
     }
     d->owns_mpi = owns;
-    const char *chk = env_of("V100LUA_DIST_CHECK");
-    d->world.check = chk && strcmp(chk, "0") != 0;
+    if (s == VL_OK) s = vl_dist_read_env(&d->world);
+    if (s != VL_OK) {
+      vl_dist_mpi_stop(impl, owns);
+      free(d);
+      return s;
+    }
     d->world.backend[VL_CPU] = mpi;
     d->world.impl[VL_CPU] = impl;
   } else {
@@ -317,7 +322,7 @@ static vl_status finish(vl_dist_work *w, vl_status s) {
   }
   if (w->backend && w->backend->release) w->backend->release(w);
   unlink_live(w);
-  drop_tensors(w);
+  if (!w->abandon) drop_tensors(w); /* an abandoned op's buffers may still be written by MPI: kept */
   w->comm = NULL;
   w->done = true;
   return s;
@@ -352,14 +357,21 @@ vl_status vl_dist_finalize(void) {
   if (!d) return VL_OK;
   /* Handles still in flight are completed (MPI must not finalize under them); their Lua objects
    * stay valid as completed handles. */
-  while (d->world.live) {
+  while (d->world.live && !d->world.broken) {
     vl_dist_work *w = d->world.live;
     if (vl_dist_wait(w) != VL_OK) vl_errclear();
   }
+  /* A broken job cannot finalize (MPI_Finalize would wait for ranks that never come): the caller
+   * reports this and aborts. The state stays, so a second call says the same. */
+  if (d->world.broken) return vl_fail(VL_EMPI, "%s", d->world.broken_msg);
   for (vl_dist_work *w = d->world.pending, *next; w; w = next) {
     next = w->pending_next;
     free(w);
   }
+  d->world.pending = d->world.pending_tail = NULL;
+  /* Every rank says it leaves before MPI_Finalize, which would otherwise wait forever for a rank
+   * still inside a collective that this one never joined (runtime/dist/mpi.c). */
+  if (d->world.backend[VL_CPU] != &vl_dist_local_backend) VL_TRY(vl_dist_mpi_leave(&d->world));
   vl_status s = drop_cuda(&d->world, false);
   if (d->world.backend[VL_CPU] != &vl_dist_local_backend) {
     vl_status m = vl_dist_mpi_stop(d->world.impl[VL_CPU], d->owns_mpi);
@@ -374,6 +386,13 @@ vl_status vl_dist_finalize(void) {
 
 void vl_dist_abort(int code) {
   vl_dist *d = dist_state();
+  /* When every rank learnt of the failure (a mismatch all saw, a rank that left and the ones
+   * waiting for it), each prints its side; MPI_Abort kills the others at once, so give their
+   * messages a moment to get out first. */
+  if (d && d->world.failure_shared && d->world.size > 1) {
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+  }
   if (d && drop_cuda(&d->world, true) != VL_OK) vl_errclear();
   vl_dist_mpi_abort(code);
 }
@@ -386,10 +405,11 @@ void vl_dist_kill(int code) {
 /* ---- validation and staging ---- */
 
 static vl_status world_of(const char *op, vl_comm **c) {
-  if (*c) return VL_OK;
+  if (*c) return (*c)->broken ? vl_fail(VL_EMPI, "%s: an earlier collective failed: %s", op, (*c)->broken_msg) : VL_OK;
   vl_dist *d = dist_state();
   if (!d) return vl_fail(VL_EINVAL, "%s: dist.init() has not been called", op);
   *c = &d->world;
+  if ((*c)->broken) return vl_fail(VL_EMPI, "%s: an earlier collective failed, the job cannot go on: %s", op, (*c)->broken_msg);
   return VL_OK;
 }
 
@@ -447,6 +467,8 @@ static vl_status new_work(const char *op, vl_comm *c, const vl_comm_backend *be,
   w->comm = c;
   w->backend = be;
   w->expect = -1;
+  w->seq = c->seq_next; /* set by vl_dist_agree for a collective; 0 for send/recv */
+  c->seq_next = 0;
   /* NVTX (runtime/telemetry/nvtx.h): the collective's start, and its completion when blocking. */
   w->nvtx = vl_nvtx_enabled();
   if (w->nvtx) vl_nvtx_push(op);
@@ -494,34 +516,6 @@ static vl_status launch(vl_comm *c, vl_dist_work *w, vl_status started, vl_dist_
   return s;
 }
 
-/* ---- V100LUA_DIST_CHECK: the ranks agree on the collective before starting it ---- */
-
-enum { SIG_ALL_REDUCE = 1, SIG_BROADCAST, SIG_REDUCE, SIG_ALL_GATHER, SIG_REDUCE_SCATTER, SIG_BARRIER };
-static const char *const sig_names[] = {"?", "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier"};
-
-/* Without the check a mismatch hangs or garbles data; with it every rank fails with the same
- * message naming what differs (a blocking reduction per collective: for debugging). */
-static vl_status agree(const char *op, vl_comm *c, const vl_comm_backend *be, int kind, vl_tensor *t, int dop, int root) {
-  if (!c->check || !be->check) return VL_OK;
-  int64_t sig[VL_DIST_SIG] = {kind, t ? vl_tensor_numel(t) : 0, t ? (int64_t)t->dtype : -1, dop, root};
-  int64_t lo[VL_DIST_SIG], hi[VL_DIST_SIG];
-  VL_TRY(be->check(c, sig, lo, hi));
-  if (lo[0] != hi[0])
-    return vl_fail(VL_EINVAL, "%s: the ranks are not all in the same collective: this rank (%d) is in %s, others in "
-                   "%s (V100LUA_DIST_CHECK)", op, c->rank, sig_names[kind],
-                   sig_names[lo[0] != kind ? lo[0] : hi[0]]);
-  if (lo[1] != hi[1])
-    return vl_fail(VL_ESHAPE, "%s: the ranks pass different element counts, %lld to %lld (this rank %d: %lld) "
-                   "(V100LUA_DIST_CHECK)", op, (long long)lo[1], (long long)hi[1], c->rank, (long long)sig[1]);
-  if (lo[2] != hi[2])
-    return vl_fail(VL_EDTYPE, "%s: the ranks pass different dtypes (this rank %d: %s) (V100LUA_DIST_CHECK)", op, c->rank,
-                   t ? vl_dtype_name(t->dtype) : "none");
-  if (lo[3] != hi[3] || lo[4] != hi[4])
-    return vl_fail(VL_EINVAL, "%s: the ranks pass different ops or roots (this rank %d: op %s, root %d) "
-                   "(V100LUA_DIST_CHECK)", op, c->rank, dop >= 0 ? vl_dist_op_name((vl_dist_op)dop) : "none", root);
-  return VL_OK;
-}
-
 /* ---- collectives ---- */
 
 static int divisor(vl_comm *c, const vl_comm_backend *be, vl_dist_op op) {
@@ -538,7 +532,7 @@ vl_status vl_dist_all_reduce(vl_comm *c, vl_tensor *t, vl_dist_op op, vl_dist_wo
   VL_TRY(check_tensor(name, "the tensor", c, t, &be));
   VL_TRY(check_op(name, op, t->dtype));
   VL_TRY(vl_check_writable(name, t));
-  VL_TRY(agree(name, c, be, SIG_ALL_REDUCE, t, op, -1));
+  VL_TRY(vl_dist_agree(name, c, be, VL_SIG_ALL_REDUCE, t, op, -1));
   vl_tensor *buf;
   VL_TRY(stage(t, true, be, true, false, &buf));
   vl_dist_work *w = NULL;
@@ -558,7 +552,7 @@ vl_status vl_dist_broadcast(vl_comm *c, vl_tensor *t, int root, vl_dist_work **w
   VL_TRY(check_tensor(name, "the tensor", c, t, &be));
   VL_TRY(check_rank(name, "root", c, root));
   VL_TRY(vl_check_writable(name, t));
-  VL_TRY(agree(name, c, be, SIG_BROADCAST, t, -1, root));
+  VL_TRY(vl_dist_agree(name, c, be, VL_SIG_BROADCAST, t, -1, root));
   vl_tensor *buf;
   VL_TRY(stage(t, false, be, c->rank == root, false, &buf));
   vl_dist_work *w = NULL;
@@ -579,7 +573,7 @@ vl_status vl_dist_reduce(vl_comm *c, vl_tensor *t, int root, vl_dist_op op, vl_d
   VL_TRY(check_rank(name, "root", c, root));
   VL_TRY(check_op(name, op, t->dtype));
   if (c->rank == root) VL_TRY(vl_check_writable(name, t));
-  VL_TRY(agree(name, c, be, SIG_REDUCE, t, op, root));
+  VL_TRY(vl_dist_agree(name, c, be, VL_SIG_REDUCE, t, op, root));
   vl_tensor *buf;
   VL_TRY(stage(t, true, be, true, false, &buf));
   vl_dist_work *w = NULL;
@@ -645,7 +639,7 @@ vl_status vl_dist_all_gather(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_dist_
   VL_TRY(check_tensor(name, "the input", c, in, &be));
   VL_TRY(check_blocks(name, "the output", out, "the input", in, c->size));
   VL_TRY(vl_check_writable(name, out));
-  VL_TRY(agree(name, c, be, SIG_ALL_GATHER, in, -1, -1));
+  VL_TRY(vl_dist_agree(name, c, be, VL_SIG_ALL_GATHER, in, -1, -1));
   vl_tensor *ib = NULL, *ob = NULL;
   vl_dist_work *w = NULL;
   VL_TRY(stage_in_out(name, c, be, out, in, false, &ib, &ob, &w));
@@ -663,7 +657,7 @@ vl_status vl_dist_reduce_scatter(vl_comm *c, vl_tensor *out, vl_tensor *in, vl_d
   VL_TRY(check_blocks(name, "the input", in, "the output", out, c->size));
   VL_TRY(check_op(name, op, in->dtype));
   VL_TRY(vl_check_writable(name, out));
-  VL_TRY(agree(name, c, be, SIG_REDUCE_SCATTER, out, op, -1));
+  VL_TRY(vl_dist_agree(name, c, be, VL_SIG_REDUCE_SCATTER, out, op, -1));
   vl_tensor *ib = NULL, *ob = NULL;
   vl_dist_work *w = NULL;
   VL_TRY(stage_in_out(name, c, be, out, in, true, &ib, &ob, &w));
@@ -720,7 +714,7 @@ vl_status vl_dist_barrier(vl_comm *c, vl_dist_work **work) {
   const char *name = "barrier";
   VL_TRY(world_of(name, &c));
   const vl_comm_backend *be = c->backend[VL_CPU];
-  VL_TRY(agree(name, c, be, SIG_BARRIER, NULL, -1, -1));
+  VL_TRY(vl_dist_agree(name, c, be, VL_SIG_BARRIER, NULL, -1, -1));
   vl_dist_work *w = NULL;
   VL_TRY(new_work(name, c, be, &w));
   return launch(c, w, be->barrier(c, w), work);

@@ -44,9 +44,24 @@ typedef struct vl_comm_backend {
 
 #define VL_DIST_SIG 5 /* the collective, element count, dtype, reduction op, root */
 
+/* sig[0]: which collective; vl_dist_kind_name names it ("all_reduce", ...; "?" out of range). */
+enum { VL_SIG_ALL_REDUCE = 1, VL_SIG_BROADCAST, VL_SIG_REDUCE, VL_SIG_ALL_GATHER, VL_SIG_REDUCE_SCATTER, VL_SIG_BARRIER };
+const char *vl_dist_kind_name(int64_t kind);
+/* check.c: V100LUA_DIST_CHECK and V100LUA_DIST_TIMEOUT into c (at init); the collective's number
+ * and the ranks' agreement on its signature (every collective, first). */
+vl_status vl_dist_read_env(vl_comm *c);
+vl_status vl_dist_agree(const char *op, vl_comm *c, const vl_comm_backend *be, int kind, vl_tensor *t, int dop, int root);
+
 struct vl_comm {
   int rank, size;
-  bool check;                                       /* V100LUA_DIST_CHECK: signatures compared */
+  bool check;                                       /* CPU collectives' signatures compared (on unless V100LUA_DIST_CHECK=0) */
+  bool check_cuda;                                  /* CUDA ones' too (V100LUA_DIST_CHECK=1: a host round trip each) */
+  double timeout_s;                                 /* V100LUA_DIST_TIMEOUT: a CPU wait's limit (0: none) */
+  int64_t coll_seq;                                 /* collectives this rank started (every rank counts alike) */
+  int64_t seq_next;                                 /* the number new_work gives the collective's work (0: p2p) */
+  bool broken;                                      /* a wait gave up (timeout, a rank left): every later op fails */
+  bool failure_shared;                              /* the other ranks know of this failure and print their side */
+  char broken_msg[512];
   const vl_comm_backend *backend[VL_NDEVICE_TYPES]; /* by the tensor's device; NULL: none yet */
   void *impl[VL_NDEVICE_TYPES];                     /* the backend's communicator (MPI_Comm *) */
   int group_depth;
@@ -66,6 +81,8 @@ struct vl_dist_work {
   int divide;                    /* avg: the result is divided by this at completion (0: no) */
   int64_t expect;                /* recv: the element count the message must have (-1: none) */
   int peer;
+  int64_t seq;                   /* the collective's number on this rank (c->coll_seq), 0 for send/recv */
+  bool abandon;                  /* the backend gave up on it: MPI may still write the buffers, keep them */
   bool nvtx;                     /* an NVTX range is open from new_work to the end of launch */
   vl_dist_work *live_prev, *live_next, *pending_next;
 };
@@ -79,6 +96,10 @@ const vl_comm_backend *vl_dist_mpi_backend(void);
 vl_status vl_dist_mpi_start(int *rank, int *size, int *local_rank, int *local_size, int *thread_level,
                             void **impl, bool *owns);
 vl_status vl_dist_mpi_stop(void *impl, bool owns);
+/* A normal exit's handshake, before vl_dist_mpi_stop: tells every rank this one leaves (with its
+ * collective count) and waits until every rank said the same; fails, naming the rank and its
+ * collective, when a rank answers that it waits in a collective this one never joined. */
+vl_status vl_dist_mpi_leave(vl_comm *c);
 bool vl_dist_mpi_finalized(void);
 void vl_dist_mpi_abort(int code);
 

@@ -2,13 +2,53 @@
  * nonblocking collectives (MPI-3), on a duplicate of MPI_COMM_WORLD whose errors return codes
  * (MPI_ERRORS_RETURN) so that they become vl_status messages instead of ending the process.
  * Blocking calls are the nonblocking ones followed by a wait: one code path. Compiled always;
- * without VL_HAVE_MPI there is no backend and the start fails. */
+ * without VL_HAVE_MPI there is no backend and the start fails.
+ *
+ * Waits never block inside MPI (issue 27: a job whose ranks disagree never ended). A wait polls
+ * MPI_Test and, every few milliseconds, a second duplicate of the world kept for control
+ * messages: a rank that exits normally says "bye" there with the number of collectives it started
+ * (vl_dist_mpi_leave), so a rank waiting in a collective that the leaver never joined fails at
+ * once, naming the rank and the collective, and sends the leaver a notice naming its own
+ * collective, so both sides say what happened. A wait longer than V100LUA_DIST_TIMEOUT fails too.
+ * A failed wait leaves the communicator broken (the request is abandoned in flight). */
+#define _POSIX_C_SOURCE 200809L
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "runtime/dist/internal.h"
 
 #ifdef VL_HAVE_MPI
 #include <mpi.h>
+
+typedef struct mpi_world {
+  MPI_Comm comm;     /* collectives and point to point: a duplicate of MPI_COMM_WORLD */
+  MPI_Comm ctl;      /* control messages only (another duplicate: they can never match data) */
+  int size;
+  int64_t *left;     /* per rank: its collective count when it said bye; -1 while it runs */
+  double *left_at;   /* when that bye arrived */
+  int notice_from;   /* a rank that answered our bye: it waits in a collective (-1: none) */
+  int64_t notice[3]; /* its collective number, the op (op_code), the peer for send/recv */
+} mpi_world;
+
+enum { TAG_BYE = 1, TAG_NOTICE = 2 };
+#define P2P_GRACE_S 1.0 /* a message a leaving peer sent just before its bye may still be on the way */
+
+static const char *const op_codes[] = {"?", "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
+                                       "barrier", "send", "recv"};
+static int64_t op_code(const char *op) {
+  for (int i = 1; i < (int)VL_COUNTOF(op_codes); i++)
+    if (!strcmp(op, op_codes[i])) return i;
+  return 0;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* Every MPI call is checked with the file and line, as CUDA calls are. */
 static vl_status mpi_fail(int rc, const char *what, const char *call, const char *file, int line) {
@@ -24,7 +64,8 @@ static vl_status mpi_fail(int rc, const char *what, const char *call, const char
     if (mpi_rc_ != MPI_SUCCESS) return mpi_fail(mpi_rc_, what, #call, __FILE__, __LINE__); \
   } while (0)
 
-static MPI_Comm comm_of(vl_comm *c) { return *(MPI_Comm *)c->impl[VL_CPU]; }
+static mpi_world *world_of(vl_comm *c) { return (mpi_world *)c->impl[VL_CPU]; }
+static MPI_Comm comm_of(vl_comm *c) { return world_of(c)->comm; }
 
 /* The wire type of a dtype: f16/bf16 travel as their 16 bits (they are reduced in f32, see the
  * front end), bool as bytes (reduced with logical or / and). */
@@ -147,11 +188,117 @@ static vl_status m_barrier(vl_comm *c, vl_dist_work *w) {
   return VL_OK;
 }
 
+/* ---- waiting: MPI_Test, the control messages, the clock ---- */
+
+/* Reads every control message that arrived: byes (a rank's exit and its collective count) and
+ * notices (the answer to our bye from a rank waiting in a collective). */
+static vl_status drain_ctl(vl_comm *c) {
+  mpi_world *m = world_of(c);
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_TRY("dist", MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->ctl, &flag, &st));
+    if (!flag) return VL_OK;
+    int64_t msg[3] = {0, 0, -1};
+    MPI_TRY("dist", MPI_Recv(msg, 3, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, m->ctl, MPI_STATUS_IGNORE));
+    if (st.MPI_TAG == TAG_BYE) {
+      m->left[st.MPI_SOURCE] = msg[0];
+      m->left_at[st.MPI_SOURCE] = now_s();
+    } else if (st.MPI_TAG == TAG_NOTICE && m->notice_from < 0) {
+      m->notice_from = st.MPI_SOURCE;
+      memcpy(m->notice, msg, sizeof msg);
+    }
+  }
+}
+
+static vl_status give_up(vl_comm *c, bool shared, vl_status code, const char *msg) {
+  c->broken = true;
+  c->failure_shared = c->failure_shared || shared;
+  snprintf(c->broken_msg, sizeof c->broken_msg, "%s", msg);
+  return vl_fail(code, "%s", msg);
+}
+
+/* Whether this wait can never finish because a rank has left: a collective it never started (its
+ * count is below ours), or a send/recv whose peer left a moment ago. Then the leaver gets a notice
+ * naming what this rank waits in, and the wait fails. */
+static vl_status check_left(vl_comm *c, const char *op, int64_t seq, int peer) {
+  mpi_world *m = world_of(c);
+  double now = now_s();
+  for (int r = 0; r < m->size; r++) {
+    if (m->left[r] < 0 || r == c->rank) continue;
+    bool stuck = seq > 0 ? m->left[r] < seq : (r == peer && now - m->left_at[r] > P2P_GRACE_S);
+    if (!stuck) continue;
+    /* To every other rank, not only r: the others that left too (3 ranks: two leavers) wait for a
+     * bye from this one and report the notice instead. On the heap and never freed: MPI reads it
+     * after MPI_Request_free, and the job is ending. */
+    int64_t *note = (int64_t *)malloc(3 * sizeof *note);
+    if (note) {
+      note[0] = seq, note[1] = op_code(op), note[2] = peer;
+      for (int o = 0; o < m->size; o++) {
+        MPI_Request q;
+        if (o != c->rank && MPI_Isend(note, 3, MPI_INT64_T, o, TAG_NOTICE, m->ctl, &q) == MPI_SUCCESS) MPI_Request_free(&q);
+      }
+    }
+    char msg[512];
+    if (seq > 0)
+      snprintf(msg, sizeof msg, "%s: rank %d left the job (its script ended or it called os.exit(0)) after %lld "
+               "collectives, while this rank (%d) waits in %s, its collective #%lld: the ranks ran different numbers "
+               "of collectives (one rank with more batches, a collective under `if rank == ...`); ending the job",
+               op, r, (long long)m->left[r], c->rank, op, (long long)seq);
+    else
+      snprintf(msg, sizeof msg, "%s: rank %d left the job (its script ended or it called os.exit(0)) while this rank "
+               "(%d) waits in %s %s rank %d; ending the job", op, r, c->rank, op, strcmp(op, "recv") ? "to" : "from", r);
+    return give_up(c, true, VL_EMPI, msg);
+  }
+  return VL_OK;
+}
+
+/* Completes *req (MPI_Test's code in *rc, as MPI_Wait's would be) or fails as above, or after
+ * V100LUA_DIST_TIMEOUT seconds. seq: the collective's number (0 for send/recv, with its peer). */
+static vl_status wait_req(vl_comm *c, MPI_Request *req, MPI_Status *st, const char *op, int64_t seq, int peer, int *rc) {
+  double t0 = now_s(), probed = t0; /* the first look at the control messages 2 ms in: a fast wait never pays for it */
+  for (long it = 0;; it++) {
+    int flag = 0;
+    *rc = MPI_Test(req, &flag, st);
+    if (flag || *rc != MPI_SUCCESS) return VL_OK;
+    if ((it & 63) == 0) {
+      double t = now_s();
+      if (t - probed >= 0.002) { /* the control messages every 2 ms: a few microseconds each */
+        probed = t;
+        VL_TRY(drain_ctl(c));
+        VL_TRY(check_left(c, op, seq, peer));
+      }
+      if (c->timeout_s > 0 && t - t0 > c->timeout_s) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s: not finished after %.0f s (V100LUA_DIST_TIMEOUT=%g; this rank's %s #%lld): "
+                 "another rank is in a different collective, still computing, or stuck; ending the job", op, t - t0,
+                 c->timeout_s, seq > 0 ? "collective" : "op", (long long)(seq > 0 ? seq : 0));
+        return give_up(c, false, VL_EMPI, msg);
+      }
+    }
+    /* Past a short spin, let other processes run: ranks often outnumber cores (--oversubscribe),
+     * and the rank this one waits for may need this core. */
+    if (it > 2000) sched_yield();
+  }
+}
+
+/* The signature's maximum and minus its minimum in one MPI_MAX reduction of 2 x 5 int64: one small
+ * round trip per collective (docs/DISTRIBUTED.md has its measured cost). */
 static vl_status m_check(vl_comm *c, const int64_t *sig, int64_t *lo, int64_t *hi) {
-  int64_t v[2 * VL_DIST_SIG], r[2 * VL_DIST_SIG];
+  const char *op = vl_dist_kind_name(sig[0]);
+  /* On the heap: a wait that gives up leaves the reduction in flight, writing into r. */
+  int64_t *v = (int64_t *)malloc(4 * VL_DIST_SIG * sizeof *v), *r = v + 2 * VL_DIST_SIG;
+  if (!v) return vl_fail(VL_EOOM, "%s: out of host memory", op);
   for (int i = 0; i < VL_DIST_SIG; i++) v[i] = sig[i], v[VL_DIST_SIG + i] = -sig[i];
-  MPI_TRY("dist check", MPI_Allreduce(v, r, 2 * VL_DIST_SIG, MPI_INT64_T, MPI_MAX, comm_of(c)));
+  MPI_Request q;
+  MPI_Status st;
+  int rc = MPI_Iallreduce(v, r, 2 * VL_DIST_SIG, MPI_INT64_T, MPI_MAX, comm_of(c), &q);
+  if (rc != MPI_SUCCESS) return free(v), mpi_fail(rc, op, "MPI_Iallreduce (the ranks' agreement check)", __FILE__, __LINE__);
+  vl_status s = wait_req(c, &q, &st, op, c->coll_seq, -1, &rc);
+  if (s != VL_OK) return s; /* abandoned: v stays allocated, the job is ending */
+  if (rc != MPI_SUCCESS) return free(v), mpi_fail(rc, op, "MPI_Iallreduce (the ranks' agreement check)", __FILE__, __LINE__);
   for (int i = 0; i < VL_DIST_SIG; i++) hi[i] = r[i], lo[i] = -r[VL_DIST_SIG + i];
+  free(v);
   return VL_OK;
 }
 
@@ -170,7 +317,12 @@ static vl_status check_status(vl_dist_work *w, MPI_Status *st) {
 
 static vl_status m_wait(vl_dist_work *w) {
   MPI_Status st;
-  int rc = MPI_Wait((MPI_Request *)w->impl, &st);
+  int rc = MPI_SUCCESS;
+  vl_status s = wait_req(w->comm, (MPI_Request *)w->impl, &st, w->op, w->seq, w->peer, &rc);
+  if (s != VL_OK) {
+    w->abandon = true; /* MPI still owns the request and may write its buffers */
+    return s;
+  }
   if (rc == MPI_ERR_IN_STATUS) rc = st.MPI_ERROR;
   if (rc != MPI_SUCCESS) {
     /* A truncated recv: the message was longer than the tensor. */
@@ -197,7 +349,7 @@ static vl_status m_test(vl_dist_work *w, bool *done) {
 }
 
 static void m_release(vl_dist_work *w) {
-  free(w->impl);
+  if (!w->abandon) free(w->impl); /* an abandoned request's handle stays with MPI */
   w->impl = NULL;
 }
 
@@ -245,39 +397,115 @@ vl_status vl_dist_mpi_start(int *rank, int *size, int *local_rank, int *local_si
     return vl_fail(VL_EMPI, "%s: MPI gives thread level %d, below MPI_THREAD_FUNNELED (%d)", what, provided,
                    MPI_THREAD_FUNNELED);
   }
-  MPI_Comm *world = (MPI_Comm *)malloc(sizeof *world);
+  mpi_world *world = (mpi_world *)calloc(1, sizeof *world);
   if (!world) return vl_fail(VL_EOOM, "%s: out of host memory", what);
+  world->comm = world->ctl = MPI_COMM_NULL;
+  world->notice_from = -1;
   MPI_Comm node = MPI_COMM_NULL;
   int r = 0, n = 1, lr = 0, ln = 1, rc;
-  /* Our own communicator: a script's or library's MPI traffic on COMM_WORLD cannot match ours. */
-  if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, world)) != MPI_SUCCESS) {
+  /* Our own communicators: a script's or library's MPI traffic on COMM_WORLD cannot match ours. */
+  if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &world->comm)) != MPI_SUCCESS ||
+      (rc = MPI_Comm_dup(MPI_COMM_WORLD, &world->ctl)) != MPI_SUCCESS) {
+    if (world->comm != MPI_COMM_NULL) MPI_Comm_free(&world->comm);
     free(world);
     return mpi_fail(rc, what, "MPI_Comm_dup", __FILE__, __LINE__);
   }
-  MPI_Comm_set_errhandler(*world, MPI_ERRORS_RETURN);
-  if ((rc = MPI_Comm_rank(*world, &r)) != MPI_SUCCESS || (rc = MPI_Comm_size(*world, &n)) != MPI_SUCCESS ||
-      (rc = MPI_Comm_split_type(*world, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &node)) != MPI_SUCCESS ||
+  MPI_Comm_set_errhandler(world->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(world->ctl, MPI_ERRORS_RETURN);
+  if ((rc = MPI_Comm_rank(world->comm, &r)) != MPI_SUCCESS || (rc = MPI_Comm_size(world->comm, &n)) != MPI_SUCCESS ||
+      (rc = MPI_Comm_split_type(world->comm, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &node)) != MPI_SUCCESS ||
       (rc = MPI_Comm_rank(node, &lr)) != MPI_SUCCESS || (rc = MPI_Comm_size(node, &ln)) != MPI_SUCCESS) {
     if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
-    MPI_Comm_free(world);
+    MPI_Comm_free(&world->comm);
+    MPI_Comm_free(&world->ctl);
     free(world);
     return mpi_fail(rc, what, "querying the world and node communicators", __FILE__, __LINE__);
   }
   MPI_Comm_free(&node);
+  world->size = n;
+  world->left = (int64_t *)malloc((size_t)n * sizeof *world->left);
+  world->left_at = (double *)calloc((size_t)n, sizeof *world->left_at);
+  if (!world->left || !world->left_at) {
+    MPI_Comm_free(&world->comm);
+    MPI_Comm_free(&world->ctl);
+    free(world->left);
+    free(world->left_at);
+    free(world);
+    return vl_fail(VL_EOOM, "%s: out of host memory", what);
+  }
+  for (int i = 0; i < n; i++) world->left[i] = -1;
   *rank = r, *size = n, *local_rank = lr, *local_size = ln, *thread_level = provided;
   *impl = world;
   *owns = !inited;
   return VL_OK;
 }
 
+static void free_world(mpi_world *m, bool comms) {
+  if (!m) return;
+  if (comms) {
+    MPI_Comm_free(&m->comm);
+    MPI_Comm_free(&m->ctl);
+  }
+  free(m->left);
+  free(m->left_at);
+  free(m);
+}
+
 vl_status vl_dist_mpi_stop(void *impl, bool owns) {
   if (vl_dist_mpi_finalized()) {
-    free(impl);
+    free_world((mpi_world *)impl, false);
     return VL_OK;
   }
-  if (impl) MPI_Comm_free((MPI_Comm *)impl);
-  free(impl);
+  free_world((mpi_world *)impl, true);
   if (owns) MPI_TRY("dist.finalize", MPI_Finalize());
+  return VL_OK;
+}
+
+/* Bye to every rank, then the others' byes. No time limit here: the other ranks may work on for
+ * long without a collective (an evaluation on rank 0, a checkpoint); the ones that wait in a
+ * collective answer with a notice, and V100LUA_DIST_TIMEOUT bounds their waits. */
+vl_status vl_dist_mpi_leave(vl_comm *c) {
+  mpi_world *m = world_of(c);
+  if (m->size <= 1) return VL_OK;
+  /* The requests and the message on the heap, kept (not freed) if this fails: MPI may still send. */
+  MPI_Request *q = (MPI_Request *)malloc((size_t)m->size * sizeof *q + 3 * sizeof(int64_t));
+  if (!q) return vl_fail(VL_EOOM, "dist.finalize: out of host memory");
+  int64_t *bye = (int64_t *)(q + m->size);
+  bye[0] = c->coll_seq, bye[1] = 0, bye[2] = -1;
+  int nq = 0;
+  for (int r = 0; r < m->size; r++) {
+    if (r == c->rank) continue;
+    int rc = MPI_Isend(bye, 3, MPI_INT64_T, r, TAG_BYE, m->ctl, &q[nq]);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "dist.finalize", "MPI_Isend (bye)", __FILE__, __LINE__);
+    nq++;
+  }
+  for (;;) {
+    vl_status s = drain_ctl(c);
+    if (s != VL_OK) return s; /* q stays: the sends are MPI's still, and the job is ending */
+    if (m->notice_from >= 0) {
+      const int64_t *n = m->notice;
+      const char *op = op_codes[n[1] >= 0 && n[1] < (int64_t)VL_COUNTOF(op_codes) ? n[1] : 0];
+      char msg[512];
+      if (n[0] > 0)
+        snprintf(msg, sizeof msg, "dist: this rank (%d) left the job (its script ended or it called os.exit(0)) after "
+                 "%lld collectives, but rank %d waits in %s, its collective #%lld: the ranks ran different numbers of "
+                 "collectives (one rank with more batches, a collective under `if rank == ...`); ending the job",
+                 c->rank, (long long)c->coll_seq, m->notice_from, op, (long long)n[0]);
+      else
+        snprintf(msg, sizeof msg, "dist: this rank (%d) left the job (its script ended or it called os.exit(0)) while "
+                 "rank %d waits in %s %s rank %lld; ending the job", c->rank, m->notice_from, op,
+                 strcmp(op, "recv") ? "to" : "from", (long long)n[2]);
+      return give_up(c, true, VL_EMPI, msg);
+    }
+    int gone = 0;
+    for (int r = 0; r < m->size; r++) gone += r != c->rank && m->left[r] >= 0;
+    if (gone == m->size - 1) break;
+    struct timespec ts = {0, 1000000}; /* 1 ms: nothing here needs MPI's progress but the messages */
+    nanosleep(&ts, NULL);
+  }
+  int rc = MPI_Waitall(nq, q, MPI_STATUSES_IGNORE); /* matched by now: every rank received its bye */
+  free(q);
+  if (rc != MPI_SUCCESS) return mpi_fail(rc, "dist.finalize", "MPI_Waitall (bye)", __FILE__, __LINE__);
   return VL_OK;
 }
 
@@ -296,6 +524,10 @@ vl_status vl_dist_mpi_start(int *rank, int *size, int *local_rank, int *local_si
   return vl_fail(VL_EUNSUPPORTED, "dist.init: built without MPI");
 }
 vl_status vl_dist_mpi_stop(void *impl, bool owns) { return VL_OK; }
+vl_status vl_dist_mpi_leave(vl_comm *c) {
+  (void)c;
+  return VL_OK;
+}
 void vl_dist_mpi_abort(int code) { (void)code; }
 
 #endif

@@ -115,16 +115,31 @@ function prometheus.write_textfile(path, text)
   core._ckpt.write_atomic(path, text)
 end
 
--- prometheus.serve{addr = '127.0.0.1', port =, path = '/metrics'} -> srv: srv.port (the bound
--- one: port 0 picks a free port), srv:set(text), srv:requests(), srv:close().
+-- prometheus.url(addr, port[, path]): 'http://127.0.0.1:9400/metrics', IPv6 in brackets.
+function prometheus.url(addr, port, path)
+  local host = tostring(addr):find(':', 1, true) and '[' .. addr .. ']' or tostring(addr)
+  return string.format('http://%s:%d%s', host, port, path or '/metrics')
+end
+
+-- prometheus.serve{addr = '127.0.0.1', port =, path = '/metrics', quiet =} -> srv: srv.port (the
+-- bound one: port 0 picks a free port), srv.addr (the bound address, numeric: '0' is '0.0.0.0'),
+-- srv.loopback, srv:set(text), srv:requests(), srv:close().
+-- The endpoint has no authentication: bound beyond loopback it says so on stderr (quiet = true
+-- leaves that to the caller).
 function prometheus.serve(opts)
   opts = opts or {}
   local port = opts.port
   if not (math.tointeger(port) and port >= 0 and port <= 65535) then
     error('prometheus.serve: port must be an integer in 0..65535, got ' .. tostring(port), 2)
   end
-  return core._telemetry.serve(opts.addr or '127.0.0.1', math.tointeger(port), opts.path or '/metrics',
-    prometheus.CONTENT_TYPE)
+  local path = opts.path or '/metrics'
+  local srv = core._telemetry.serve(opts.addr or '127.0.0.1', math.tointeger(port), path, prometheus.CONTENT_TYPE)
+  if not srv.loopback and not opts.quiet then
+    io.stderr:write(string.format('warning: prometheus: the metrics endpoint %s listens on %s, beyond loopback; it has ' ..
+      'no authentication: whoever reaches this port reads the metrics (--prometheus-addr 127.0.0.1 keeps it on the node)\n',
+      prometheus.url(srv.addr, srv.port, path), srv.addr))
+  end
+  return srv
 end
 
 -- ---- prometheus.Exporter{dir =, port =, addr =, rank =, local_rank =, labels =} ----
@@ -151,7 +166,8 @@ function prometheus.Exporter(opts)
     local port = opts.port == 0 and 0 or opts.port + (opts.local_rank or info.local_rank or 0)
     self.server = prometheus.serve{ addr = opts.addr, port = port }
     self.port = self.server.port
-    self.addr = opts.addr or '127.0.0.1'
+    self.addr = self.server.addr -- the bound address, as the kernel reports it
+    self.url = prometheus.url(self.addr, self.port)
   end
   return self
 end

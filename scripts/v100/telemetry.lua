@@ -268,8 +268,10 @@ end
 -- ---- telemetry.Recorder: what a recipe needs, in one object ----
 -- telemetry.Recorder{enabled =, device =, interval_ms =, unit = 'image', prometheus = {dir =,
 --   port =, addr =}, job =}
--- enabled false: every method is a no-op (and no collective runs; all ranks have the same
--- options). Otherwise every method that returns figures is collective: call it on every rank.
+-- enabled false: no GPU sampling, every figure method is a no-op (and no collective runs; all
+-- ranks have the same options), but the Prometheus exporter, when asked for, still publishes the
+-- training metrics (issue 27: --telemetry off used to drop --prometheus-port/-dir silently).
+-- Otherwise every method that returns figures is collective: call it on every rank.
 local Recorder = {}
 Recorder.__index = Recorder
 Recorder.__name = 'v100.telemetry.Recorder'
@@ -278,22 +280,21 @@ function telemetry.Recorder(opts)
   opts = opts or {}
   local self = setmetatable({ enabled = opts.enabled ~= false, unit = opts.unit or 'image', job = opts.job or 'v100lua',
     samples_total = 0, acc = { energy_j = 0, energy_power_j = 0, samples = 0, seconds = 0, gpus = 0 } }, Recorder)
-  if not self.enabled then return self end
-  self.mon = telemetry.Monitor{ device = opts.device, interval_ms = opts.interval_ms, source = opts.source }
   local p = opts.prometheus
   if p and (p.dir or p.port) then
     self.prom = require('v100.prometheus').Exporter{ dir = p.dir, port = p.port, addr = p.addr, labels = { job = self.job } }
   end
+  if not self.enabled then return self end
+  self.mon = telemetry.Monitor{ device = opts.device, interval_ms = opts.interval_ms, source = opts.source }
   self.start_mark = self.mon:mark()
   return self
 end
 
 -- rec:describe() -> the recipe's header line ('telemetry: ...'), with the endpoint and file.
 function Recorder:describe()
-  if not self.enabled then return 'telemetry: off' end
-  local line = 'telemetry: ' .. self.mon:describe()
+  local line = 'telemetry: ' .. (self.enabled and self.mon:describe() or 'off')
   if self.prom then
-    if self.prom.port then line = line .. string.format('; prometheus http://%s:%d/metrics', self.prom.addr, self.prom.port) end
+    if self.prom.port then line = line .. '; prometheus ' .. self.prom.url end
     if self.prom.path then line = line .. '; prometheus textfile ' .. self.prom.path end
   end
   return line
@@ -412,7 +413,7 @@ function Recorder:export(train, running)
     reg:add('v100_train_energy_per_' .. unit .. '_joules', 'gauge',
       'GPU energy per ' .. unit .. ' over the last logging window (energy counter), all ranks.', m[per(unit)])
   end
-  local mon = self.mon
+  local mon = self.mon or { available = false, n = 0 } -- --telemetry off: the training metrics only
   reg:add('v100_telemetry_available', 'gauge', 'Whether this rank reads its GPU (NVML).', mon.available and 1 or 0)
   for i = 1, mon.n do
     local s, info, tot = mon:latest(i), mon.devices[i], mon:totals(i)
@@ -463,7 +464,7 @@ function telemetry.options()
     { '--telemetry-interval-ms', 100, 'milliseconds between telemetry samples', recipe.integer{ min = 1, max = 3600000 } },
     { '--prometheus-dir', 'none', 'write Prometheus metrics to DIR/v100lua_rank<R>.prom (node-exporter textfile collector; atomic renames)', argname = '<DIR>' },
     { '--prometheus-port', 0, 'serve Prometheus metrics at /metrics on this port + the local rank (0: off)', recipe.integer{ min = 0, max = 65535 } },
-    { '--prometheus-addr', '127.0.0.1', 'the address the metrics endpoint listens on (0.0.0.0: every interface)', argname = '<ADDR>' },
+    { '--prometheus-addr', '127.0.0.1', 'the address the metrics endpoint listens on (0.0.0.0 or 0: every interface, with a warning: the endpoint has no authentication)', argname = '<ADDR>' },
   }
 end
 

@@ -55,8 +55,16 @@ if have_fashion then
     T.ok(out:find('\ntelemetry: unavailable %(') , 'no "telemetry: unavailable (...)" line:\n' .. out)
     T.ok(not out:find('energy'), 'energy reported without telemetry:\n' .. out)
     T.ok(out:find('\ntest accuracy: 0%.%d+\n'), out)
-    out, ok = run('', 'recipes/resnet50.lua ' .. TINY .. ' --telemetry off --epochs 1')
-    T.ok(ok and out:find('\ntelemetry: off\n'), out)
+    -- --telemetry off keeps the Prometheus exporter: the training metrics without the GPU's
+    -- (issue 27: the textfile and the endpoint used to be dropped silently)
+    local d = T.tmpdir()
+    out, ok = run('', 'recipes/resnet50.lua ' .. TINY .. ' --telemetry off --epochs 1 --prometheus-dir ' .. q(d))
+    T.ok(ok and out:find('\ntelemetry: off; prometheus textfile ' .. d .. '/v100lua_rank0.prom\n', 1, true), out)
+    local s, pout = prom(d .. '/v100lua_rank0.prom')
+    T.eq(s['v100_telemetry_available{job=resnet50,rank=0}'], 0, pout)
+    T.eq(s['v100_train_running{job=resnet50,rank=0}'], 0, pout)
+    T.ok(s['v100_train_loss{job=resnet50,rank=0}'] and s['v100_train_step{job=resnet50,rank=0}'] > 0, pout)
+    os.execute('rm -rf ' .. q(d))
   end)
 
   T.test('resnet50 on the synthetic GPU: energy per epoch and per image, metrics, TensorBoard, Prometheus', function()

@@ -142,4 +142,37 @@ T.test('telemetry unavailable: the exporter still publishes the training metrics
   os.execute('rm -rf ' .. sh(dir))
 end)
 
+T.test('--telemetry off: the exporter still serves the training metrics (issue 27)', function()
+  local dir = T.tmpdir()
+  local rec = telemetry.Recorder{ enabled = false, job = 'resnet50', prometheus = { dir = dir, port = 0 } }
+  local line = rec:describe()
+  T.ok(line:find('^telemetry: off; prometheus http://127%.0%.0%.1:%d+/metrics; prometheus textfile'), line)
+  rec:export{ step = 3, loss = 0.75, samples = 64 }
+  local s, out = parse(rec.prom.url)
+  T.eq(s['v100_train_loss{job=resnet50,rank=0}'].value, 0.75, out)
+  T.eq(s['v100_telemetry_available{job=resnet50,rank=0}'].value, 0, out)
+  T.eq(parse(dir .. '/v100lua_rank0.prom')['v100_train_step{job=resnet50,rank=0}'].value, 3)
+  T.eq(rec:window(64), {})
+  rec:close()
+  T.eq(parse(dir .. '/v100lua_rank0.prom')['v100_train_running{job=resnet50,rank=0}'].value, 0)
+  os.execute('rm -rf ' .. sh(dir))
+end)
+
+T.test('the bound address is printed as bound; beyond loopback a warning on stderr (issue 27)', function()
+  local code = "local p = require('v100.prometheus') " ..
+    "local s = p.serve{addr = '0', port = 0} print('ANY', s.addr, s.loopback, p.url(s.addr, s.port)) s:close() " ..
+    "local l = p.serve{port = 0} print('LO', l.addr, l.loopback) l:close() " ..
+    "local x = p.Exporter{port = 0, addr = '::1'} print('V6', x.url) x:close()"
+  local f = assert(io.popen(sh(T.binary()) .. ' -e ' .. sh(code) .. ' 2>&1'))
+  local out = f:read('a')
+  T.ok(f:close(), out)
+  T.ok(out:find('ANY\t0%.0%.0%.0\tfalse\thttp://0%.0%.0%.0:%d+/metrics'), out)
+  T.ok(out:find('warning: prometheus: the metrics endpoint http://0%.0%.0%.0:%d+/metrics listens on 0%.0%.0%.0, ' ..
+    'beyond loopback; it has no authentication'), out)
+  T.ok(out:find('LO\t127%.0%.0%.1\ttrue'), out)
+  T.ok(out:find('V6\thttp://%[::1%]:%d+/metrics'), out)
+  local _, warnings = out:gsub('warning: prometheus', '')
+  T.eq(warnings, 1, 'loopback endpoints do not warn:\n' .. out)
+end)
+
 T.run()
