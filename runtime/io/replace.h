@@ -6,9 +6,16 @@
  *
  * The temporary name, ".<name>.v100tmp-<pid>-<tid>", is hidden and says which process wrote it,
  * so what a killed process (kill -9 mid-save) leaves behind can be found: vl_replace_begin
- * removes those of the same target whose process no longer exists. A symlink at the path is
- * followed (the link stays, the file it resolves to is replaced); a dangling one is refused. An
- * existing file's permission bits are kept; a new file gets 0666 less the umask.
+ * removes those of the same target whose process no longer exists (and that are ours). It is
+ * created with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600 while it is written.
+ *
+ * Symlinks, the one rule of every writer (savers, write_atomic, the kernel cache, Prometheus
+ * textfiles, checkpoints' latest and meta.json, vocab.txt, shards, ONNX): a symlink at the path is
+ * followed (the link stays, the file it resolves to is replaced) only when the link and that file
+ * both belong to the caller's effective uid; our own dangling link is refused. Any other link is
+ * replaced itself, never written through; in a sticky directory that forbids it, the save fails
+ * naming the link's owner. An existing file's permission bits are kept (its owner too when that
+ * owner owns the directory); a new file gets 0666 less the umask.
  * Internal to the runtime. */
 #ifndef VL_REPLACE_H
 #define VL_REPLACE_H
@@ -17,11 +24,15 @@
 
 typedef struct vl_replace {
   const char *what, *path; /* for messages; not owned */
-  char *target;            /* the file to replace: path, or what a symlink at path resolves to */
+  char *target;            /* the file to replace: path, or what our own symlink at path resolves to */
   char *dir;               /* its directory */
   char *tmp;               /* the temporary file, open for writing as fd */
   int fd;
   int active;              /* begun and not yet committed or aborted */
+  long link_uid;           /* owner of a symlink at path that is replaced, not followed; else -1 */
+  int have_old;            /* a regular file is being replaced: its owner and mode below */
+  long old_uid, old_gid, dir_uid;
+  unsigned old_mode;
 } vl_replace;
 
 /* Resolves the target, removes stale temporaries and creates this save's temporary file (fd,
