@@ -182,7 +182,7 @@ vl_status vl_replace_commit(vl_replace *rp) {
   VL_TRY(finish_mode(rp));
   int fd = rp->fd;
   rp->fd = -1;
-  if (fsync(fd) != 0) {
+  if (!rp->no_sync && fsync(fd) != 0) {
     vl_status s = vl_fail(VL_EIO, "%s: %s: fsync failed: %s", what, path, strerror(errno));
     close(fd);
     return s;
@@ -200,7 +200,7 @@ vl_status vl_replace_commit(vl_replace *rp) {
   /* The rename is durable once the directory is; a file system that cannot sync a directory
    * (EINVAL) has nothing more to offer. */
   vl_status s = VL_OK;
-  int dfd = open(rp->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dfd = rp->no_sync ? -1 : open(rp->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     if (fsync(dfd) != 0 && errno != EINVAL)
       s = vl_fail(VL_EIO, "%s: %s: the file is written but syncing its directory %s failed: %s", what,
@@ -215,4 +215,34 @@ void vl_replace_abort(vl_replace *rp) {
   if (rp->fd >= 0) close(rp->fd);
   if (rp->active && rp->tmp) unlink(rp->tmp);
   release(rp);
+}
+
+vl_status vl_replace_open_append(const char *what, const char *path, int *fd_out) {
+  vl_replace rp;
+  memset(&rp, 0, sizeof rp);
+  rp.link_uid = -1;
+  VL_TRY(choose_target(&rp, what, path));
+  int fd = -1;
+  if (rp.link_uid >= 0) {
+    /* a link that is not followed is replaced: removed, and a new file made in its place */
+    if (unlink(path) != 0) {
+      vl_status s = vl_fail(VL_EIO, "%s: %s: is a symbolic link of uid %ld, not followed (only a link and a "
+                            "file that are both yours are), and it cannot be removed (%s); remove the link",
+                            what, path, rp.link_uid, strerror(errno));
+      release(&rp);
+      return s;
+    }
+    fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  } else {
+    /* O_NOFOLLOW: a link put there since choose_target looked is refused (ELOOP), not followed */
+    fd = open(rp.target, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+  }
+  if (fd < 0) {
+    vl_status s = vl_fail(VL_EIO, "%s: cannot open %s: %s", what, path, strerror(errno));
+    release(&rp);
+    return s;
+  }
+  release(&rp);
+  *fd_out = fd;
+  return VL_OK;
 }

@@ -33,6 +33,8 @@ typedef struct vl_replace {
   int have_old;            /* a regular file is being replaced: its owner and mode below */
   long old_uid, old_gid, dir_uid;
   unsigned old_mode;
+  int no_sync;             /* set by the caller after begin: skip the fsyncs (a data set export of
+                            * many small files; a crash may lose them, never tear or redirect one) */
 } vl_replace;
 
 /* Resolves the target, removes stale temporaries and creates this save's temporary file (fd,
@@ -49,5 +51,12 @@ vl_status vl_replace_commit(vl_replace *rp);
 /* Closes and removes the temporary file of an uncommitted replacement and releases rp; a no-op
  * on a committed, aborted or failed-to-begin one. */
 void vl_replace_abort(vl_replace *rp);
+
+/* Opens path for appending (a log that grows in place: metrics.jsonl) under the same symlink
+ * rule: our link to our file is followed; any other link is removed and a new file created in
+ * its place (O_EXCL|O_NOFOLLOW), or the open fails naming the link where it cannot be removed. A
+ * missing file is created with 0666 less the umask. *fd (O_APPEND, close-on-exec) is the
+ * caller's to close. */
+vl_status vl_replace_open_append(const char *what, const char *path, int *fd);
 
 #endif
