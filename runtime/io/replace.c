@@ -171,6 +171,7 @@ static vl_status finish_mode(vl_replace *rp) {
       /* best effort: keeping the contents matters more than keeping the owner */
     }
   }
+  if (rp->mode) mode = (mode_t)rp->mode;
   if (fchmod(rp->fd, mode) != 0)
     return vl_fail(VL_EIO, "%s: %s: cannot give %s the mode %04o: %s", rp->what, rp->path, rp->tmp,
                    (unsigned)mode, strerror(errno));

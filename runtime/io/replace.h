@@ -33,6 +33,8 @@ typedef struct vl_replace {
   int have_old;            /* a regular file is being replaced: its owner and mode below */
   long old_uid, old_gid, dir_uid;
   unsigned old_mode;
+  unsigned mode;           /* set by the caller after begin: the new file's mode (0: the old
+                            * file's, or 0666 less the umask for a new one) */
   int no_sync;             /* set by the caller after begin: skip the fsyncs (a data set export of
                             * many small files; a crash may lose them, never tear or redirect one) */
 } vl_replace;
