@@ -159,8 +159,8 @@ static void test_other_users(void) {
 
 int main(void) {
   if (!vl_test_init()) return 1;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(root, sizeof root, "%s/vl_replace_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  /* /tmp, not $TMPDIR: the other uids must reach it (a TMPDIR under a 0700 home they could not) */
+  snprintf(root, sizeof root, "/tmp/vl_replace_XXXXXX");
   if (!mkdtemp(root)) {
     printf("FAIL: mkdtemp\n");
     return 1;
