@@ -65,18 +65,40 @@ static mode_t current_umask(void) {
 
 /* The symlink rule, the one place every writer goes through (docs/RELIABILITY.md, "files shared
  * with other users"): a symlink at the path is followed only when the link and the file it
- * resolves to both belong to the caller (effective uid), i.e. when the caller could have written
- * that file by its own path anyway. Any other link (planted by another user in a shared
+ * resolves to both belong to the caller (effective uid), and so does every link between them,
+ * i.e. when the caller could have written that file by its own path anyway. Any other link (planted by another user in a shared
  * directory: a 1777 textfile-collector folder, a shared cache or checkpoint folder) is replaced
  * itself, as rename(2) replaces a link and never writes through it; where the directory's sticky
  * bit forbids replacing another user's entry the save fails, naming the link's owner. realpath()
  * must not be trusted for a foreign link: it resolves with readlink, which the kernel's
  * fs.protected_symlinks does not guard. Sets rp->target (owned) or fails. */
+/* Whether every link of the chain that starts at path (a link) is the caller's: our link to a
+ * link someone else planted in a shared folder must not lead our write to wherever theirs points.
+ * A chain longer than the kernel's 40 links counts as foreign. */
+static bool chain_is_ours(const char *path) {
+  char cur[4096], next[4096], link[4096];
+  if (snprintf(cur, sizeof cur, "%s", path) >= (int)sizeof cur) return false;
+  for (int hop = 0; hop < 40; hop++) {
+    struct stat st;
+    if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode)) return true; /* the end (or dangling) */
+    if (st.st_uid != geteuid()) return false;
+    ssize_t n = readlink(cur, link, sizeof link - 1);
+    if (n < 0) return false;
+    link[n] = '\0';
+    const char *slash = strrchr(cur, '/');
+    int w = link[0] == '/' || !slash ? snprintf(next, sizeof next, "%s", link)
+                                     : snprintf(next, sizeof next, "%.*s/%s", (int)(slash - cur), cur, link);
+    if (w < 0 || w >= (int)sizeof next) return false;
+    memcpy(cur, next, (size_t)w + 1);
+  }
+  return false;
+}
+
 static vl_status choose_target(vl_replace *rp, const char *what, const char *path) {
   struct stat ls, ts;
   if (lstat(path, &ls) != 0 || !S_ISLNK(ls.st_mode)) {
     rp->target = strdup(path);
-  } else if (ls.st_uid != geteuid()) {
+  } else if (ls.st_uid != geteuid() || !chain_is_ours(path)) {
     rp->target = strdup(path);
     rp->link_uid = (long)ls.st_uid;
   } else {

@@ -11,8 +11,8 @@
  *
  * Symlinks, the one rule of every writer (savers, write_atomic, the kernel cache, Prometheus
  * textfiles, checkpoints' latest and meta.json, vocab.txt, shards, ONNX): a symlink at the path is
- * followed (the link stays, the file it resolves to is replaced) only when the link and that file
- * both belong to the caller's effective uid; our own dangling link is refused. Any other link is
+ * followed (the link stays, the file it resolves to is replaced) only when the link, every link
+ * it leads through and that file belong to the caller's effective uid; our own dangling link is refused. Any other link is
  * replaced itself, never written through; in a sticky directory that forbids it, the save fails
  * naming the link's owner. An existing file's permission bits are kept (its owner too when that
  * owner owns the directory); a new file gets 0666 less the umask.

@@ -139,6 +139,16 @@ static void test_other_users(void) {
   CHECK_OK(vl_fs_write_atomic(path_of("to_victim"), "root\n", 5));
   CHECK(lstat(path_of("to_victim"), &sb) == 0 && S_ISREG(sb.st_mode) && file_is(keys, "ssh-ed25519 AAAA victim\n"));
 
+  /* 4b. our link to a link another user planted (to our own file): not followed either */
+  CHECK(symlink(ck, path_of("to_plant")) == 0); /* ck is a regular file now: plant a link there */
+  CHECK(unlink(ck) == 0);
+  link_to = path_of("mine.txt");
+  CHECK(as_user(ATTACKER, plant_link, ck) == 0);
+  CHECK_OK(vl_fs_write_atomic(path_of("to_plant"), "via\n", 4));
+  CHECK(lstat(path_of("to_plant"), &sb) == 0 && S_ISREG(sb.st_mode) && file_is(path_of("mine.txt"), "new"),
+        "written through another user's link in the chain");
+  link_to = keys;
+
   /* 5. a plain file another user put in the shared folder: our new file stays ours (given to
    * them, they could rewrite what we wrote later) */
   snprintf(planted, sizeof planted, "%s", path_of("open/meta.json"));
