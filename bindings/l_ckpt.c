@@ -3,14 +3,19 @@
  *   rename(from, to[, exchange]), write_atomic(path, string), pid() -> this process's id,
  *   pid_alive(pid) -> boolean, is_dir(path) -> boolean, truncate(path, size)
  *                                                             (runtime/io/fsutil.h)
+ *   open_append(path) -> a Lua file (io library) open for appending, opened under replace.h's
+ *   symlink rule (Lua's io.open would follow any link another user planted)
  * Directories are made with v100.io.makedirs and JSON is v100.io.json_encode/json_decode
  * (bindings/l_log.c, bindings/l_json.c): one of each for the logger and the checkpoints. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "bindings/l_priv.h"
 #include "runtime/io/fsutil.h"
+#include "runtime/io/replace.h"
 
 static const char *check_path(lua_State *L, int idx, const char *op) {
   size_t len;
@@ -63,6 +68,31 @@ static int c_write_atomic(lua_State *L) {
   return status_or_true(L, vl_fs_write_atomic(path, bytes, n));
 }
 
+/* The io library's close function for a luaL_Stream (lauxlib.h documents the layout). */
+static int stream_close(lua_State *L) {
+  luaL_Stream *p = (luaL_Stream *)luaL_checkudata(L, 1, LUA_FILEHANDLE);
+  int ok = fclose(p->f) == 0;
+  return luaL_fileresult(L, ok, NULL);
+}
+
+static int c_open_append(lua_State *L) {
+  const char *path = check_path(L, 1, "open_append");
+  luaL_Stream *p = (luaL_Stream *)lua_newuserdatauv(L, sizeof(luaL_Stream), 0);
+  p->closef = NULL; /* a closed file until it is open: collectable at any point */
+  luaL_setmetatable(L, LUA_FILEHANDLE);
+  int fd = -1;
+  vl_status s = vl_replace_open_append("open_append", path, &fd);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  p->f = fdopen(fd, "a");
+  if (!p->f) {
+    int e = errno;
+    close(fd);
+    return luaL_error(L, "open_append: %s: %s", path, strerror(e));
+  }
+  p->closef = stream_close;
+  return 1;
+}
+
 static int c_pid(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)getpid());
   return 1;
@@ -82,7 +112,7 @@ static const luaL_Reg ckpt_funcs[] = {
     {"fsync_dir", c_fsync_dir}, {"list_dir", c_list_dir},   {"remove_tree", c_remove_tree},
     {"rename", c_rename},       {"write_atomic", c_write_atomic}, {"pid", c_pid},
     {"pid_alive", c_pid_alive}, {"is_dir", c_is_dir},         {"truncate", c_truncate},
-    {NULL, NULL},
+    {"open_append", c_open_append}, {NULL, NULL},
 };
 
 int luaopen_v100_ckpt(lua_State *L) {

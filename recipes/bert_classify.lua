@@ -106,11 +106,12 @@ local NCLASS = task.classes
 if opts.export and RANK == 0 then
   v100.io.makedirs(opts.export)
   for _, split in ipairs { 'train', 'val', 'test' } do
-    local f = assert(io.open(opts.export .. '/' .. split .. '.tsv', 'wb'))
-    for _, it in ipairs(task[split]) do
-      f:write(it.label, '\t', it.id, '\t', (it.text:gsub('[\t\n]', ' ')), '\n')
+    local lines = {}
+    for i, it in ipairs(task[split]) do
+      lines[i] = it.label .. '\t' .. it.id .. '\t' .. it.text:gsub('[\t\n]', ' ') .. '\n'
     end
-    f:close()
+    -- the runtime's one writer: no link planted in a shared export folder is followed
+    require('v100.core')._ckpt.write_atomic(opts.export .. '/' .. split .. '.tsv', table.concat(lines))
   end
 end
 

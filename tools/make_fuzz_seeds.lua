@@ -8,11 +8,7 @@ local function dir(t)
   v100.io.makedirs(d)
   return d
 end
-local function write(path, bytes)
-  local f = assert(io.open(path, 'wb'))
-  f:write(bytes)
-  f:close()
-end
+local function write(path, bytes) require('v100.core')._ckpt.write_atomic(path, bytes) end
 local function gzip(src, dst)
   assert(os.execute(string.format("gzip -9nc '%s' > '%s'", src, dst)))
 end

@@ -1,5 +1,6 @@
 /* runtime/core/rtc.c: signatures, the prelude, the key, the disk cache and vl_rtc_build (rtc.h).
  * Plain C without CUDA: the NVRTC compiler and the loading are in rtc_nvrtc.c. */
+#define _DEFAULT_SOURCE /* realpath, S_ISVTX */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/core/rtc.h"
 
@@ -293,7 +294,8 @@ vl_status vl_rtc_cache_dir(char *buf, size_t n) {
   return VL_OK;
 }
 
-/* mkdir -p: every missing component, 0777 less the umask (a shared cache is the user's choice). */
+/* mkdir -p: every missing component 0700 (the cache is the user's own: vl_rtc_dir_trusted
+ * refuses one that others can write, and so one somebody else made for us with 0777). */
 static vl_status make_dirs(const char *dir) {
   char p[1024];
   int w = snprintf(p, sizeof p, "%s", dir);
@@ -302,7 +304,7 @@ static vl_status make_dirs(const char *dir) {
     if (*c != '/' && *c != '\0') continue;
     char save = *c;
     *c = '\0';
-    if (mkdir(p, 0777) != 0 && errno != EEXIST)
+    if (mkdir(p, 0700) != 0 && errno != EEXIST)
       return vl_fail(VL_EIO, "%s: cannot create %s: %s", dir, p, strerror(errno));
     *c = save;
     if (!save) break;
@@ -310,6 +312,57 @@ static vl_status make_dirs(const char *dir) {
   struct stat st;
   if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return vl_fail(VL_EIO, "%s: not a directory", dir);
   return VL_OK;
+}
+
+/* One directory of the path: the last must be ours and closed to group and others; those above
+ * ours or root's, and closed to group and others unless sticky (where only an entry's owner may
+ * rename or remove it). */
+static bool dir_ok(const char *p, bool last, char *why, size_t why_n) {
+  struct stat st;
+  if (stat(p, &st) != 0) {
+    snprintf(why, why_n, "cache directory %s: %s", p, strerror(errno));
+    return false;
+  }
+  unsigned mode = (unsigned)(st.st_mode & 07777);
+  if (last && st.st_uid != geteuid()) {
+    snprintf(why, why_n, "cache directory %s belongs to uid %ld, not to you (uid %ld): not trusted", p,
+             (long)st.st_uid, (long)geteuid());
+    return false;
+  }
+  if (last && (mode & 022)) {
+    snprintf(why, why_n, "cache directory %s is writable by group or others (mode %04o; chmod 700 it): not trusted",
+             p, mode);
+    return false;
+  }
+  if (!last && st.st_uid != geteuid() && st.st_uid != 0) {
+    snprintf(why, why_n, "cache directory: %s above it belongs to uid %ld: not trusted", p, (long)st.st_uid);
+    return false;
+  }
+  if (!last && (mode & 022) && !(mode & S_ISVTX)) {
+    snprintf(why, why_n, "cache directory: %s above it is writable by group or others without the sticky bit "
+             "(mode %04o): not trusted", p, mode);
+    return false;
+  }
+  return true;
+}
+
+bool vl_rtc_dir_trusted(const char *dir, char *why, size_t why_n) {
+  if (why_n) why[0] = '\0';
+  char *real = realpath(dir, NULL);
+  if (!real) {
+    snprintf(why, why_n, "cache directory %s: %s", dir, strerror(errno));
+    return false;
+  }
+  bool ok = dir_ok("/", real[1] == '\0', why, why_n);
+  for (char *c = real + 1; ok && *c; c++) {
+    if (*c != '/') continue;
+    *c = '\0';
+    ok = dir_ok(real, false, why, why_n);
+    *c = '/';
+  }
+  if (ok && real[1]) ok = dir_ok(real, true, why, why_n);
+  free(real);
+  return ok;
 }
 
 /* ---- cache files ---- */
@@ -361,6 +414,7 @@ vl_status vl_rtc_cache_write(const char *path, uint64_t key, bool ptx, const voi
   h.crc = crc_of(data, size);
   vl_replace rp;
   VL_TRY(vl_replace_begin(&rp, "v100.kernel cache", path));
+  rp.mode = 0600; /* only ours: vl_rtc_cache_read refuses a file others can write */
   if (!write_all(rp.fd, &h, sizeof h) || !write_all(rp.fd, data, size)) {
     int e = errno;
     vl_replace_abort(&rp);
@@ -387,16 +441,26 @@ vl_status vl_rtc_cache_read(const char *path, uint64_t key, bool ptx, void **dat
                             bool *hit, char *why, size_t why_n) {
   *hit = false;
   if (why_n) why[0] = '\0';
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NOFOLLOW: a link in the cache directory is not a cache file */
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
-    if (errno != ENOENT) snprintf(why, why_n, "cannot open %s: %s", path, strerror(errno));
+    if (errno == ELOOP) snprintf(why, why_n, "%s: a symbolic link, not trusted; recompiled", path);
+    else if (errno != ENOENT) snprintf(why, why_n, "cannot open %s: %s", path, strerror(errno));
     return VL_OK;
   }
   const char *bad = NULL;
   void *buf = NULL;
   cache_header h;
   struct stat st;
+  char owner[96];
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) bad = "not a regular file";
+  else if (st.st_uid != geteuid()) {
+    snprintf(owner, sizeof owner, "belongs to uid %ld, not to you: not trusted", (long)st.st_uid);
+    bad = owner;
+  } else if (st.st_mode & 022) {
+    snprintf(owner, sizeof owner, "writable by group or others (mode %04o): not trusted", (unsigned)(st.st_mode & 07777));
+    bad = owner;
+  }
   else if ((uint64_t)st.st_size < sizeof h || !read_all(fd, &h, sizeof h)) bad = "shorter than its header";
   else if (memcmp(h.magic, CACHE_MAGIC, sizeof h.magic) != 0 || h.format != CACHE_FORMAT)
     bad = "not a v100lua kernel cache file of this format";
@@ -445,6 +509,15 @@ vl_status vl_rtc_build(const vl_rtc_source *src, const char *arch, bool ptx, con
   if (use_cache) {
     snprintf(r.path, sizeof r.path, "%s/%016llx-%s.%s", dir, (unsigned long long)r.key, arch,
              ptx ? "ptx" : "cubin");
+    /* A directory that is there must be trusted before anything in it is read; one that is not
+     * there yet is made (0700) and checked after the compile. */
+    struct stat st;
+    if (stat(dir, &st) == 0 && !vl_rtc_dir_trusted(dir, r.note, sizeof r.note)) {
+      use_cache = false;
+      snprintf(r.note + strlen(r.note), sizeof r.note - strlen(r.note), "; compiled, not cached");
+    }
+  }
+  if (use_cache) {
     bool hit = false;
     VL_TRY(vl_rtc_cache_read(r.path, r.key, ptx, &r.data, &r.size, &hit, r.note, sizeof r.note));
     if (hit) {
@@ -457,6 +530,8 @@ vl_status vl_rtc_build(const vl_rtc_source *src, const char *arch, bool ptx, con
   if (use_cache) {
     /* The kernel works without its cache file: a write failure is a note, not an error. */
     vl_status s = make_dirs(dir);
+    char why[sizeof r.note];
+    if (s == VL_OK && !vl_rtc_dir_trusted(dir, why, sizeof why)) s = vl_fail(VL_EIO, "%s", why);
     if (s == VL_OK) s = vl_rtc_cache_write(r.path, r.key, ptx, r.data, r.size);
     if (s != VL_OK) snprintf(r.note, sizeof r.note, "not cached: %s", vl_errmsg());
     vl_errclear();

@@ -100,20 +100,32 @@ typedef struct vl_rtc_image {
  * $HOME/.cache/v100lua/kernels. VL_EINVAL when none is set or the result does not fit. */
 vl_status vl_rtc_cache_dir(char *buf, size_t n);
 
+/* Whether a cache directory may be trusted (issue 27: a cubin in it is loaded and run in this
+ * process, and its key is a public hash anyone can compute). Trusted: the directory (symlinks
+ * resolved) belongs to the caller's effective uid and is not writable by group or others, and
+ * every directory above it belongs to the caller or root and is not writable by group or others
+ * unless it has the sticky bit (/tmp), so nobody else can rename it away and put their own in its
+ * place. false with *why (a sentence naming the directory, its owner and mode) otherwise, or
+ * when it cannot be examined. Cache files are checked alike in vl_rtc_cache_read. */
+bool vl_rtc_dir_trusted(const char *dir, char *why, size_t why_n);
+
 /* The key of a program: hash of the format version, source, options, arch, ptx flag, the
  * compiler's identity (e.g. "nvrtc 13.0") and the prelude. */
 uint64_t vl_rtc_key(const vl_rtc_source *src, const char *arch, bool ptx, const char *compiler_id);
 
 /* Cache files: a 32-byte header (magic, format, kind, key, payload size, CRC-32 of the payload)
- * and the payload. vl_rtc_cache_read: *hit false when the file is absent, short, corrupt or of
- * another key (*why says which, "" when absent); *data is malloc'd on a hit. */
+ * and the payload, written with mode 0600. vl_rtc_cache_read: *hit false when the file is absent,
+ * short, corrupt, of another key, a symlink, or not trusted: not the caller's or writable by group
+ * or others (*why says which, "" when absent); *data is malloc'd on a hit. */
 vl_status vl_rtc_cache_write(const char *path, uint64_t key, bool ptx, const void *data, size_t size);
 vl_status vl_rtc_cache_read(const char *path, uint64_t key, bool ptx, void **data, size_t *size,
                             bool *hit, char *why, size_t why_n);
 
 /* Looks the program up in the cache under cache_dir (NULL: vl_rtc_cache_dir(); "": no cache),
- * compiles it with cc on a miss and stores the result. A cache that cannot be created, read or
- * written is not an error: the image is compiled and img->note says why. */
+ * compiles it with cc on a miss and stores the result. Missing directories are created 0700; a
+ * directory vl_rtc_dir_trusted refuses is neither read nor written. A cache that cannot be
+ * created, read, written or trusted is not an error: the image is compiled and img->note says
+ * why. */
 vl_status vl_rtc_build(const vl_rtc_source *src, const char *arch, bool ptx, const char *cache_dir,
                        vl_rtc_compiler cc, void *cc_ud, const char *compiler_id, vl_rtc_image *img);
 void vl_rtc_image_free(vl_rtc_image *img);

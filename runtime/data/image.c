@@ -1,12 +1,14 @@
 /* runtime/data/image.c: JPEG decode/encode over TurboJPEG (see image.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/data/image.h"
+#include "runtime/io/replace.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
+#include <unistd.h>
 
 struct vl_jpeg_decoder {
   tjhandle tj;
@@ -222,16 +224,25 @@ vl_status vl_image_encode_file(vl_tensor *img, const char *path, int quality) {
                                &jpeg, &len);
   vl_tensor_release(c);
   if (s != VL_OK) return s;
-  /* A plain write: a data set export writes many small files, an fsync each would dominate. */
-  FILE *f = fopen(path, "wb");
-  if (!f) s = vl_fail(VL_EIO, "encode_jpeg: %s: %s", path, strerror(errno));
-  else {
-    int bad = fwrite(jpeg, 1, len, f) != len;
-    if (fclose(f) != 0) bad = 1;
-    if (bad) {
-      s = vl_fail(VL_EIO, "encode_jpeg: %s: %s", path, strerror(errno));
-      remove(path);
+  /* Through replace.c like every writer (its symlink rule, no torn file at the path), without
+   * the fsyncs: a data set export writes many small files, an fsync each would dominate. */
+  vl_replace rp;
+  s = vl_replace_begin(&rp, "encode_jpeg", path);
+  if (s == VL_OK) {
+    rp.no_sync = 1;
+    const unsigned char *p = jpeg;
+    size_t left = len;
+    while (left > 0) {
+      ssize_t w = write(rp.fd, p, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        s = vl_fail(VL_EIO, "encode_jpeg: %s: %s", path, w < 0 ? strerror(errno) : "no progress");
+        break;
+      }
+      p += w, left -= (size_t)w;
     }
+    if (s == VL_OK) s = vl_replace_commit(&rp);
+    vl_replace_abort(&rp); /* removes the temporary file unless committed */
   }
   free(jpeg);
   return s;

@@ -221,7 +221,7 @@ vl_status vl_tfevents_open(const char *dir, vl_tfevents **out) {
     else
       snprintf(path, cap, "%s/events.out.tfevents.%lld.%s.%ld.%d.v100lua", dir, (long long)now, host,
                (long)getpid(), k);
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0666);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_APPEND | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) {

@@ -58,6 +58,88 @@ local function fail(fmt, ...) error('checkpoint.' .. string.format(fmt, ...), 3)
 
 local join, read_file, exists = cio.join, cio.read_file, cio.exists
 
+-- ---------------------------------------------------------------------------------------------
+-- meta.json's rules: one validator, applied by save to the table it is about to write and by load
+-- to the one it read, so that a value save would refuse (a negative step, a float batch) is
+-- refused at load too, naming the file and the field, before anything trains with it (issue 27).
+-- Fields older checkpoints lack (rng_ranks, world_size, ...) are optional; present, they are checked.
+
+local FILE_NAME = '^[%w][%w%._%-]*$'
+-- state.loader, when present, is the data loader's position (recipes/resnet50.lua, bert.lua):
+-- the epoch to resume in (>= 1), the next batch in it and the samples before it (0-based, >= 0),
+-- the rank count and micro-batch size it was written with (>= 1).
+local LOADER_MIN = { epoch = 1, batch = 0, samples = 0, world = 1, micro = 1 }
+
+local function check_meta(meta, op, file)
+  local function bad(field, fmt, ...)
+    error(string.format('checkpoint.%s: %s: field "%s" %s', op, file, field, string.format(fmt, ...)), 0)
+  end
+  local function int_at_least(field, v, lo, optional)
+    if v == nil and optional then return end
+    if math.type(v) ~= 'integer' or v < lo then bad(field, 'must be an integer >= %d, got %s', lo, tostring(v)) end
+  end
+  if type(meta) ~= 'table' then error(string.format('checkpoint.%s: %s: not a JSON object', op, file), 0) end
+  if meta.format ~= FORMAT then
+    error(string.format('checkpoint.%s: %s: not a v100lua checkpoint (format is %s, expected %s)', op, file, tostring(meta.format), FORMAT), 0)
+  end
+  -- 1.0 is version 1: another JSON tool (Python's json with a float, jq) may have rewritten the
+  -- file. A fraction, a string or a version below 1 is no version at all, and said so.
+  local version = type(meta.version) == 'number' and math.tointeger(meta.version)
+  if not version or version < 1 then bad('version', 'must be a whole number >= 1, got %s', cio.json_encode(meta.version)) end
+  meta.version = version
+  if version > VERSION then
+    error(string.format('checkpoint.%s: %s: checkpoint version %d is newer than this v100lua, which reads versions 1 to %d',
+      op, file, version, VERSION), 0)
+  end
+  int_at_least('epoch', meta.epoch, 0)
+  int_at_least('step', meta.step, 0)
+  if type(meta.files) ~= 'table' then bad('files', 'must be a list of file names, got %s', type(meta.files)) end
+  for i, f in ipairs(meta.files) do
+    if type(f) ~= 'string' or not f:match(FILE_NAME) or f == META then bad('files', 'entry %d is not a plain file name: %s', i, tostring(f)) end
+  end
+  if meta.state ~= nil and type(meta.state) ~= 'table' then bad('state', 'must be an object, got %s', type(meta.state)) end
+  local ld = meta.state and meta.state.loader
+  if ld ~= nil then
+    if type(ld) ~= 'table' then bad('state.loader', 'must be an object, got %s', type(ld)) end
+    for k, lo in pairs(LOADER_MIN) do int_at_least('state.loader.' .. k, ld[k], lo, true) end
+  end
+  local function rng(field, r)
+    if type(r) ~= 'table' then bad(field, 'must be an object {seed, offset}, got %s', type(r)) end
+    if math.type(r.seed) ~= 'integer' then bad(field .. '.seed', 'must be an integer, got %s', tostring(r.seed)) end
+    int_at_least(field .. '.offset', r.offset, 0)
+  end
+  if meta.rng ~= nil then rng('rng', meta.rng) end
+  int_at_least('world_size', meta.world_size, 1, true)
+  if meta.rng_ranks ~= nil then
+    if type(meta.rng_ranks) ~= 'table' then bad('rng_ranks', 'must be a list, got %s', type(meta.rng_ranks)) end
+    if meta.world_size ~= nil and #meta.rng_ranks ~= meta.world_size then
+      bad('rng_ranks', 'has %d entries for world_size %d', #meta.rng_ranks, meta.world_size)
+    end
+    for i, r in ipairs(meta.rng_ranks) do rng(string.format('rng_ranks[%d]', i), r) end
+  end
+  if meta.optimizer ~= nil and type(meta.optimizer) ~= 'string' then bad('optimizer', 'must be a name, got %s', type(meta.optimizer)) end
+  if meta.scaler ~= nil and type(meta.scaler) ~= 'boolean' then bad('scaler', 'must be true or false, got %s', tostring(meta.scaler)) end
+end
+M.check_meta = check_meta
+
+-- Whether path (named like a checkpoint) is one this module wrote: a meta.json of our format
+-- whose file list names every entry in it (our own temporaries aside). --keep removes only those;
+-- a user's folder named epoch<E>-step<S> is never removed nor replaced (issue 27).
+local function is_ours(path)
+  local text = read_file(join(path, META))
+  if text == nil then return false, 'no ' .. META end
+  local ok, meta = pcall(cio.json_decode, text, join(path, META))
+  if not ok or type(meta) ~= 'table' or meta.format ~= FORMAT or type(meta.files) ~= 'table' then
+    return false, META .. ' is not a v100lua checkpoint\'s'
+  end
+  local listed = { [META] = true }
+  for _, f in ipairs(meta.files) do if type(f) == 'string' then listed[f] = true end end
+  for _, n in ipairs(fs.list_dir(path)) do
+    if not listed[n] and not n:match('^%..+%.v100tmp%-') then return false, n .. ' is not one of its files' end
+  end
+  return true
+end
+
 local function rank_world()
   local dist = require 'v100.dist'
   if dist.is_initialized() then return dist.rank(), dist.size() end
@@ -137,12 +219,15 @@ local function remove_stale(dir)
   end
 end
 
--- The checkpoints in dir (final names only), newest (epoch, step) first.
+-- The checkpoints in dir this program wrote (final names only; is_ours), newest (epoch, step)
+-- first. Other folders named like one are not checkpoints: not counted, never removed.
 local function list_checkpoints(dir)
   local out = {}
   for _, n in ipairs(fs.list_dir(dir)) do
     local e, s = n:match(NAME_PATTERN)
-    if e and fs.is_dir(join(dir, n)) then out[#out + 1] = { name = n, epoch = tonumber(e), step = tonumber(s) } end
+    if e and fs.is_dir(join(dir, n)) and is_ours(join(dir, n)) then
+      out[#out + 1] = { name = n, epoch = tonumber(e), step = tonumber(s) }
+    end
   end
   table.sort(out, function(a, b)
     if a.epoch ~= b.epoch then return a.epoch > b.epoch end
@@ -188,6 +273,12 @@ local function write(dir, name, o, m, osd, rngs)
   cio.makedirs(dir)
   remove_stale(dir)
   local final = join(dir, name)
+  if fs.is_dir(final) then
+    local ours, why = is_ours(final)
+    if not ours then
+      fail('save: %s exists and is not a checkpoint this program wrote (%s); not replacing it', final, why)
+    end
+  end
   local tmp = hidden_name(dir, name)
   fs.remove_tree(tmp)
   cio.makedirs(tmp)
@@ -231,6 +322,7 @@ local function write(dir, name, o, m, osd, rngs)
       rng = rngs[1], rng_ranks = rngs, world_size = #rngs, versions = v100.versions(),
       created = os.date('!%Y-%m-%dT%H:%M:%SZ'), files = files,
       optimizer = osd and o.optimizer.name or nil, scaler = o.scaler ~= nil }
+    check_meta(meta, 'save', join(final, META))
     fs.write_atomic(join(tmp, META), cio.json_encode(meta, JSON_PRETTY) .. '\n')
     step_done(META)
 
@@ -312,6 +404,14 @@ local function optimizer_state(c)
   local rest = cio.json_decode(text, file .. ' metadata "optimizer"')
   local sd = { state = {} }
   for k, v in pairs(rest) do if k ~= 'state' and k ~= 'kind' and k ~= 'zero' then sd[k] = v end end
+  -- the hyperparameters with the optimizer's own rules (optim.check_group), named by file and group
+  if type(rest.param_groups) ~= 'table' then fail('load: %s: metadata "optimizer" has no param_groups list', file) end
+  local optim = require 'v100.optim'
+  for gi, g in ipairs(rest.param_groups) do
+    if type(g) ~= 'table' then fail('load: %s: metadata "optimizer" param_groups[%d] is not an object', file, gi) end
+    local ok, err = pcall(optim.check_group, string.format('metadata "optimizer" param_groups[%d]', gi), g)
+    if not ok then fail('load: %s: %s', file, tostring(err):gsub('^[^:]*:%d+: ', '')) end
+  end
   for key, e in pairs(rest.state or {}) do
     local idx = math.tointeger(tonumber(key))
     if idx == nil then fail('load: %s: optimizer state key "%s" is not a parameter index', file, tostring(key)) end
@@ -343,17 +443,7 @@ function M.load(path)
   local mp = join(path, META)
   local ok, meta = pcall(cio.json_decode, read_file(mp) or '', mp)
   if not ok then fail('load: %s', meta) end
-  if type(meta) ~= 'table' or meta.format ~= FORMAT then fail('load: %s: not a v100lua checkpoint (format is %s, expected %s)', mp, tostring(type(meta) == 'table' and meta.format), FORMAT) end
-  -- 1.0 is version 1: another JSON tool (Python's json with a float, jq) may have rewritten the
-  -- file. A fraction, a string or a version below 1 is no version at all, and said so.
-  local version = type(meta.version) == 'number' and math.tointeger(meta.version)
-  if not version or version < 1 then
-    fail('load: %s: "version" must be a whole number >= 1, got %s', mp, cio.json_encode(meta.version))
-  end
-  meta.version = version
-  if version > VERSION then
-    fail('load: %s: checkpoint version %d is newer than this v100lua, which reads versions 1 to %d', mp, version, VERSION)
-  end
+  check_meta(meta, 'load', mp)
   for _, f in ipairs(meta.files or {}) do
     if not exists(join(path, f)) then fail('load: %s: %s lists %s, which is missing', path, META, f) end
   end

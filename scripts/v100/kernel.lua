@@ -150,8 +150,16 @@ function kernel.new(def)
   -- The program is named after the kernel, so that the log reads "fused_act.cu(12): error: ...".
   local module = C.load(what, def.source, def.name .. '.cu', def.options, def.device, def.cache)
   local handle = module:kernel(def.name, def.signature)
-  return make(module, handle, def, what, module:info())
+  local info = module:info()
+  -- A cache directory or file that is not the user's own (or that others can write) is a
+  -- security matter, not a miss: say so on stderr, once per message (runtime/core/rtc.h)
+  if info.note:find('not trusted', 1, true) and not kernel._warned[info.note] then
+    kernel._warned[info.note] = true
+    io.stderr:write('v100.kernel: warning: ', info.note, ' (compiled instead of loading it)\n')
+  end
+  return make(module, handle, def, what, info)
 end
+kernel._warned = {}
 
 -- Another kernel of the same program (no compilation): k:kernel('other_name', 'float*, int64').
 function Kernel:kernel(name, signature)

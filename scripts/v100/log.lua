@@ -205,8 +205,9 @@ function log.Logger(opts)
     cio.makedirs(opts.dir)
     if jsonl then
       self.jsonl_path = opts.dir .. '/' .. (jsonl == true and 'metrics.jsonl' or jsonl)
-      local f, err = io.open(self.jsonl_path, 'a')
-      if not f then error('Logger: cannot open ' .. tostring(err), 2) end
+      -- not io.open: a link another user planted at the name is not followed (replace.h's rule)
+      local ok, f = pcall(core._ckpt.open_append, self.jsonl_path)
+      if not ok then error('Logger: cannot open ' .. tostring(f), 2) end
       self.file = f
     end
     if tb then
@@ -284,7 +285,8 @@ function Logger:log(step, metrics, extra)
       -- reader would choke on the half line) and reopened for the next call.
       pcall(self.file.close, self.file)
       if before then pcall(core._ckpt.truncate, self.jsonl_path, before) end
-      self.file = io.open(self.jsonl_path, 'a')
+      local reopened, f = pcall(core._ckpt.open_append, self.jsonl_path)
+      self.file = reopened and f or nil
       error('Logger:log: writing ' .. self.jsonl_path .. ': ' .. tostring(err), 2)
     end
   end

@@ -104,22 +104,44 @@ local function make_groups(what, params, defaults, no_decay)
   return groups
 end
 
-local function check_group(what, g)
+-- The rules of a parameter group's hyperparameters, one function for the constructor, state_dict
+-- (what a checkpoint saves), load_state_dict and checkpoint.load (what a checkpoint brings back):
+-- numbers finite and in range, so that a checkpoint holding momentum = 1e308 or lr = -10 is refused
+-- when it is read rather than training to NaN (issue 27). level: the error level for error().
+local function check_group(what, g, level)
+  level = level or 4
   local function need(cond, msg)
-    if not cond then error(what .. ': ' .. msg, 4) end
+    if not cond then error(what .. ': ' .. msg, level) end
+  end
+  local function finite(k, lo, hi, hi_open)
+    local v = g[k]
+    if v == nil then return end
+    need(type(v) == 'number' and v == v and v ~= math.huge and v ~= -math.huge,
+      k .. ' must be a finite number, got ' .. tostring(v))
+    need(v >= lo and (hi == nil or v < hi or (not hi_open and v == hi)),
+      string.format('%s must be in [%s, %s%s, got %s', k, lo, hi or 'inf', hi_open and ')' or ']', tostring(v)))
   end
   need(type(g.lr) == 'number', 'lr is required (a number)')
   need(g.lr >= 0, 'lr must be >= 0, got ' .. g.lr)
+  finite('lr', 0)
   need((g.weight_decay or 0) >= 0, 'weight_decay must be >= 0')
-  if g.momentum ~= nil then need(g.momentum >= 0, 'momentum must be >= 0') end
+  finite('weight_decay', 0)
+  if g.momentum ~= nil then need(type(g.momentum) == 'number' and g.momentum >= 0, 'momentum must be >= 0') end
+  finite('momentum', 0, 1, true)
+  finite('dampening', 0, 1)
+  finite('trust_coefficient', 0)
+  if g.nesterov ~= nil then need(type(g.nesterov) == 'boolean', 'nesterov must be a boolean') end
   if g.nesterov then
     need((g.momentum or 0) > 0 and (g.dampening or 0) == 0, 'nesterov needs momentum > 0 and dampening = 0')
   end
   if g.betas ~= nil then
     need(type(g.betas) == 'table' and #g.betas == 2, 'betas must be {beta1, beta2}')
-    for i = 1, 2 do need(g.betas[i] >= 0 and g.betas[i] < 1, 'betas must be in [0, 1)') end
+    for i = 1, 2 do
+      need(type(g.betas[i]) == 'number' and g.betas[i] >= 0 and g.betas[i] < 1, 'betas must be in [0, 1)')
+    end
   end
-  if g.eps ~= nil then need(g.eps >= 0, 'eps must be >= 0') end
+  if g.eps ~= nil then need(type(g.eps) == 'number' and g.eps >= 0, 'eps must be >= 0') end
+  finite('eps', 0)
 end
 
 -- ---------------------------------------------------------------------------------------------
@@ -372,6 +394,7 @@ function Optimizer:state_dict()
         sd.state[idx] = e
       end
     end
+    check_group(string.format('%s:state_dict: group %d', self.name, gi), pg, 3)
     sd.param_groups[gi] = pg
   end
   return sd
@@ -390,6 +413,17 @@ function Optimizer:load_state_dict(sd)
     if n ~= #g.params then
       error(string.format('load_state_dict: group %d has %d parameters in the state, %d in the optimizer', gi, n,
         #g.params), 2)
+    end
+  end
+  for gi, g in ipairs(self.param_groups) do
+    local merged = {}
+    for k, v in pairs(g) do merged[k] = v end
+    for k, v in pairs(sd.param_groups[gi]) do if k ~= 'params' and k ~= 'names' then merged[k] = v end end
+    check_group(string.format('load_state_dict: group %d', gi), merged, 3)
+    for idx, e in pairs(sd.state or {}) do
+      if type(e) == 'table' and e.step ~= nil and (math.type(e.step) ~= 'integer' or e.step < 0) then
+        error(string.format('load_state_dict: step of parameter %s must be an integer >= 0, got %s', tostring(idx), tostring(e.step)), 2)
+      end
     end
   end
   if sd.rounding_seed ~= nil then
@@ -501,6 +535,9 @@ function optim.LARS(params, opts)
 end
 
 optim.Optimizer = Optimizer
+-- optim.check_group(what, group): raises "<what>: <field> ..." for a hyperparameter out of range
+-- (checkpoint.load checks a checkpoint's optimizer metadata with it).
+function optim.check_group(what, g) check_group(what, g, 3) end
 
 -- ---------------------------------------------------------------------------------------------
 -- Learning-rate schedules. sched:step(opt) advances to the next optimizer step t (1, 2, ...) and

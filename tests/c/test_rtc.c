@@ -1,10 +1,15 @@
 /* tests/c/test_rtc.c: the CPU half of runtime/core/rtc.h: signatures, the key, the cache directory,
  * cache files (round trip, short, corrupt, foreign, appended) and vl_rtc_build with a fake
- * compiler (miss, hit, recompile of a damaged file, cache off, unwritable cache, compile error).
+ * compiler (miss, hit, recompile of a damaged file, cache off, unwritable cache, compile error),
+ * and trust (issue 27): directories made 0700, files 0600; a directory or file that is not ours
+ * or that group/others can write is never read (compiled instead, the note says why), as root
+ * also one another uid made with 0777 and filled with a cubin under the right key.
  * With CUDA (but no GPU needed) the NVRTC compiler itself: a program compiles for sm_90, the
  * prelude's half/bf16 helpers compile, and a compile error carries the log with its line. */
 #define _DEFAULT_SOURCE
 #include <dirent.h>
+#include <errno.h>
+#include <sys/wait.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -310,6 +315,111 @@ static void test_build(void) {
   vl_rtc_image_free(&img);
 }
 
+/* ---- trusting the cache (issue 27) ---- */
+
+static mode_t mode_of(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 ? (st.st_mode & 07777) : 01;
+}
+
+/* A cache file under the right key whose payload is not what the compiler makes. */
+static void plant_cubin(const char *cdir, const vl_rtc_source *src) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/%016llx-sm_90.cubin", cdir, (unsigned long long)vl_rtc_key(src, "sm_90", false, "fake 1.0"));
+  CHECK_OK(vl_rtc_cache_write(p, vl_rtc_key(src, "sm_90", false, "fake 1.0"), false, "EVIL", 5));
+}
+
+static void test_trust(void) {
+  vl_rtc_source src = {.source = "extern \"C\" __global__ void t() {}", .program = "t.cu"};
+  fake f = {0};
+  vl_rtc_image img;
+  char cdir[400], top[400];
+  snprintf(top, sizeof top, "%s/trust", dir);
+  snprintf(cdir, sizeof cdir, "%s/trust/a/kernels", dir);
+  mode_t um = umask(0); /* even with no umask: the cache is the user's own */
+  CHECK_OK(vl_rtc_build(&src, "sm_90", false, cdir, fake_compile, &f, "fake 1.0", &img));
+  umask(um);
+  CHECK(f.calls == 1 && img.note[0] == '\0', "note: %s", img.note);
+  CHECK(mode_of(cdir) == 0700 && mode_of(top) == 0700, "made 0700: %o %o", mode_of(cdir), mode_of(top));
+  CHECK(mode_of(img.path) == 0600, "file mode %o", mode_of(img.path));
+  char path[1024];
+  snprintf(path, sizeof path, "%s", img.path);
+  vl_rtc_image_free(&img);
+  char why[256];
+  CHECK(vl_rtc_dir_trusted(cdir, why, sizeof why), "%s", why);
+
+  /* a cache file group or others can write is not loaded: recompiled, and written again 0600 */
+  CHECK(chmod(path, 0620) == 0);
+  CHECK_OK(vl_rtc_build(&src, "sm_90", false, cdir, fake_compile, &f, "fake 1.0", &img));
+  CHECK(f.calls == 2 && !img.cached && strstr(img.note, "writable by group or others") && strstr(img.note, "not trusted"),
+        "note: %s", img.note);
+  vl_rtc_image_free(&img);
+  CHECK(mode_of(path) == 0600);
+  /* a symlink at the cache file's name is not followed */
+  char real[1100];
+  snprintf(real, sizeof real, "%s.real", path);
+  CHECK(rename(path, real) == 0 && symlink(real, path) == 0);
+  CHECK_OK(vl_rtc_build(&src, "sm_90", false, cdir, fake_compile, &f, "fake 1.0", &img));
+  CHECK(f.calls == 3 && !img.cached && strstr(img.note, "symbolic link"), "note: %s", img.note);
+  vl_rtc_image_free(&img);
+
+  /* a directory group or others can write: nothing in it is read, nothing written */
+  plant_cubin(cdir, &src);
+  CHECK(chmod(cdir, 0777) == 0);
+  CHECK_OK(vl_rtc_build(&src, "sm_90", false, cdir, fake_compile, &f, "fake 1.0", &img));
+  CHECK(f.calls == 4 && !img.cached && strstr(img.note, "is writable by group or others") &&
+        strstr(img.note, "compiled, not cached"), "note: %s", img.note);
+  CHECK(img.size == strlen(src.source) + 1 && memcmp(img.data, src.source, img.size) == 0, "the compiled image");
+  vl_rtc_image_free(&img);
+  CHECK(!vl_rtc_dir_trusted(cdir, why, sizeof why) && strstr(why, "mode 0777"), "%s", why);
+  CHECK(chmod(cdir, 0700) == 0);
+  /* ... or one above it that others can write without the sticky bit (they could swap ours) */
+  CHECK(chmod(top, 0777) == 0);
+  CHECK(!vl_rtc_dir_trusted(cdir, why, sizeof why) && strstr(why, "above it"), "%s", why);
+  CHECK(chmod(top, 01777) == 0);
+  CHECK(vl_rtc_dir_trusted(cdir, why, sizeof why), "sticky is fine: %s", why);
+  CHECK(chmod(top, 0700) == 0);
+
+  if (geteuid() != 0) {
+    printf("SKIP the cross-user cache cases: they need root to act as uid 65534 (CI runs as root)\n");
+    return;
+  }
+  /* Another user made the shared cache directory with 0777 before us and planted a cubin under
+   * the key of our program (the key is a public hash). We compile; their bytes never load. */
+  char shared[400];
+  snprintf(shared, sizeof shared, "%s/shared", top);
+  CHECK(chmod(top, 01777) == 0 && chmod(dir, 0755) == 0); /* a shared folder, as /tmp */
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    umask(0);
+    if (mkdir(shared, 0777) != 0) _exit(3);
+    plant_cubin(shared, &src);
+    _exit(0); /* the parent checks what the plant did */
+  }
+  int st = 0;
+  pid_t w = waitpid(pid, &st, 0);
+  CHECK(w == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the plant: %ld %ld status %#x %s", (long)w, (long)pid, st, strerror(errno));
+  int calls = f.calls;
+  CHECK_OK(vl_rtc_build(&src, "sm_90", false, shared, fake_compile, &f, "fake 1.0", &img));
+  CHECK(f.calls == calls + 1 && !img.cached && strstr(img.note, "belongs to uid 65534"), "note: %s", img.note);
+  CHECK(img.size == strlen(src.source) + 1 && memcmp(img.data, src.source, img.size) == 0, "not the planted bytes");
+  vl_rtc_image_free(&img);
+  /* their file in our directory: not loaded either */
+  char mine[400];
+  snprintf(mine, sizeof mine, "%s/mine", top);
+  CHECK(mkdir(mine, 0700) == 0);
+  plant_cubin(mine, &src);
+  char planted[600];
+  snprintf(planted, sizeof planted, "%s/%016llx-sm_90.cubin", mine, (unsigned long long)vl_rtc_key(&src, "sm_90", false, "fake 1.0"));
+  CHECK(chown(planted, 65534, 65534) == 0);
+  CHECK_OK(vl_rtc_build(&src, "sm_90", false, mine, fake_compile, &f, "fake 1.0", &img));
+  CHECK(f.calls == calls + 2 && !img.cached && strstr(img.note, "belongs to uid 65534"), "note: %s", img.note);
+  CHECK(memcmp(img.data, src.source, img.size) == 0);
+  vl_rtc_image_free(&img);
+}
+
 /* ---- NVRTC itself (CUDA builds; no GPU needed to compile) ---- */
 
 static void test_nvrtc(void) {
@@ -385,6 +495,7 @@ int main(void) {
   test_cache_dir();
   test_cache_file();
   test_build();
+  test_trust();
   test_nvrtc();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

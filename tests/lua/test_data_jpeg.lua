@@ -298,7 +298,7 @@ T.test('bad options and bad inputs give clear errors', function()
   T.raises(function() data.encode_jpeg(v100.zeros({4, 4, 3}, {dtype = 'u8'}), dir .. '/x.jpg', {quality = 101}) end,
     'quality must be an integer in 1..100')
   T.raises(function() data.encode_jpeg(v100.zeros({4, 4, 3}, {dtype = 'u8'}), dir .. '/no/such/dir/x.jpg') end,
-    'encode_jpeg: ' .. dir .. '/no/such/dir/x.jpg: No such file')
+    { 'encode_jpeg: ' .. dir .. '/no/such/dir/x.jpg: ', 'No such file' })
 end)
 
 T.test('resize_image and the upscaled RGB variant of the tool', function()
