@@ -129,10 +129,14 @@ static void col2im(bool dbl, bool nhwc, const void *col, const geo *g, void *x) 
   else (nhwc ? col2im_nhwc_f32 : col2im_nchw_f32)((const float *)col, g, (float *)x);
 }
 
-/* Row-major C[m x n] = op(A) op(B) + beta C. */
+/* Row-major C[m x n] = op(A) op(B) + beta C, on one OpenBLAS thread: the count the backend's
+ * GEMMs leave set, now from a process's first call on (before it, OpenBLAS's default of all
+ * cores split the product otherwise, and a resumed run's first step differed in the last bits
+ * from the uninterrupted run's). */
 static void gemm(bool dbl, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                  const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
   enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  vl_cpu_blas_threads(1);
   if (dbl)
     cblas_dgemm(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0, (const double *)a, (int)lda,
                 (const double *)b, (int)ldb, beta, (double *)c, (int)ldc);

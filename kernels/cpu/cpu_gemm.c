@@ -168,11 +168,15 @@ __attribute__((constructor)) static void blas_pick_core(void) {
 }
 #endif
 
-/* OpenBLAS's thread count, set only when it changes. Its pthread build keeps its threads
- * spinning on sched_yield for a while after each call: between GEMMs they took the cores from
- * everything else (a quarter of a CPU BERT step's time was sched_yield). So f32/f64 GEMMs run
- * on the backend's own sleeping pool, cut into blocks, with OpenBLAS single-threaded inside. */
-static void blas_threads(int t) {
+/* OpenBLAS's thread count, set only when it changes (0: not set yet, the library's default of
+ * all cores). Its pthread build keeps its threads spinning on sched_yield for a while after each
+ * call: between GEMMs they took the cores from everything else (a quarter of a CPU BERT step's
+ * time was sched_yield). So f32/f64 GEMMs run on the backend's own sleeping pool, cut into
+ * blocks, with OpenBLAS single-threaded inside. The count also decides how OpenBLAS splits a
+ * product, and with it the bits of the result (Haswell/Zen kernels): every cblas_* call of the
+ * backend (cpu_conv.c's too) sets it first, so that a result never depends on which calls came
+ * earlier in the process (cpu_internal.h). */
+void vl_cpu_blas_threads(int t) {
   static _Atomic int current;
   if (t != current) {
     openblas_set_num_threads(t);
@@ -222,7 +226,7 @@ static void gemm_range(void *vj, int64_t lo, int64_t hi) {
  * Blocks are at least 64 rows (or columns) and 2^21 multiply-adds, so each call stays efficient;
  * the split is along the longer of m and n. */
 static vl_status native_gemm(const vl_gemm_args *g) {
-  blas_threads(1);
+  vl_cpu_blas_threads(1);
   int t = vl_cpu_threads();
   gemm_job j = {.g = g, .mb = g->m, .nb = g->n};
   double macs = (double)g->m * (double)g->n * (double)g->k;
@@ -277,7 +281,7 @@ vl_status vl_cpu_gemm(const vl_gemm_args *g) {
   if (!A.packed && !Bm.packed && !C.packed) return native_gemm(g);
   /* The packed path (f16/bf16, or an ld BLAS would reject) runs batch after batch on OpenBLAS's
    * own threads. */
-  blas_threads(vl_cpu_threads());
+  vl_cpu_blas_threads(vl_cpu_threads());
   if (A.packed) A.pk = malloc((size_t)(A.rows * A.cols * ec));
   if (Bm.packed) Bm.pk = malloc((size_t)(Bm.rows * Bm.cols * ec));
   if (C.packed) C.pk = malloc((size_t)(C.rows * C.cols * ec));
@@ -322,6 +326,6 @@ vl_status vl_cpu_gemm(const vl_gemm_args *g) {
   free(A.pk);
   free(Bm.pk);
   free(C.pk);
-  blas_threads(1);
+  vl_cpu_blas_threads(1);
   return VL_OK;
 }

@@ -161,6 +161,13 @@ vl_status vl_cpu_arange(void *out, vl_dtype dt, int64_t numel, double start, dou
 vl_status vl_cpu_reduce(const vl_reduce_args *a);
 vl_status vl_cpu_softmax(const vl_softmax_args *a);
 vl_status vl_cpu_gemm(const vl_gemm_args *a);
+/* OpenBLAS's thread count (cpu_gemm.c), set only when it changes. Every direct cblas_* call of
+ * the backend sets it first (1: the backend's own threads do the parallel part): left alone, a
+ * call sees the library's default (all cores) until some GEMM of the process sets it, and OpenBLAS
+ * splits a product differently with another thread count, so the bits of a result would depend on
+ * what ran before it in the process (a resumed run's first convolutions against the uninterrupted
+ * run's). */
+void vl_cpu_blas_threads(int t);
 vl_status vl_cpu_gather(const vl_index_args *a);
 vl_status vl_cpu_scatter_add(const vl_index_args *a);
 vl_status vl_cpu_index_select(const vl_index_args *a);
