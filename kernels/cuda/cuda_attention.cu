@@ -544,9 +544,10 @@ vl_status cuda_att_backward(const vl_attention_args *a) {
 
 }  // namespace
 
-/* Host-side table, left out of the device passes: Clang (tools/build-sm70.sh) would emit a
- * const table of host function addresses on the GPU too, which ptxas refuses. */
-#ifndef __CUDA_ARCH__
+/* A host-side table, left out of Clang's device pass (tools/build-sm70.sh): Clang would emit a
+ * const table of host function addresses on the GPU too, which ptxas refuses. nvcc keeps it in
+ * both passes, as before, and emits nothing of it on the device. */
+#if !(defined(__clang__) && defined(__CUDA_ARCH__))
 extern "C" const vl_attention_kernels vl_cuda_attention_kernels = {
     .supports = cuda_att_supports,
     .forward = cuda_att_forward,

@@ -301,9 +301,10 @@ static vl_status conv_forward(const vl_conv_args *a) { return conv_run(a, VL_CON
 static vl_status conv_backward_data(const vl_conv_args *a) { return conv_run(a, VL_CONV_BWD_DATA); }
 static vl_status conv_backward_filter(const vl_conv_args *a) { return conv_run(a, VL_CONV_BWD_FILTER); }
 
-/* Host-side table, left out of the device passes: Clang (tools/build-sm70.sh) would emit a
- * const table of host function addresses on the GPU too, which ptxas refuses. */
-#ifndef __CUDA_ARCH__
+/* A host-side table, left out of Clang's device pass (tools/build-sm70.sh): Clang would emit a
+ * const table of host function addresses on the GPU too, which ptxas refuses. nvcc keeps it in
+ * both passes, as before, and emits nothing of it on the device. */
+#if !(defined(__clang__) && defined(__CUDA_ARCH__))
 extern "C" const vl_conv_kernels vl_cuda_conv_kernels = {
     .forward = conv_forward,
     .backward_data = conv_backward_data,

@@ -451,9 +451,10 @@ static vl_status vl_cuda_xent_backward(const vl_xent_args *a) {
   return VL_OK;
 }
 
-/* Host-side table, left out of the device passes: Clang (tools/build-sm70.sh) would emit a
- * const table of host function addresses on the GPU too, which ptxas refuses. */
-#ifndef __CUDA_ARCH__
+/* A host-side table, left out of Clang's device pass (tools/build-sm70.sh): Clang would emit a
+ * const table of host function addresses on the GPU too, which ptxas refuses. nvcc keeps it in
+ * both passes, as before, and emits nothing of it on the device. */
+#if !(defined(__clang__) && defined(__CUDA_ARCH__))
 extern "C" const vl_fused_kernels vl_cuda_fused_kernels = {
     .dropout = vl_cuda_dropout,
     .xent_forward = vl_cuda_xent_forward,

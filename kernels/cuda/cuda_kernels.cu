@@ -5,9 +5,10 @@
 #include "kernels/cuda/cuda_cudnn.cuh"
 #include "runtime/core/cuda.h"
 
-/* Host-side table, left out of the device passes: Clang (tools/build-sm70.sh) would emit a
- * const table of host function addresses on the GPU too, which ptxas refuses. */
-#ifndef __CUDA_ARCH__
+/* A host-side table, left out of Clang's device pass (tools/build-sm70.sh): Clang would emit a
+ * const table of host function addresses on the GPU too, which ptxas refuses. nvcc keeps it in
+ * both passes, as before, and emits nothing of it on the device. */
+#if !(defined(__clang__) && defined(__CUDA_ARCH__))
 extern "C" const vl_kernels vl_cuda_kernels = {
     .name = "cuda",
     .fill = vl_cuda_fill,
@@ -42,7 +43,7 @@ static void cuda_shutdown(void) {
   vl_cudnn_teardown();
 }
 
-#ifndef __CUDA_ARCH__
+#if !(defined(__clang__) && defined(__CUDA_ARCH__))
 extern "C" const vl_backend vl_cuda_backend = {
     .name = "cuda",
     .type = VL_CUDA,

@@ -316,9 +316,10 @@ static vl_status n_group_end(vl_comm *c) {
   return s;
 }
 
-/* Host-side table, left out of the device passes: Clang (tools/build-sm70.sh) would emit a
- * const table of host function addresses on the GPU too, which ptxas refuses. */
-#ifndef __CUDA_ARCH__
+/* A host-side table, left out of Clang's device pass (tools/build-sm70.sh): Clang would emit a
+ * const table of host function addresses on the GPU too, which ptxas refuses. nvcc keeps it in
+ * both passes, as before, and emits nothing of it on the device. */
+#if !(defined(__clang__) && defined(__CUDA_ARCH__))
 static const vl_comm_backend nccl_backend = {
     .name = "nccl",
     .native_half = true,

@@ -523,9 +523,10 @@ static vl_status vl_cuda_optim_advance(double *dyn, const float *found_inf, vl_e
   return VL_OK;
 }
 
-/* Host-side table, left out of the device passes: Clang (tools/build-sm70.sh) would emit a
- * const table of host function addresses on the GPU too, which ptxas refuses. */
-#ifndef __CUDA_ARCH__
+/* A host-side table, left out of Clang's device pass (tools/build-sm70.sh): Clang would emit a
+ * const table of host function addresses on the GPU too, which ptxas refuses. nvcc keeps it in
+ * both passes, as before, and emits nothing of it on the device. */
+#if !(defined(__clang__) && defined(__CUDA_ARCH__))
 extern "C" const vl_optim_kernels vl_cuda_optim_kernels = {
     .step = vl_cuda_optim_step,
     .advance = vl_cuda_optim_advance,

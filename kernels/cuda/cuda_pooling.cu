@@ -419,9 +419,10 @@ static vl_status pool_backward(const vl_pool2d_args *a) {
   return VL_OK;
 }
 
-/* Host-side table, left out of the device passes: Clang (tools/build-sm70.sh) would emit a
- * const table of host function addresses on the GPU too, which ptxas refuses. */
-#ifndef __CUDA_ARCH__
+/* A host-side table, left out of Clang's device pass (tools/build-sm70.sh): Clang would emit a
+ * const table of host function addresses on the GPU too, which ptxas refuses. nvcc keeps it in
+ * both passes, as before, and emits nothing of it on the device. */
+#if !(defined(__clang__) && defined(__CUDA_ARCH__))
 extern "C" const vl_pooling_kernels vl_cuda_pooling_kernels = {
     .forward = pool_forward,
     .backward = pool_backward,
