@@ -108,4 +108,4 @@ if [ "$ONLY_QS" -eq 0 ]; then
   grep -E 'tests passed|tests failed' "$LOGS/test.log" | tail -n 1 | sed 's/^/fresh-root:   /'
 fi
 printf 'fresh-root: done on %s:' "$(date -u +%Y-%m-%d)"
-printf ' %s %ss;' "${times[@]}"; echo
+printf ' %ss;' "${times[@]}"; echo
