@@ -94,12 +94,16 @@ EOF
 fi
 say "CUDA root $CUDA12: $("$CUDA12/bin/ptxas" --version | tail -1)"
 
-# ptxas and fatbinary are found through PATH (Clang looks there before --cuda-path).
+# ptxas and fatbinary are found through PATH (Clang looks there before --cuda-path). The archives
+# are binutils' (CMAKE_AR) either way; naming binutils for Clang's AR/RANLIB too keeps CMake from
+# recording whichever llvm-ar the machine happens to have, which no package here installs.
 export PATH="$CUDA12/bin:$PATH"
 say "configure ($BUILD)"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DV100LUA_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CUDA_COMPILER=clang++-19 -DCMAKE_CUDA_ARCHITECTURES=70 -DCUDAToolkit_ROOT="$CUDA12" \
-  -DCMAKE_CUDA_FLAGS="--cuda-path=$CUDA12" >"$CACHE/configure.log" 2>&1 ||
+  -DCMAKE_CUDA_FLAGS="--cuda-path=$CUDA12" \
+  -DCMAKE_CUDA_COMPILER_AR="$(command -v ar)" -DCMAKE_CUDA_COMPILER_RANLIB="$(command -v ranlib)" \
+  >"$CACHE/configure.log" 2>&1 ||
   { tail -n 40 "$CACHE/configure.log"; exit 1; }
 grep -E 'CUDA compiler|cuDNN|NCCL|nvJPEG' "$CACHE/configure.log" | sed 's/^/build-sm70:   /' || true
 say "build (-j $JOBS)"
