@@ -136,12 +136,30 @@ if opts.data == 'wordnet' then
     cache = string.format('%s/bert-wordnet-%d', base, opts.vocab_size)
   end
   local prep = require 'v100.bert_prep'
-  -- rank 0 builds what is missing (each piece written atomically), the others wait for it
-  if RANK == 0 then
+  local function make(say)
     prep.wordnet{ dir = cache, root = opts.wordnet_root ~= 'auto' and opts.wordnet_root or nil, vocab_size = opts.vocab_size,
-      seq_len = phase.seq, max_predictions = phase.pred, dupe_factor = opts.dupe_factor, log = dist.print }
+      seq_len = phase.seq, max_predictions = phase.pred, dupe_factor = opts.dupe_factor, log = say }
   end
-  if WORLD > 1 then dist.barrier() end
+  -- Rank 0 builds what is missing (each piece written atomically), the others wait for it. A cache
+  -- on a shared file system is then complete for every rank. A node-local one (/tmp, local scratch:
+  -- the entrypoint's default) is not, on the other nodes: there the node's local rank 0 makes the
+  -- node's own copy, the same bytes (every piece is deterministic), while its other ranks wait.
+  if RANK == 0 then make(dist.print) end
+  if WORLD > 1 then
+    dist.barrier()
+    local here = prep.complete(cache, phase.seq, opts.dupe_factor)
+    local missing = v100.tensor({ here and 0 or 1 }, { dtype = 'i32' })
+    dist.all_reduce(missing, { op = 'max' })
+    if missing:item() > 0 then
+      if not here and dist.is_local_main() then
+        make(function(s) dist.print(s .. ' (node-local ' .. cache .. ': rank 0 wrote its copy on another node)', { all = true }) end)
+      end
+      dist.barrier()
+      if not prep.complete(cache, phase.seq, opts.dupe_factor) then
+        error(string.format('bert.lua: the WordNet data in %s is incomplete on this node after its local rank 0 made it', cache), 0)
+      end
+    end
+  end
   local d = prep.wordnet_paths(cache, phase.seq, opts.dupe_factor)
   data_dir, vocab_path = d.train, d.vocab
   if opts.output == 'auto' then opts.output = string.format('%s/model-%s-phase%s', cache, opts.config:match('[^/]+$'), opts.phase) end
@@ -340,8 +358,9 @@ local function report_eval()
   io.stdout:flush()
   logger:log(step, { mlm_loss = last_eval.mlm_loss, mlm_acc = last_eval.mlm_acc, nsp_acc = last_eval.nsp_acc }, { split = 'eval' })
 end
--- the held-out figures of the starting point, so the curve shows what training changed
-if eval_ds and step == 0 then report_eval() end
+-- the held-out figures of the starting point, so the curve shows what training changed; of a
+-- resumed run too (the checkpoint's weights, on whatever rank count resumes them)
+if eval_ds and (step == 0 or opts.resume) then report_eval() end
 
 local clock = recipe.clock
 local bar = log.Progress{ total = opts.steps, label = 'pretrain' }

@@ -6,10 +6,11 @@
 # working tree), then, inside it with chroot and a clean environment,
 #     bash tools/quickstart.sh      (installs what is missing, builds, trains the first recipe)
 #     bash tools/test.sh            (builds, runs every test: the CPU build, so without `gpu`)
+#     bash tools/multinode.sh test  (the label multinode over two test hosts made inside the root)
 # printing how long each took. Run it whenever tools/setup.sh, CMakeLists.txt or a find_* changes;
 # .ci/run runs it. Needs root (chroot, mounts), the network to Debian's registry and PyPI, ~3 GiB
 # of disk. DIR (default /var/tmp/v100lua-fresh-root) is made anew each run and removed at the end
-# unless --keep. Logs: DIR.log/{mmdebstrap,quickstart,test}.log; the last lines of a failing step
+# unless --keep. Logs: DIR.log/{mmdebstrap,quickstart,test,multinode}.log; the last lines of a failing step
 # are printed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,7 +32,13 @@ command -v mmdebstrap >/dev/null || bash "$ROOT/tools/setup.sh" mmdebstrap
 
 mounted=()
 cleanup() {
-  local i
+  local i p m
+  # what runs in the root still (the multinode step's sshds when it was cut short), then what
+  # was mounted inside it (its network namespaces' handles under run/netns) and ours
+  for p in /proc/[0-9]*; do
+    if [ "$(readlink "$p/root" 2>/dev/null)" = "$DIR" ]; then kill -9 "${p#/proc/}" 2>/dev/null || true; fi
+  done
+  for m in $(awk -v d="$DIR/run/netns/" 'index($2, d) == 1 { print $2 }' /proc/self/mounts); do umount -l "$m" || true; done
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
   # Only a root this script made (its marker inside) is removed.
   if [ "$KEEP" -eq 0 ] && [ -f "$DIR/.v100lua-fresh-root" ]; then rm -rf --one-file-system "$DIR"; fi
@@ -83,6 +90,10 @@ if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
   mkdir -p "$DIR/usr/local/share/ca-certificates"
   cp /usr/local/share/ca-certificates/*.crt "$DIR/usr/local/share/ca-certificates/"
 fi
+# The root a mount point of its own: `ip netns exec` (tools/multinode.sh) makes / a slave mount,
+# which fails on a plain folder. First, so that the mounts below stay visible on top of it.
+mount --bind "$DIR" "$DIR"
+mounted+=("$DIR")
 for m in proc sys dev dev/pts; do
   mkdir -p "$DIR/$m"
   case "$m" in
@@ -106,6 +117,9 @@ grep -E 'accuracy' "$LOGS/quickstart.log" | tail -n 2 | sed 's/^/fresh-root:   /
 if [ "$ONLY_QS" -eq 0 ]; then
   step test "$LOGS/test.log" in_root 'bash tools/test.sh'
   grep -E 'tests passed|tests failed' "$LOGS/test.log" | tail -n 1 | sed 's/^/fresh-root:   /'
+  # the two test hosts inside the root (its own sshd and packages: setup.sh multinode)
+  step multinode "$LOGS/multinode.log" in_root 'bash tools/multinode.sh test'
+  grep -E 'tests passed|tests failed' "$LOGS/multinode.log" | tail -n 1 | sed 's/^/fresh-root:   /'
 fi
 printf 'fresh-root: done on %s:' "$(date -u +%Y-%m-%d)"
 printf ' %ss;' "${times[@]}"; echo

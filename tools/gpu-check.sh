@@ -61,7 +61,7 @@ fi
 
 # 2. tests
 run_step "ctest -L gpu" "$OUT/ctest-gpu.log" ctest --test-dir "$BUILD" -L gpu --no-tests=error --output-on-failure -j 4 --timeout 600
-run_step "ctest -LE gpu" "$OUT/ctest-rest.log" ctest --test-dir "$BUILD" -LE gpu --output-on-failure -j "$JOBS" --timeout 900
+run_step "ctest -LE gpu" "$OUT/ctest-rest.log" ctest --test-dir "$BUILD" -LE "gpu|multinode" --output-on-failure -j "$JOBS" --timeout 900
 
 # 3. compute-sanitizer memcheck on a subset of the GPU tests
 SAN="${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tools/setup.sh [extra packages...]: install the build and test dependencies of v100lua on Debian
-# 12 / Ubuntu (and the extra packages named, e.g. clang for tools/fuzz.sh, as CI does).
+# tools/setup.sh [extra packages or groups...]: install the build and test dependencies of v100lua
+# on Debian 12 / Ubuntu (and the extra packages named, e.g. clang for tools/fuzz.sh, as CI does;
+# the group multinode for tools/multinode.sh).
 # Idempotent: only missing packages are installed, and `apt-get update` runs only when something
 # is missing. Needs root (or sudo). The CUDA toolkit is not installed here: CUDA is used when
 # nvcc exists (e.g. /usr/local/cuda/bin/nvcc), see docs/BUILDING.md.
@@ -12,7 +13,15 @@ PACKAGES=(build-essential cmake ninja-build pkg-config liblua5.4-dev libopenblas
           dataset-fashion-mnist wordnet-base)
 # tests/lua/test_prometheus.lua parses the metrics with the reference Python client's parser.
 PACKAGES+=(python3-prometheus-client)
-PACKAGES+=("$@")
+# Groups named on the command line: multinode = the test hosts of tools/multinode.sh (network
+# namespaces, an sshd in each, ssh between them; procps for the tests' pkill). Not in the
+# default list: installing openssh-server starts an sshd on port 22 on most machines.
+for a in "$@"; do
+  case "$a" in
+    multinode) PACKAGES+=(openssh-server openssh-client iproute2 util-linux procps) ;;
+    *) PACKAGES+=("$a") ;;
+  esac
+done
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "setup.sh: not a Debian-based system; install the equivalents of: ${PACKAGES[*]}" >&2

@@ -2,7 +2,7 @@
 # tools/test-sanitize.sh [BUILD_DIR]: the CPU test suite under AddressSanitizer, LeakSanitizer and
 # UndefinedBehaviorSanitizer. Builds CPU-only with -DV100LUA_SANITIZE=ON into BUILD_DIR (default
 # build-asan/ in the repository; a directory of its own, never the normal build), then runs
-# `ctest -LE 'gpu|mpi|recipe'`. Every finding is fatal (the test fails with the sanitizer's report).
+# `ctest -LE 'gpu|mpi|multinode|recipe'`. Every finding is fatal (the test fails with the sanitizer's report).
 # The `mpi` tests (mpirun jobs) are left out: Open MPI's MPI_Init/MPI_Finalize leave allocations
 # that LSan reports as leaks. tests/lua/test_dist.lua (world size 1, no MPI_Init) still runs.
 # Environment: JOBS (default: the number of cores), CTEST_TIMEOUT (seconds per test, default 900),
@@ -22,4 +22,4 @@ V100LUA_CUDA=OFF JOBS="$JOBS" bash "$ROOT/tools/build.sh" "$BUILD" -DV100LUA_SAN
 export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 cd "$BUILD"
-ctest --output-on-failure -j "$JOBS" --timeout "${CTEST_TIMEOUT:-900}" -LE 'gpu|mpi|recipe'
+ctest --output-on-failure -j "$JOBS" --timeout "${CTEST_TIMEOUT:-900}" -LE 'gpu|mpi|multinode|recipe'

@@ -15,12 +15,15 @@ bash "$ROOT/tools/build.sh" "$BUILD"
 bash "$ROOT/tools/setup-python.sh" >/dev/null ||
   echo "test.sh: tools/setup-python.sh failed: tests/lua/test_onnx.lua will skip its onnxruntime checks" >&2
 
+# The label multinode needs the test hosts of tools/multinode.sh (root, network namespaces):
+# `bash tools/multinode.sh test` runs it (.ci/run does).
 label_args=()
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-  echo "test.sh: GPU present: running all tests, gpu label included"
+  echo "test.sh: GPU present: running all tests, gpu label included (multinode: tools/multinode.sh test)"
+  label_args=(-LE multinode)
 else
-  echo "test.sh: no GPU (nvidia-smi absent or failing): excluding tests labelled gpu"
-  label_args=(-LE gpu)
+  echo "test.sh: no GPU (nvidia-smi absent or failing): excluding tests labelled gpu (and multinode: tools/multinode.sh test)"
+  label_args=(-LE 'gpu|multinode')
 fi
 cd "$BUILD"
 ctest --output-on-failure -j "$JOBS" --timeout "${CTEST_TIMEOUT:-900}" "${label_args[@]}"

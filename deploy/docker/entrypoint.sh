@@ -69,9 +69,21 @@ case "${1:-}" in
     read -r -a extra <<< "${V100LUA_MPIRUN_ARGS:-}"
     mapfile -t resume < <(resume_flag "$@")
     # -bind-to none: the data loader threads and OpenBLAS use the node's cores; -map-by slot:
-    # ranks fill a node's GPUs in order; -x: the variables every rank needs
-    exec mpirun -np "$np" -bind-to none -map-by slot \
-      -x PATH -x LD_LIBRARY_PATH -x V100LUA_HOME -x V100LUA_CACHE -x NCCL_DEBUG \
+    # ranks fill a node's GPUs in order; -x: the variables every rank needs. Open MPI starts the
+    # ranks of other hosts from its daemon's environment (ssh's), not the launcher's: what is not
+    # named by -x reaches only the ranks on this host (tests/multinode/launch_topology.lua), so
+    # every V100LUA_* and NCCL_* variable set here is forwarded (V100LUA_DIST_TIMEOUT,
+    # V100LUA_DIST_CHECK, V100LUA_NUM_THREADS, NCCL_SOCKET_IFNAME, ...).
+    # keepalives on Open MPI's control connections: a host that stops answering (a node lost, a
+    # network partition) ends the job in ~25 s instead of Open MPI's 8 min (300 + 9 x 20 s), or
+    # never when the launcher's abort message is waiting on that connection (docs/DISTRIBUTED.md)
+    ka=(--mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 5 --mca oob_tcp_keepalive_probes 3)
+    fwd=(-x PATH -x LD_LIBRARY_PATH)
+    while IFS= read -r v; do
+      case "$v" in V100LUA_* | NCCL_*) fwd+=(-x "$v") ;; esac
+    done < <(compgen -e)
+    echo "v100lua-entrypoint: mpirun -np $np ${ka[*]} ${fwd[*]} ${extra[*]} $name $* ${resume[*]}" >&2
+    exec mpirun -np "$np" -bind-to none -map-by slot "${ka[@]}" "${fwd[@]}" \
       "${extra[@]}" "$SELF" "$name" "$@" "${resume[@]}"
     ;;
   "")

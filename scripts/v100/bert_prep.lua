@@ -1,6 +1,7 @@
 -- v100.bert_prep: the WordNet pretraining data of recipes/bert.lua, made on first use.
 --
 --   local prep = require 'v100.bert_prep'
+--   prep.complete(dir, seq_len, dupe_factor) -> whether every piece below is there
 --   prep.wordnet{dir =, root =, vocab_size =, seq_len =, max_predictions =, dupe_factor =, seed =, log =}
 --   prep.wordnet_paths(dir, seq_len, dupe_factor) -> {vocab =, train =, eval =, corpus =, heldout =}
 --
@@ -29,6 +30,13 @@ function M.wordnet_paths(dir, seq_len, dupe_factor)
     train = join(sub, 'train'), eval = join(sub, 'eval') }
 end
 
+-- Whether every piece is in dir (what wordnet{} makes; a rank asks before reading them).
+function M.complete(dir, seq_len, dupe_factor)
+  local p = M.wordnet_paths(dir, seq_len, dupe_factor)
+  return exists(p.corpus) and exists(p.heldout) and exists(p.vocab) and exists(join(p.train, '.complete')) and
+    exists(join(p.eval, '.complete'))
+end
+
 -- Builds what is missing in o.dir. o.log(string) reports each piece and its time.
 function M.wordnet(o)
   local v100 = require 'v100'
@@ -39,7 +47,8 @@ function M.wordnet(o)
   assert(type(o.dir) == 'string', 'bert_prep.wordnet: dir is required')
   local p = M.wordnet_paths(o.dir, o.seq_len, o.dupe_factor)
   v100.io.makedirs(o.dir)
-  local tmp_suffix = '.tmp-' .. fs.pid()
+  -- host and pid: two nodes that fill one shared folder at once never share a temporary name
+  local tmp_suffix = string.format('.tmp-%s-%d', require('v100.dist').info().host, fs.pid())
 
   if not (exists(p.corpus) and exists(p.heldout)) then
     local wn = require 'v100.wordnet'

@@ -50,6 +50,9 @@ dist.world_size = dist.size
 function dist.local_rank() return _dist.info().local_rank end
 function dist.local_size() return _dist.info().local_size end
 function dist.is_main() return _dist.info().rank == 0 end
+-- The first rank of this node (local rank 0): the one that does a node's own work, e.g. filling
+-- a node-local cache (/tmp, local scratch) that the other nodes' ranks cannot see.
+function dist.is_local_main() return _dist.info().local_rank == 0 end
 -- {initialized, rank, size, local_rank, local_size, backend = 'mpi'|'local'|'none' (CPU tensors'),
 --  cuda_backend = 'nccl'|'local'|'none' (CUDA tensors'; 'nccl' from the first CUDA collective),
 --  device = 'cuda:N' (this rank's GPU; absent without one),
@@ -65,7 +68,8 @@ function dist.abort(code)
 end
 
 -- dist.print(...): like print, on rank 0 only; a last argument {all = true} prints on every rank,
--- each line prefixed "[rank N] " when the world has several ranks.
+-- each line prefixed "[rank N host] " when the world has several ranks (the prefix of the
+-- errors bindings/main.c prints, so a rank's output and its error read alike).
 function dist.print(...)
   local n = select('#', ...)
   local args = table.pack(...)
@@ -79,7 +83,7 @@ function dist.print(...)
   local parts = {}
   for i = 1, n do parts[i] = tostring(args[i]) end
   local line = table.concat(parts, '\t')
-  if all and info.size > 1 then line = string.format('[rank %d] %s', info.rank, line) end
+  if all and info.size > 1 then line = string.format('[rank %d %s] %s', info.rank, info.host, line) end
   io.write(line, '\n')
   io.flush()
 end

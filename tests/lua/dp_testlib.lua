@@ -51,6 +51,8 @@ end
 
 -- rows idx * m + 1 .. (idx + 1) * m of t, m = rows / parts (idx 0-based)
 function M.shard(t, parts, idx)
+  -- an uneven split would drop rows and compare against the wrong reference
+  assert(t.shape[1] % parts == 0, string.format('dp_testlib.shard: %d rows do not split into %d parts', t.shape[1], parts))
   local m = t.shape[1] // parts
   return t:narrow(1, idx * m + 1, m)
 end

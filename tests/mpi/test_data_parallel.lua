@@ -11,7 +11,7 @@ local optim = require 'v100.optim'
 local dist = require 'v100.dist'
 
 local DPT = require 'dp_testlib'
-local B = 12 -- the global batch: 12 splits into 2 and 3 shards (and 2 micro-batches of those)
+local B = 24 -- the global batch: 2 micro-batches of 12, each split over 2, 3 or 4 ranks (tests/multinode: 4)
 -- setup(seed): a model whose initial parameters differ between ranks (DataParallel must
 -- broadcast rank 0's) and the data (the same on every rank); copy_of: a reference copy.
 local r, n, _, setup, copy_of = DPT.start(T, 'MLP', B, 5, 7, 6, 3)

@@ -8,10 +8,11 @@ local log = require 'v100.log'
 
 local r, n = T.mpi_start()
 
--- One directory for the job: rank 0's random number, broadcast.
+-- One directory for the job: rank 0's random number, broadcast; under $TMPDIR, which a job over
+-- several hosts points at a folder they share (tests/multinode/launch_suite.lua).
 local id = v100.tensor({r == 0 and math.random(1, 1 << 40) or 0}, {dtype = 'i64'})
 dist.broadcast(id)
-local dir = string.format('/tmp/v100_test_log_mpi_%d', id:item())
+local dir = string.format('%s/v100_test_log_mpi_%d', os.getenv('TMPDIR') or '/tmp', id:item())
 
 T.test('reduce: sum, avg, max across ranks; integers stay integers', function()
   local got = log.reduce({loss = 0.5 * (r + 1), n = r + 1, top1 = 2 * r})

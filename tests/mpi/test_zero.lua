@@ -12,7 +12,7 @@ local optim = require 'v100.optim'
 local dist = require 'v100.dist'
 
 local DPT = require 'dp_testlib'
-local B = 12
+local B = 24 -- the global batch: 2 micro-batches of 12, each split over 2, 3 or 4 ranks (tests/multinode: 4)
 local r, n, _, setup, copy_of = DPT.start(T, 'ZMLP', B, 5, 7, 4, 3) -- 35 + 7, 28 + 4, 12 + 3: 89 parameters
 local shard = DPT.shard
 
