@@ -1,6 +1,6 @@
 /* kernels/cpu/cpu_attention.c: fused scaled-dot-product attention on the CPU, the reference the
  * CUDA kernels (kernels/cuda/cuda_attention.cu) are tested against. The contract (strides, the
- * additive mask, causal, lse, the dropout bits and their Philox stream) is kernels/nn_kernels.h's.
+ * additive mask, causal, lse, the dropout bits and their Philox stream) is runtime/backend/nn_kernels.h's.
  *
  * One task per (batch, head) on the backend's threads. The head's K and V are converted once
  * into dense rows of the compute type (double for f64, float otherwise) and transposed, so that
@@ -22,7 +22,7 @@
 #endif
 
 #include "kernels/cpu/cpu_internal.h"
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 #include "runtime/core/philox.h"
 
 /* The dropout decision of element e (the row-major index into B x H x L x S), as v100.bernoulli

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 
 typedef struct geo {
   int64_t c, h, w;      /* channels of the group, input size */

@@ -1,4 +1,4 @@
-/* kernels/cpu/cpu_fused.c: the CPU reference of the fused layer kernels (kernels/fused_kernels.h):
+/* kernels/cpu/cpu_fused.c: the CPU reference of the fused layer kernels (runtime/backend/fused_kernels.h):
  * dropout with its mask drawn inline from Philox, and softmax cross entropy over class ids.
  *
  * Precision, chosen so that the CUDA kernels can match and autocast stays exact:
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
-#include "kernels/fused_kernels.h"
+#include "runtime/backend/fused_kernels.h"
 #include "runtime/core/philox.h"
 
 /* Element i of a float array of dtype dt (the few scalars: targets' rows, statistics). */

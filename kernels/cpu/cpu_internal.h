@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "runtime/backend/kernels.h"
 
 /* Elements per block of the buffered paths: small enough for a few blocks to stay in L1. */
 #define VL_CPU_BLOCK 256

@@ -1,8 +1,8 @@
-/* kernels/cpu/cpu_kernels.c: the CPU op table and backend (kernels/backend.h), and the
+/* kernels/cpu/cpu_kernels.c: the CPU op table and backend (runtime/backend/backend.h), and the
  * data-movement ops (fill, copy, where, masked_fill, arange). */
 #include "kernels/cpu/cpu_internal.h"
 
-#include "kernels/backend.h"
+#include "runtime/backend/backend.h"
 
 /* Copies one element of `size` bytes; a switch so the common sizes become single moves. */
 static inline void copy_elem(char *dst, const char *src, size_t size) {

@@ -8,7 +8,7 @@
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_vmath.h"
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 
 #define B VL_CPU_BLOCK
 
@@ -32,7 +32,7 @@ static void store_params(void *p, vl_dtype dt, const double *src, int64_t n) {
  * outer index owns a contiguous slab of c*inner elements that is walked in blocks, with the
  * channel of each element tracked incrementally (no division per element).
  *
- * Fused forms (kernels/nn_kernels.h): the forward adds the residual and applies the ReLU before
+ * Fused forms (runtime/backend/nn_kernels.h): the forward adds the residual and applies the ReLU before
  * the one rounding to the dtype. The backward masks dy first: from y when given (the masked dy is
  * written to dr by the sums pass and read back by the dx pass), else recomputed from x as the
  * forward's value rounded to the dtype > 0. The training forward normalises with the statistics

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 #include "runtime/core/sround.h"
 
 #define OB VL_CPU_BLOCK

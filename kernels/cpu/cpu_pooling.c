@@ -5,7 +5,7 @@
  * Window rules (PyTorch's):
  *  - max: rows p*sh - ph + i*dh (i < kh), out-of-range positions skipped (as -inf padding); the
  *    first maximum wins, a NaN replaces the maximum (so NaN propagates; the last NaN's index);
- *    the argmax is the chosen cell's window offset i*kw + j (kernels/nn_kernels.h), initially the
+ *    the argmax is the chosen cell's window offset i*kw + j (runtime/backend/nn_kernels.h), initially the
  *    window's first in-range cell, none when no cell is in range.
  *  - avg: [p*sh - ph, min(p*sh - ph + kh, H + ph)) clipped to [0, H); divisor = the unclipped
  *    size when count_include_pad, else the clipped size.
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 
 typedef struct strides {
   int64_t n, c, h, w;

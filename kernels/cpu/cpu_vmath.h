@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/kernels.h"
+#include "runtime/backend/kernels.h"
 
 /* o[i] = op(x[i]) for VL_UN_EXP, LOG, TANH, SIGMOID, GELU, GELU_TANH, NEG, ABS, SQUARE, RELU. */
 bool vl_vm_unary_f32(vl_unary_op op, float *o, const float *x, int64_t n);

@@ -1,5 +1,5 @@
 /* kernels/cuda/cuda_attention.cu: fused scaled-dot-product attention on tensor cores, forward and
- * backward, after FlashAttention-2 (Dao, 2023): the contract is kernels/nn_kernels.h's.
+ * backward, after FlashAttention-2 (Dao, 2023): the contract is runtime/backend/nn_kernels.h's.
  *
  * Forward: a block of 4 warps takes 64 queries of one (batch, head); each warp keeps its 16
  * queries' fragments in registers and walks the keys 64 at a time: S = Q K^T on tensor cores,
@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_attention_mma.cuh"
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 #include "runtime/core/philox.h"
 
 namespace {

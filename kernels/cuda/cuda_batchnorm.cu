@@ -1,5 +1,5 @@
 /* kernels/cuda/cuda_batchnorm.cu: batch norm on CUDA, plain and fused with ReLU and a residual
- * (y = act(bn(x) + r), kernels/nn_kernels.h), forward and backward.
+ * (y = act(bn(x) + r), runtime/backend/nn_kernels.h), forward and backward.
  *
  * Plain batch norm goes through cuDNN (CUDNN_BATCHNORM_SPATIAL) for NCHW f32/f16/bf16 with
  * int-sized shapes. Channels-last (NHWC), f64 (gradient checks), shapes beyond int, the fused
@@ -29,7 +29,7 @@
 
 #include "kernels/cuda/cuda_cudnn.cuh"
 #include "kernels/cuda/cuda_norm_common.cuh"
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 
 template <typename A>
 __global__ void vl_norm_fill(A *p, int64_t n, A v) {

@@ -18,7 +18,7 @@
 
 #include <type_traits>
 
-#include "kernels/kernels.h"
+#include "runtime/backend/kernels.h"
 #include "runtime/core/context.h"
 
 /* ---- error checking: every CUDA / cuBLAS return code, with file:line ---- */

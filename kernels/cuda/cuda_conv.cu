@@ -21,7 +21,7 @@
 
 #include "runtime/core/graph.h"
 #include "kernels/cuda/cuda_cudnn.cuh"
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 #include "runtime/core/cuda.h"
 
 /* The largest workspace an algorithm may ask for (a few algorithms want GiBs for little gain). */

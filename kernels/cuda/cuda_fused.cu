@@ -1,4 +1,4 @@
-/* kernels/cuda/cuda_fused.cu: the fused layer kernels (kernels/fused_kernels.h) on CUDA.
+/* kernels/cuda/cuda_fused.cu: the fused layer kernels (runtime/backend/fused_kernels.h) on CUDA.
  *
  * dropout: one read and one write per element, 16-byte vector loads and stores; each thread
  * draws the Philox groups of its vector (runtime/core/philox.h: the groups v100.bernoulli would
@@ -20,7 +20,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ew.cuh"
-#include "kernels/fused_kernels.h"
+#include "runtime/backend/fused_kernels.h"
 #include "runtime/core/philox.h"
 
 /* Elements of a 16-byte vector. */

@@ -1,6 +1,6 @@
-/* kernels/cuda/cuda_kernels.cu: the CUDA op table (kernels/kernels.h) and the CUDA backend
- * (kernels/backend.h): the tables, what they support, and the per-device state hooks. */
-#include "kernels/backend.h"
+/* kernels/cuda/cuda_kernels.cu: the CUDA op table (runtime/backend/kernels.h) and the CUDA backend
+ * (runtime/backend/backend.h): the tables, what they support, and the per-device state hooks. */
+#include "runtime/backend/backend.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_cudnn.cuh"
 #include "runtime/core/cuda.h"

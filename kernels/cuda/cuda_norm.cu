@@ -8,7 +8,7 @@
 #include <math.h>
 
 #include "kernels/cuda/cuda_norm_common.cuh"
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 
 /* kernels/cuda/cuda_batchnorm.cu */
 vl_status vl_cuda_bn_forward(const vl_batchnorm_args *a);

@@ -20,7 +20,7 @@
 #include <math.h>
 
 #include "kernels/cuda/cuda_common.cuh"
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 #include "runtime/core/sround.h"
 
 /* Measured on an H200 (25.6M f32 parameters in 161 tensors): 4096-element chunks with 256

@@ -8,13 +8,13 @@
  * deterministic. Window rules are those of kernels/cpu/cpu_pooling.c (PyTorch's).
  *
  * Max pooling records each output's argmax as its offset in the window (u8 for windows of fewer
- * than 255 cells, else i32; kernels/nn_kernels.h): 1 byte per output instead of an int64 (411 MB
+ * than 255 cells, else i32; runtime/backend/nn_kernels.h): 1 byte per output instead of an int64 (411 MB
  * for ResNet-50's max pool at batch 256, which made its backward read 4x the bytes of dy). Channels
  * last with 16-byte aligned rows of channels (ResNet's stem) takes the vectorised kernels below:
  * a thread per 16 bytes of channels of one pixel, its window positions and offsets computed once
  * for V channels. */
 #include "kernels/cuda/cuda_common.cuh"
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 
 /* I: the index type of a launch, int32_t when every index fits (the 64-bit divisions and
  * multiplies of the index math made max-pool backward 5 ms of a ResNet-50 fp16 step, 3x

@@ -27,7 +27,7 @@
 
 #include "runtime/core/context.h"
 #include "runtime/core/tensor.h"
-#include "kernels/kernels.h"
+#include "runtime/backend/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {

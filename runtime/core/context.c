@@ -8,7 +8,7 @@
 #include <malloc.h>
 #endif
 
-#include "kernels/backend.h"
+#include "runtime/backend/backend.h"
 #include "runtime/core/cuda.h"
 
 #define VL_DEFAULT_SEED 67280421310721ULL

@@ -40,7 +40,7 @@ static void mpi_version(char *buf, size_t n) {
 #include <cudnn.h>
 #include <nccl.h>
 
-#include "kernels/backend.h"
+#include "runtime/backend/backend.h"
 
 #include "runtime/core/cuda_check.h"
 

@@ -27,7 +27,7 @@ static inline bool vl_device_eq(vl_device a, vl_device b) {
 }
 /* Memory the host addresses directly (memcpy, host pointers), as opposed to device memory that
  * needs vl_memcpy and a stream. Copy and I/O code asks this; ops ask their backend
- * (kernels/backend.h), never the device type. */
+ * (runtime/backend/backend.h), never the device type. */
 static inline bool vl_device_is_host(vl_device d) { return d.type == VL_CPU; }
 
 /* "cpu", "cuda" (= cuda:<current>), "cuda:N". Fails with VL_EDEVICE naming the string when

@@ -1,7 +1,7 @@
 /* runtime/nn/attention.c: the front end of fused scaled-dot-product attention (runtime/nn/nn.h).
  *
  * One op for softmax(q k^T * scale + mask) v with causal masking and attention dropout, whose
- * kernels (kernels/nn_kernels.h: vl_attention_kernels) never write the L x S scores: the forward
+ * kernels (runtime/backend/nn_kernels.h: vl_attention_kernels) never write the L x S scores: the forward
  * keeps the rows' log-sum-exp and the dropout decisions as bits, and the backward recomputes the
  * probabilities from them (FlashAttention's scheme). Every check happens here, once.
  *
@@ -11,7 +11,7 @@
  * merging the heads back (transpose + reshape) is free. */
 #include <math.h>
 
-#include "kernels/backend.h"
+#include "runtime/backend/backend.h"
 #include "runtime/core/context.h"
 #include "runtime/core/graph.h"
 #include "runtime/core/philox.h"

@@ -1,4 +1,4 @@
-/* runtime/nn/fused.h: front ends of the fused layer ops (kernels/fused_kernels.h) and their
+/* runtime/nn/fused.h: front ends of the fused layer ops (runtime/backend/fused_kernels.h) and their
  * recorded versions. Same rules as runtime/nn/nn.h: every check first, errors name the op and the
  * operands, outputs untouched on failure.
  *
@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/fused_kernels.h"
+#include "runtime/backend/fused_kernels.h"
 #include "runtime/core/tensor.h"
 
 #ifdef __cplusplus

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 #include "runtime/core/tensor.h"
 
 #ifdef __cplusplus
@@ -36,7 +36,7 @@ typedef struct vl_pool2d_params {
   int64_t out_h, out_w;        /* ADAPTIVE_AVG only */
 } vl_pool2d_params;
 /* argmax (MAX only, may be NULL; none for other kinds): each output's window offset for the
- * backward, u8 or i32 (vl_pool2d_args.argmax, kernels/nn_kernels.h). */
+ * backward, u8 or i32 (vl_pool2d_args.argmax, runtime/backend/nn_kernels.h). */
 vl_status vl_pool2d(vl_tensor *x, const vl_pool2d_params *p, vl_tensor **y, vl_tensor **argmax);
 vl_status vl_pool2d_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *argmax, const vl_pool2d_params *p,
                              vl_tensor **dx);
@@ -61,7 +61,7 @@ vl_status vl_batch_norm_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *weight,
                                  vl_tensor *save_invstd, double eps, vl_tensor **dx, vl_tensor **dweight,
                                  vl_tensor **dbias);
 /* Batch norm fused with its activation and a residual: y = act(bn(x) + residual), in one pass
- * over x (kernels/nn_kernels.h). residual (NULL: none) has x's shape and dtype, on its device;
+ * over x (runtime/backend/nn_kernels.h). residual (NULL: none) has x's shape and dtype, on its device;
  * f NULL is plain batch norm. vl_batch_norm and vl_batch_norm_backward are these with f NULL. */
 typedef struct vl_bn_fusion {
   vl_bn_act act;
@@ -110,7 +110,7 @@ vl_status vl_l2norms(int n, vl_tensor *const *ts, vl_tensor **out);
 /* AMP: multiply every tensor by inv_scale[0] in place and set found_inf[0] = 1 on inf/NaN. */
 vl_status vl_unscale_(int n, vl_tensor *const *ts, vl_tensor *inv_scale, vl_tensor *found_inf);
 
-/* ---- fused attention (runtime/nn/attention.c; kernels/nn_kernels.h has the contract) ---- */
+/* ---- fused attention (runtime/nn/attention.c; runtime/backend/nn_kernels.h has the contract) ---- */
 typedef struct vl_attention_params {
   double scale;    /* multiplies q.k (1/sqrt(E) is the usual choice) */
   double dropout;  /* attention dropout probability in [0, 1) */

@@ -1,6 +1,6 @@
 /* runtime/nn/norm.c: batch norm, layer norm and softmax backward front ends (runtime/nn/nn.h).
  *
- * Every check runs before any allocation or write. The kernels (kernels/nn_kernels.h) want
+ * Every check runs before any allocation or write. The kernels (runtime/backend/nn_kernels.h) want
  * contiguous data in one of two layouts and contiguous parameters of the "param" dtype (f32 for
  * f32/f16/bf16 data, f64 for f64), so parameters of another float dtype or with strides are
  * converted here; running statistics are then updated through a converted copy that is copied

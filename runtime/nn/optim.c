@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 #include "runtime/core/layout.h"
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops_internal.h"

@@ -1,7 +1,7 @@
 /* runtime/nn/pooling.c: the 2-D pooling front end (max, avg, adaptive avg): checks, output sizes
  * (PyTorch's formulas, ceil_mode included), layouts. Outputs and max-pool argmaxes keep the input's
  * layout family (channels-last or NCHW-contiguous); an argmax is the offset of the chosen cell in
- * its window (kernels/nn_kernels.h), one byte per output for kernels of fewer than 255 cells.
+ * its window (runtime/backend/nn_kernels.h), one byte per output for kernels of fewer than 255 cells.
  * The backward needs only the input's geometry (vl_pool2d_input), not its values, so autograd
  * keeps no reference to the input: ResNet's stem activation dies right after the max pool. */
 #include <stdint.h>

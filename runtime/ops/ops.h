@@ -1,7 +1,7 @@
 /* runtime/ops/ops.h: the op front end. Each function checks dtypes, shapes and devices once, names
  * the op and the operands in its error message (e.g. "add: shapes 2x3 and 4x3 cannot be
  * broadcast (a 2x3 f32 cpu, b 4x3 f32 cpu)"), allocates the output, and dispatches through the
- * op table (kernels/kernels.h) of the operands' device. On failure the outputs are untouched and
+ * op table (runtime/backend/kernels.h) of the operands' device. On failure the outputs are untouched and
  * in-place targets unmodified (all checks happen before any write).
  *
  * Dims are 0-based, negative from the end. Tensors passed in are borrowed; tensors returned
@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/kernels.h"
+#include "runtime/backend/kernels.h"
 #include "runtime/core/scalar.h"
 #include "runtime/core/tensor.h"
 

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/backend.h"
+#include "runtime/backend/backend.h"
 #include "runtime/ops/ops.h"
 #include "runtime/core/tensor.h"
 
@@ -19,7 +19,7 @@ static inline int vl_dim_user(int d) { return d >= 0 ? d + 1 : d; }
 
 /* Execution context of a device (its backend's current stream; NULL on the CPU). Fails (naming op)
  * for a device type v100lua was built without, so after it succeeded vl_backend_of(dev) is not
- * NULL: dispatch is `vl_backend_of(dev)->ops->fill(...)` (kernels/backend.h). */
+ * NULL: dispatch is `vl_backend_of(dev)->ops->fill(...)` (runtime/backend/backend.h). */
 vl_status vl_exec_of(const char *op, vl_device dev, vl_exec *ex);
 
 /* VL_EDEVICE "<op>: tensors on different devices (<an> desc, <bn> desc)" unless equal. */

@@ -1,9 +1,9 @@
 /* tests/c/test_attention_caps.c: the capability rule of the CUDA fused attention
- * (kernels/nn_kernels.h vl_attention_fused_eligible), checked on a CPU build: below compute
+ * (runtime/backend/nn_kernels.h vl_attention_fused_eligible), checked on a CPU build: below compute
  * capability 8 (the V100 is 7.0, the T4 7.5) the fused kernels decline every problem, so
  * F.scaled_dot_product_attention composes attention there; from 8.0 on they take f16 and bf16 at
  * head dim 64 and nothing else. */
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 #include "tests/c/vl_test.h"
 
 static void test_rule(void) {

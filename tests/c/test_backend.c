@@ -1,10 +1,10 @@
-/* tests/c/test_backend.c: the one device -> backend lookup (kernels/backend.h), the backends'
+/* tests/c/test_backend.c: the one device -> backend lookup (runtime/backend/backend.h), the backends'
  * tables and capability queries, and the enum-indexed name tables (status, dtype, op kinds,
  * layouts) that the build checks by count: here every entry is checked to be present and
  * distinct, which a count cannot see. */
 #include <string.h>
 
-#include "kernels/backend.h"
+#include "runtime/backend/backend.h"
 #include "runtime/ops/ops_internal.h"
 #include "vl_test.h"
 

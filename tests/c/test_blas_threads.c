@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 #include "runtime/core/context.h"
 #include "runtime/ops/ops.h"
 #include "runtime/core/tensor.h"

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/nn_kernels.h"
 #include "runtime/autograd/autograd.h"
 #include "runtime/core/context.h"
 #include "runtime/core/layout.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "runtime/backend/kernels.h"
 #include "vl_test.h"
 
 static const vl_kernels *K = &vl_cpu_kernels;

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "runtime/backend/kernels.h"
 #include "runtime/core/philox.h"
 #include "vl_test.h"
 

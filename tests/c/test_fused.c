@@ -3,7 +3,7 @@
  * comparison for every 23-bit value around the threshold, and the CPU dropout kernel's keep
  * decisions against vl_ubits(philox word) < 1 - p, with the generator's seed/offset and with a
  * `base` buffer (the CUDA graph capture contract, run here on host memory). */
-#include "kernels/fused_kernels.h"
+#include "runtime/backend/fused_kernels.h"
 #include "runtime/core/philox.h"
 #include "tests/c/vl_test.h"
 

@@ -1,7 +1,7 @@
-/* kernels/kernels.h: the op table.
+/* runtime/backend/kernels.h: the op table.
  *
  * One vl_kernels table per device type (kernels/cpu fills vl_cpu_kernels, kernels/cuda fills
- * vl_cuda_kernels), reached through the device's backend (kernels/backend.h: vl_backend_of(dev)->ops),
+ * vl_cuda_kernels), reached through the device's backend (runtime/backend/backend.h: vl_backend_of(dev)->ops),
  * which also holds the per-device state hooks (check_async, shutdown). Tables are written with
  * designated initialisers (`.fill = ...`), so a reordered or extended struct cannot silently
  * shift entries. The runtime front end (runtime/ops/) does every dtype, shape and device

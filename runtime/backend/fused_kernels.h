@@ -1,6 +1,6 @@
-/* kernels/fused_kernels.h: the table of fused layer kernels (one pass where the composed ops
+/* runtime/backend/fused_kernels.h: the table of fused layer kernels (one pass where the composed ops
  * took several): dropout with its mask drawn inline, and softmax cross entropy over class ids.
- * Reached through the device's backend (kernels/backend.h: `fused`); the front ends are
+ * Reached through the device's backend (runtime/backend/backend.h: `fused`); the front ends are
  * runtime/nn/dropout.c and runtime/nn/xent.c (runtime/nn/fused.h), which check everything first.
  * CPU: kernels/cpu/cpu_fused.c; CUDA: kernels/cuda/cuda_fused.cu. */
 #ifndef VL_FUSED_KERNELS_H
@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/kernels.h"
+#include "runtime/backend/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {

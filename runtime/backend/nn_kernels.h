@@ -1,7 +1,7 @@
-/* kernels/nn_kernels.h: kernel tables of the neural-network layers, one table per concern and
+/* runtime/backend/nn_kernels.h: kernel tables of the neural-network layers, one table per concern and
  * device (the concern's CPU file defines vl_cpu_<x>_kernels, its CUDA file vl_cuda_<x>_kernels),
- * reached through the device's backend (kernels/backend.h), never named by front ends.
- * The front ends (runtime/nn/nn.h) check everything first, as for kernels/kernels.h.
+ * reached through the device's backend (runtime/backend/backend.h), never named by front ends.
+ * The front ends (runtime/nn/nn.h) check everything first, as for runtime/backend/kernels.h.
  *
  * Images are logically N x C x H x W. Physically either NCHW-contiguous or NHWC-contiguous
  * ("channels last": stride(C) = 1, stride(W) = C, stride(H) = W*C, stride(N) = H*W*C), told by
@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/kernels.h"
+#include "runtime/backend/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {

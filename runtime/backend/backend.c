@@ -1,9 +1,9 @@
-/* runtime/core/backend.c: the one lookup from a device to its backend (kernels/backend.h).
+/* runtime/backend/backend.c: the one lookup from a device to its backend (runtime/backend/backend.h).
  *
  * Every front end reaches kernels through here, so that this table (and the device code in
  * runtime/core/device.h, cuda.c, tensor.c's storage and runtime/alloc) is the only place that
  * tells device types apart. */
-#include "kernels/backend.h"
+#include "runtime/backend/backend.h"
 
 #include <stddef.h>
 

@@ -1,7 +1,7 @@
-/* kernels/backend.h: one backend per device type, and the one lookup of it.
+/* runtime/backend/backend.h: one backend per device type, and the one lookup of it.
  *
- * A backend bundles every kernel table of a device type (the base ops of kernels/kernels.h and
- * the layer tables of kernels/nn_kernels.h), its per-device state hooks (asynchronous error
+ * A backend bundles every kernel table of a device type (the base ops of runtime/backend/kernels.h and
+ * the layer tables of runtime/backend/nn_kernels.h), its per-device state hooks (asynchronous error
  * check, shutdown) and a capability query. Front ends get it from vl_backend_of and ask
  * `supports` instead of testing the device type themselves, so that what a device can do is
  * written down once, next to its kernels (kernels/cpu/cpu_kernels.c, kernels/cuda/cuda_kernels.cu).
@@ -12,9 +12,9 @@
 
 #include <stdbool.h>
 
-#include "kernels/fused_kernels.h"
-#include "kernels/kernels.h"
-#include "kernels/nn_kernels.h"
+#include "runtime/backend/fused_kernels.h"
+#include "runtime/backend/kernels.h"
+#include "runtime/backend/nn_kernels.h"
 #include "runtime/core/device.h"
 
 #ifdef __cplusplus
@@ -39,7 +39,7 @@ typedef enum vl_op_kind {
 } vl_op_kind;
 
 /* The memory layout a kernel is asked to run in. CONTIGUOUS is row-major (NCHW for images);
- * NHWC is channels-last (kernels/nn_kernels.h). */
+ * NHWC is channels-last (runtime/backend/nn_kernels.h). */
 typedef enum vl_layout { VL_LAYOUT_CONTIGUOUS = 0, VL_LAYOUT_NHWC, VL_NLAYOUTS } vl_layout;
 
 typedef struct vl_backend {
@@ -51,7 +51,7 @@ typedef struct vl_backend {
   const vl_norm_kernels *norm;
   const vl_optim_kernels *optim;
   const vl_attention_kernels *attention;
-  const vl_fused_kernels *fused; /* dropout, softmax cross entropy (kernels/fused_kernels.h) */
+  const vl_fused_kernels *fused; /* dropout, softmax cross entropy (runtime/backend/fused_kernels.h) */
   /* Whether the tables run `op` on data of dtype `dt` in `layout`, after the front end's own
    * conversions (integer inputs of transcendental ops are cast first, etc.). Pure: no device
    * needed. */
