@@ -166,21 +166,26 @@ static int l_softmax_backward(lua_State *L) {
 }
 
 static int l_activation_backward(lua_State *L) {
+  /* The ACT ops of the op list (runtime/backend/op_list.h). */
   static const struct {
     const char *name;
     vl_binary_op op;
-  } ops[] = {{"relu_backward", VL_BIN_RELU_BACKWARD},
-             {"gelu_backward", VL_BIN_GELU_BACKWARD},
-             {"gelu_tanh_backward", VL_BIN_GELU_TANH_BACKWARD},
-             {"tanh_backward", VL_BIN_TANH_BACKWARD},
-             {"sigmoid_backward", VL_BIN_SIGMOID_BACKWARD}};
+    bool act;
+  } ops[] = {
+#define VL_X(E, name, node, kind, ...) {name, VL_BIN_##E, VL_OPK_##kind == VL_OPK_ACT},
+      VL_BINARY_OPS(VL_X)
+#undef VL_X
+  };
   const char *name = luaL_checkstring(L, 1);
   int k = -1;
   for (int i = 0; i < (int)(sizeof ops / sizeof ops[0]); i++)
-    if (strcmp(name, ops[i].name) == 0) k = i;
-  if (k < 0)
-    return l_nn_error(L, "activation_backward: unknown op '%s' (relu_backward, gelu_backward, gelu_tanh_backward, "
-                         "tanh_backward, sigmoid_backward)", name);
+    if (ops[i].act && strcmp(name, ops[i].name) == 0) k = i;
+  if (k < 0) {
+    char known[256] = "";
+    for (int i = 0; i < (int)(sizeof ops / sizeof ops[0]); i++)
+      if (ops[i].act) snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", known[0] ? ", " : "", ops[i].name);
+    return l_nn_error(L, "activation_backward: unknown op '%s' (%s)", name, known);
+  }
   vl_tensor *g = vl_lua_checktensor(L, 2), *v = vl_lua_checktensor(L, 3);
   vl_tensor **slot = l_slot(L);
   return l_done(L, vl_binary(ops[k].op, g, v, 1.0, slot));

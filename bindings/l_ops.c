@@ -18,16 +18,15 @@ static int self_or_error(lua_State *L, vl_status s) {
 
 /* ---- binary ---- */
 
+/* The Lua methods of the op list (runtime/backend/op_list.h, the lua column). */
 static const struct {
   const char *name;
   vl_binary_op op;
+  bool lua;
 } binops[] = {
-    {"add", VL_BIN_ADD},     {"sub", VL_BIN_SUB},         {"mul", VL_BIN_MUL},
-    {"div", VL_BIN_DIV},     {"pow", VL_BIN_POW},         {"maximum", VL_BIN_MAXIMUM},
-    {"minimum", VL_BIN_MINIMUM}, {"eq", VL_BIN_EQ},       {"ne", VL_BIN_NE},
-    {"lt", VL_BIN_LT},       {"le", VL_BIN_LE},           {"gt", VL_BIN_GT},
-    {"ge", VL_BIN_GE},       {"logical_and", VL_BIN_LOGICAL_AND},
-    {"logical_or", VL_BIN_LOGICAL_OR},
+#define VL_X(E, name, node, kind, ac, lua, ...) {name, VL_BIN_##E, lua},
+    VL_BINARY_OPS(VL_X)
+#undef VL_X
 };
 
 static bool has_alpha(vl_binary_op op) { return op == VL_BIN_ADD || op == VL_BIN_SUB; }
@@ -79,13 +78,11 @@ static int b_operator(lua_State *L) {
 static const struct {
   const char *name;
   vl_unary_op op;
+  bool lua;
 } unops[] = {
-    {"neg", VL_UN_NEG},         {"abs", VL_UN_ABS},       {"square", VL_UN_SQUARE},
-    {"sign", VL_UN_SIGN},       {"relu", VL_UN_RELU},     {"exp", VL_UN_EXP},
-    {"log", VL_UN_LOG},         {"sqrt", VL_UN_SQRT},     {"rsqrt", VL_UN_RSQRT},
-    {"tanh", VL_UN_TANH},       {"sigmoid", VL_UN_SIGMOID}, {"reciprocal", VL_UN_RECIPROCAL},
-    {"sin", VL_UN_SIN},         {"cos", VL_UN_COS},       {"floor", VL_UN_FLOOR},
-    {"ceil", VL_UN_CEIL},       {"round", VL_UN_ROUND},   {"logical_not", VL_UN_LOGICAL_NOT},
+#define VL_X(E, name, node, dom, saves, ac, lua, ...) {name, VL_UN_##E, lua},
+    VL_UNARY_OPS(VL_X)
+#undef VL_X
 };
 
 static int u_unary(lua_State *L) {
@@ -434,6 +431,7 @@ void l_register_ops(lua_State *L) {
   luaL_setfuncs(L, op_methods, 0);
   char name[40];
   for (size_t i = 0; i < sizeof binops / sizeof binops[0]; i++) {
+    if (!binops[i].lua) continue;
     lua_pushinteger(L, binops[i].op);
     lua_pushcclosure(L, b_binary, 1);
     lua_setfield(L, -2, binops[i].name);
@@ -443,6 +441,7 @@ void l_register_ops(lua_State *L) {
     lua_setfield(L, -2, name);
   }
   for (size_t i = 0; i < sizeof unops / sizeof unops[0]; i++) {
+    if (!unops[i].lua) continue;
     lua_pushinteger(L, unops[i].op);
     lua_pushcclosure(L, u_unary, 1);
     lua_setfield(L, -2, unops[i].name);
@@ -453,7 +452,52 @@ void l_register_ops(lua_State *L) {
   }
 }
 
+/* ops() -> the op list as Lua tables, one per op, in list order: {name =, kind = 'unary'|'binary',
+ * class = 'exact'|'float'|'bool' (unary domain) or 'arith'|'cmp'|'logic'|'act' (binary kind),
+ * method = whether t:name() exists, lo =, hi = (the inputs' smooth domain)}: what the generated
+ * sweeps walk (tests/lua/test_op_sweep.lua, gpu_op_sweep.lua). */
+static int m_ops(lua_State *L) {
+  static const struct {
+    const char *name, *cls;
+    bool unary, lua;
+    double lo, hi;
+  } list[] = {
+#define VL_CLS_EXACT "exact"
+#define VL_CLS_FLOAT "float"
+#define VL_CLS_BOOL "bool"
+#define VL_CLS_ARITH "arith"
+#define VL_CLS_CMP "cmp"
+#define VL_CLS_LOGIC "logic"
+#define VL_CLS_ACT "act"
+#define VL_X(E, name, node, dom, saves, ac, lua, lo, hi) {name, VL_CLS_##dom, true, lua, lo, hi},
+      VL_UNARY_OPS(VL_X)
+#undef VL_X
+#define VL_X(E, name, node, kind, ac, lua, lo, hi) {name, VL_CLS_##kind, false, lua, lo, hi},
+      VL_BINARY_OPS(VL_X)
+#undef VL_X
+  };
+  lua_createtable(L, (int)(sizeof list / sizeof list[0]), 0);
+  for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, list[i].name);
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, list[i].unary ? "unary" : "binary");
+    lua_setfield(L, -2, "kind");
+    lua_pushstring(L, list[i].cls);
+    lua_setfield(L, -2, "class");
+    lua_pushboolean(L, list[i].lua);
+    lua_setfield(L, -2, "method");
+    lua_pushnumber(L, list[i].lo);
+    lua_setfield(L, -2, "lo");
+    lua_pushnumber(L, list[i].hi);
+    lua_setfield(L, -2, "hi");
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  return 1;
+}
+
 static const luaL_Reg op_module[] = {
+    {"ops", m_ops},
     {"where", m_where},
     {"addmm", m_addmm},
     {"set_allow_tf32", m_set_allow_tf32},

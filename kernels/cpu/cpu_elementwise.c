@@ -1,7 +1,8 @@
 /* kernels/cpu/cpu_elementwise.c: unary, binary and binary-with-scalar ops.
  *
- * Each op is written once as an expression in doubles (floats) and once in int64 (integers).
- * The expression is instantiated by macro into typed loops: f32 and f64 operands are read and
+ * Each op's formula is kernels/ew_formulas.h's, in doubles (floats) and in int64 (integers);
+ * the switches are generated from the op list (runtime/backend/op_list.h) and instantiated by
+ * macro into typed loops: f32 and f64 operands are read and
  * written in place with their element strides (the fast paths), any other dtype mix goes through
  * blocks of doubles / int64s (cpu_internal.h). Float results are computed in double and rounded
  * once, so add/sub/mul/div/sqrt are correctly rounded as in CUDA's f32 arithmetic. Contiguous f32
@@ -12,9 +13,7 @@
  * i32 and u8 wrap as C's fixed-width arithmetic does. */
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_vmath.h"
-
-#define VL_SQRT1_2 0.70710678118654752440
-#define VL_SQRT_2_OVER_PI 0.79788456080286535588
+#include "kernels/ew_formulas.h"
 
 enum { PATH_F32, PATH_F64, PATH_INT, PATH_BUF };
 
@@ -30,44 +29,16 @@ enum { PATH_F32, PATH_F64, PATH_INT, PATH_BUF };
     }                                                          \
   } while (0)
 
-/* NaN propagates through every branch below: comparisons with NaN are false, so the NaN input
- * is returned (RELU, CLAMP, SIGN) or the libm function returns NaN. GELU uses erfc, which keeps
- * its relative accuracy for negative x where 1 + erf(x) cancels; tanh-GELU is written as
- * x sigmoid(2u), the same function as 0.5 x (1 + tanh(u)) without 1 + tanh(u) cancelling to 0
- * below x = -5.7. */
-#define VL_UN_SWITCH(TO, TI)                                                                \
-  switch (op) {                                                                             \
-    case VL_UN_NEG: VL_UN_LOOP(TO, TI, -x); break;                                          \
-    case VL_UN_ABS: VL_UN_LOOP(TO, TI, fabs(x)); break;                                     \
-    case VL_UN_SQUARE: VL_UN_LOOP(TO, TI, x * x); break;                                    \
-    case VL_UN_SIGN: VL_UN_LOOP(TO, TI, x > 0 ? 1.0 : x < 0 ? -1.0 : x); break;             \
-    case VL_UN_RELU: VL_UN_LOOP(TO, TI, x > 0 || x != x ? x : 0.0); break;                  \
-    case VL_UN_CLAMP: VL_UN_LOOP(TO, TI, clamp_f64(x, p0, p1)); break;                      \
-    case VL_UN_FLOOR: VL_UN_LOOP(TO, TI, floor(x)); break;                                  \
-    case VL_UN_CEIL: VL_UN_LOOP(TO, TI, ceil(x)); break;                                    \
-    case VL_UN_ROUND: VL_UN_LOOP(TO, TI, nearbyint(x)); break;                              \
-    case VL_UN_EXP: VL_UN_LOOP(TO, TI, exp(x)); break;                                      \
-    case VL_UN_LOG: VL_UN_LOOP(TO, TI, log(x)); break;                                      \
-    case VL_UN_SQRT: VL_UN_LOOP(TO, TI, sqrt(x)); break;                                    \
-    case VL_UN_RSQRT: VL_UN_LOOP(TO, TI, 1.0 / sqrt(x)); break;                             \
-    case VL_UN_TANH: VL_UN_LOOP(TO, TI, tanh(x)); break;                                    \
-    case VL_UN_SIGMOID: VL_UN_LOOP(TO, TI, 1.0 / (1.0 + exp(-x))); break;                   \
-    case VL_UN_GELU: VL_UN_LOOP(TO, TI, 0.5 * x * erfc(-x * VL_SQRT1_2)); break;          \
-    case VL_UN_GELU_TANH:                                                                   \
-      VL_UN_LOOP(TO, TI, x / (1.0 + exp(-2.0 * VL_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))); \
-      break;                                                                                \
-    case VL_UN_RECIPROCAL: VL_UN_LOOP(TO, TI, 1.0 / x); break;                              \
-    case VL_UN_SIN: VL_UN_LOOP(TO, TI, sin(x)); break;                                      \
-    case VL_UN_COS: VL_UN_LOOP(TO, TI, cos(x)); break;                                      \
-    case VL_UN_LOGICAL_NOT: VL_UN_LOOP(TO, TI, x == 0); break;                              \
-    default: break;                                                                         \
+/* One case per op of the list, its formula from kernels/ew_formulas.h in double. */
+#define VL_UN_CASE(E, ...) \
+  case VL_UN_##E: VL_UN_LOOP(vl_to_t, vl_ti_t, VL_UF_##E(double, x, p0, p1)); break;
+#define VL_UN_SWITCH(TO, TI)      \
+  typedef TO vl_to_t;             \
+  typedef TI vl_ti_t;             \
+  switch (op) {                   \
+    VL_UNARY_OPS(VL_UN_CASE)      \
+    default: break;               \
   }
-
-/* max then min, as torch.clamp: lo > hi gives hi. */
-static inline double clamp_f64(double x, double lo, double hi) {
-  double y = x < lo ? lo : x;
-  return y > hi ? hi : y;
-}
 
 #define VL_UN_ARGS                                                                   \
   vl_unary_op op, char *po, int64_t so, const char *px, int64_t sx, int64_t n, double p0, \
@@ -76,28 +47,21 @@ static inline double clamp_f64(double x, double lo, double hi) {
 static void un_f32(VL_UN_ARGS) { VL_UN_SWITCH(float, float) }
 static void un_f64(VL_UN_ARGS) { VL_UN_SWITCH(double, double) }
 
+/* The EXACT and BOOL ops on integers (ew_formulas.h VL_UI_); FLOAT ops never come here. */
 static void un_i64(vl_unary_op op, int64_t *o, const int64_t *x, int64_t n, int64_t lo,
                    int64_t hi) {
-  for (int64_t i = 0; i < n; i++) {
-    int64_t v = x[i];
-    uint64_t u = (uint64_t)v;
-    switch (op) {
-      case VL_UN_NEG: v = (int64_t)(0u - u); break;
-      case VL_UN_ABS: v = v < 0 ? (int64_t)(0u - u) : v; break;
-      case VL_UN_SQUARE: v = (int64_t)(u * u); break;
-      case VL_UN_SIGN: v = (v > 0) - (v < 0); break;
-      case VL_UN_RELU: v = v > 0 ? v : 0; break;
-      case VL_UN_CLAMP: v = v < lo ? lo : v; v = v > hi ? hi : v; break;
-      case VL_UN_LOGICAL_NOT: v = v == 0; break;
-      default: break; /* FLOOR, CEIL, ROUND: the identity on integers */
-    }
-    o[i] = v;
+#define VL_UI_CASE(E, name, node, dom, ...)                                      \
+  case VL_UN_##E:                                                                \
+    for (int64_t i = 0; i < n; i++) o[i] = VL_UI_OR_ID_##dom(E, x[i], lo, hi);   \
+    break;
+  switch (op) {
+    VL_UNARY_OPS(VL_UI_CASE)
+    default: break;
   }
+#undef VL_UI_CASE
 }
 
-static bool un_is_int_op(vl_unary_op op) {
-  return op <= VL_UN_ROUND || op == VL_UN_LOGICAL_NOT;
-}
+static bool un_is_int_op(vl_unary_op op) { return vl_unary_domain(op) != VL_OPD_FLOAT; }
 
 /* Contiguous f32 sqrt: IEEE sqrt is correctly rounded and double carries more than 2 * 24 + 2
  * bits, so float sqrt equals the double-then-round result. The other contiguous f32 ops the
@@ -181,43 +145,17 @@ vl_status vl_cpu_unary(vl_unary_op op, const vl_iter *it, double p0, double p1) 
     }                                                                \
   } while (0)
 
-#define VL_BIN_SWITCH(TO, TA, TB)                                                     \
-  switch (op) {                                                                       \
-    case VL_BIN_ADD: VL_BIN_LOOP(TO, TA, TB, a + alpha * b); break;                   \
-    case VL_BIN_SUB: VL_BIN_LOOP(TO, TA, TB, a - alpha * b); break;                   \
-    case VL_BIN_MUL: VL_BIN_LOOP(TO, TA, TB, a * b); break;                           \
-    case VL_BIN_DIV: VL_BIN_LOOP(TO, TA, TB, a / b); break;                           \
-    case VL_BIN_POW: VL_BIN_LOOP(TO, TA, TB, pow(a, b)); break;                       \
-    case VL_BIN_MAXIMUM: VL_BIN_LOOP(TO, TA, TB, a != a ? a : b != b ? b : a > b ? a : b); break; \
-    case VL_BIN_MINIMUM: VL_BIN_LOOP(TO, TA, TB, a != a ? a : b != b ? b : a < b ? a : b); break; \
-    case VL_BIN_EQ: VL_BIN_LOOP(TO, TA, TB, a == b); break;                           \
-    case VL_BIN_NE: VL_BIN_LOOP(TO, TA, TB, a != b); break;                           \
-    case VL_BIN_LT: VL_BIN_LOOP(TO, TA, TB, a < b); break;                            \
-    case VL_BIN_LE: VL_BIN_LOOP(TO, TA, TB, a <= b); break;                           \
-    case VL_BIN_GT: VL_BIN_LOOP(TO, TA, TB, a > b); break;                            \
-    case VL_BIN_GE: VL_BIN_LOOP(TO, TA, TB, a >= b); break;                           \
-    case VL_BIN_LOGICAL_AND: VL_BIN_LOOP(TO, TA, TB, a != 0 && b != 0); break;        \
-    case VL_BIN_LOGICAL_OR: VL_BIN_LOOP(TO, TA, TB, a != 0 || b != 0); break;         \
-    case VL_BIN_RELU_BACKWARD: VL_BIN_LOOP(TO, TA, TB, b > 0 ? a : 0.0); break;       \
-    case VL_BIN_GELU_BACKWARD: VL_BIN_LOOP(TO, TA, TB, a * gelu_grad(b)); break;      \
-    case VL_BIN_GELU_TANH_BACKWARD: VL_BIN_LOOP(TO, TA, TB, a * gelu_tanh_grad(b)); break; \
-    case VL_BIN_TANH_BACKWARD: VL_BIN_LOOP(TO, TA, TB, a * (1.0 - b * b)); break;     \
-    case VL_BIN_SIGMOID_BACKWARD: VL_BIN_LOOP(TO, TA, TB, a * (b * (1.0 - b))); break; \
-    default: break;                                                                   \
+#define VL_POW(a, b) pow(a, b)
+#define VL_BIN_CASE(E, ...) \
+  case VL_BIN_##E: VL_BIN_LOOP(vl_to_t, vl_ta_t, vl_tb_t, VL_BF_##E(double, a, b, alpha)); break;
+#define VL_BIN_SWITCH(TO, TA, TB) \
+  typedef TO vl_to_t;             \
+  typedef TA vl_ta_t;             \
+  typedef TB vl_tb_t;             \
+  switch (op) {                   \
+    VL_BINARY_OPS(VL_BIN_CASE)    \
+    default: break;               \
   }
-
-/* Derivatives of the two GELU forms (VL_UN_GELU, VL_UN_GELU_TANH) at x, for the activation
- * backward ops: Phi(x) + x phi(x), and d/dx of 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3). */
-static inline double gelu_grad(double x) {
-  return 0.5 * erfc(-x * VL_SQRT1_2) + x * exp(-0.5 * x * x) * 0.39894228040143267794;
-}
-static inline double gelu_tanh_grad(double x) {
-  /* s = sigmoid(2u) = (1 + tanh(u)) / 2 and 1 - s, each without cancellation: the derivative
-   * s + 2 x s (1 - s) du/dx. */
-  double w = 2.0 * VL_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x);
-  double s = 1.0 / (1.0 + exp(-w)), s1 = 1.0 / (1.0 + exp(w));
-  return s + x * s * s1 * 2.0 * VL_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
-}
 
 #define VL_BIN_ARGS                                                                  \
   vl_binary_op op, char *po, int64_t so, const char *pa, int64_t sa, const char *pb, \
@@ -233,44 +171,21 @@ static void pred_f32(VL_BIN_ARGS) { VL_BIN_SWITCH(uint8_t, float, float) }
 static void pred_f32_s(VL_BIN_ARGS) { VL_BIN_SWITCH(uint8_t, float, double) }
 static void pred_f64(VL_BIN_ARGS) { VL_BIN_SWITCH(uint8_t, double, double) }
 
-/* Integer power by squaring, wrapping. Negative exponents are rejected by the front end; they
- * are given C's integer-division meaning (1/a^|b|) so the result is still defined here. */
-static int64_t ipow(int64_t a, int64_t b) {
-  if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
-  uint64_t r = 1, x = (uint64_t)a;
-  for (uint64_t e = (uint64_t)b; e; e >>= 1) {
-    if (e & 1) r *= x;
-    x *= x;
-  }
-  return (int64_t)r;
-}
-
 static void bin_i64(vl_binary_op op, int64_t *o, const int64_t *pa, int64_t sa, const int64_t *pb,
                     int64_t sb, int64_t n, int64_t alpha, bool rev) {
-  for (int64_t i = 0; i < n; i++) {
-    int64_t a = pa[i * sa], b = pb[i * sb];
-    if (rev) { int64_t t = a; a = b; b = t; }
-    uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
-    int64_t v = 0;
-    switch (op) {
-      case VL_BIN_ADD: v = (int64_t)(ua + (uint64_t)alpha * ub); break;
-      case VL_BIN_SUB: v = (int64_t)(ua - (uint64_t)alpha * ub); break;
-      case VL_BIN_MUL: v = (int64_t)(ua * ub); break;
-      case VL_BIN_POW: v = ipow(a, b); break;
-      case VL_BIN_MAXIMUM: v = a > b ? a : b; break;
-      case VL_BIN_MINIMUM: v = a < b ? a : b; break;
-      case VL_BIN_EQ: v = a == b; break;
-      case VL_BIN_NE: v = a != b; break;
-      case VL_BIN_LT: v = a < b; break;
-      case VL_BIN_LE: v = a <= b; break;
-      case VL_BIN_GT: v = a > b; break;
-      case VL_BIN_GE: v = a >= b; break;
-      case VL_BIN_LOGICAL_AND: v = a != 0 && b != 0; break;
-      case VL_BIN_LOGICAL_OR: v = a != 0 || b != 0; break;
-      default: break; /* DIV: never on the integer path */
-    }
-    o[i] = v;
+#define VL_BI_CASE(E, ...)                                        \
+  case VL_BIN_##E:                                                \
+    for (int64_t i = 0; i < n; i++) {                             \
+      int64_t a = pa[i * sa], b = pb[i * sb];                     \
+      if (rev) { int64_t t = a; a = b; b = t; }                   \
+      o[i] = VL_BI_##E(a, b, alpha);                              \
+    }                                                             \
+    break;
+  switch (op) {
+    VL_BINARY_OPS(VL_BI_CASE)
+    default: break;
   }
+#undef VL_BI_CASE
 }
 
 typedef void (*bin_fn)(VL_BIN_ARGS);

@@ -7,94 +7,53 @@
  * nvcc cannot contract them into an FMA: the CPU reference rounds the product separately. */
 #include "kernels/cuda/cuda_ew.cuh"
 
-VL_DEV float vl_mul_rn(float a, float b) { return __fmul_rn(a, b); }
-VL_DEV double vl_mul_rn(double a, double b) { return __dmul_rn(a, b); }
 /* Out of line: inlined into every kernel, pow dominates code size and compile time. */
 __device__ __noinline__ float vl_pow(float a, float b) { return powf(a, b); }
 __device__ __noinline__ double vl_pow(double a, double b) { return pow(a, b); }
+#define VL_POW(a, b) vl_pow(a, b)
+#include "kernels/ew_formulas.h"
 
-/* Activation backward [grad g, saved v] (kernels.h): v is the forward input x for RELU and the
- * GELUs, the forward output y for TANH and SIGMOID. Out of line for the same reason as pow. */
+/* Every op's formula (kernels/ew_formulas.h) in the compute type C; with op a compile-time
+ * constant (the hot kernels) the switch folds to the one formula. */
 template <typename C>
-__device__ __noinline__ C vl_act_backward(int op, C g, C v) {
-  const C one = (C)1, half = (C)0.5;
+VL_DEV C vl_bin_formula(int op, C a, C b, C alpha) {
   switch (op) {
-    case VL_BIN_RELU_BACKWARD: return v > (C)0 ? g : (C)0;
-    case VL_BIN_GELU_BACKWARD: {
-      /* d/dx x*Phi(x) = Phi(x) + x*phi(x); Phi through erfc keeps accuracy for x << 0. */
-      const C cdf = half * erfc(-v * (C)0.70710678118654752440);
-      const C pdf = exp(-half * v * v) * (C)0.39894228040143267794;
-      return g * (cdf + v * pdf);
-    }
-    case VL_BIN_GELU_TANH_BACKWARD: {
-      /* With s = 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)) and its complement 1 / (1 + exp(2u)),
-       * d/dx = s + x * 2 s (1 - s) * du/dx; both factors stay accurate for |u| large. */
-      const C k0 = (C)0.79788456080286535588, k1 = (C)0.044715;
-      const C u2 = (C)2 * k0 * (v + k1 * v * v * v);
-      const C s = one / (one + exp(-u2)), sc = one / (one + exp(u2));
-      return g * (s + v * (C)2 * s * sc * k0 * (one + (C)3 * k1 * v * v));
-    }
-    case VL_BIN_TANH_BACKWARD: return g * (one - v * v);
-    case VL_BIN_SIGMOID_BACKWARD: return g * v * (one - v);
-    default: return g;
+#define VL_X(E, ...) \
+  case VL_BIN_##E: return VL_BF_##E(C, a, b, alpha);
+    VL_BINARY_OPS(VL_X)
+#undef VL_X
+    default: return a;
   }
 }
 
+/* Activation backward [grad g, saved v] out of line in the generic kernel, for the same reason
+ * as pow. */
+template <typename C>
+__device__ __noinline__ C vl_act_backward(int op, C g, C v) { return vl_bin_formula<C>(op, g, v, (C)1); }
+
+#define VL_BIN_INLINE_ARITH(E) \
+  case VL_BIN_##E: return VL_BF_##E(C, a, b, alpha);
+#define VL_BIN_INLINE_CMP(E) VL_BIN_INLINE_ARITH(E)
+#define VL_BIN_INLINE_LOGIC(E) VL_BIN_INLINE_ARITH(E)
+#define VL_BIN_INLINE_ACT(E)
 template <typename C>
 VL_DEV C vl_bin_apply(int op, C a, C b, C alpha) {
   switch (op) {
-    case VL_BIN_ADD: return a + vl_mul_rn(alpha, b);
-    case VL_BIN_SUB: return a - vl_mul_rn(alpha, b);
-    case VL_BIN_MUL: return a * b;
-    case VL_BIN_DIV: return a / b;
-    case VL_BIN_POW: return vl_pow(a, b);
-    case VL_BIN_MAXIMUM: return vl_isnan(a) ? a : vl_isnan(b) ? b : (a > b ? a : b);
-    case VL_BIN_MINIMUM: return vl_isnan(a) ? a : vl_isnan(b) ? b : (a < b ? a : b);
-    case VL_BIN_EQ: return (C)(a == b);
-    case VL_BIN_NE: return (C)(a != b);
-    case VL_BIN_LT: return (C)(a < b);
-    case VL_BIN_LE: return (C)(a <= b);
-    case VL_BIN_GT: return (C)(a > b);
-    case VL_BIN_GE: return (C)(a >= b);
-    case VL_BIN_LOGICAL_AND: return (C)(a != (C)0 && b != (C)0);
-    case VL_BIN_LOGICAL_OR: return (C)(a != (C)0 || b != (C)0);
+#define VL_X(E, name, node, kind, ...) VL_BIN_INLINE_##kind(E)
+    VL_BINARY_OPS(VL_X)
+#undef VL_X
     default: return vl_act_backward<C>(op, a, b);
   }
-}
-
-/* Integer power by squaring, wrapping; negative exponents (rejected by the front end) follow
- * PyTorch: 1 for base 1, +-1 for base -1, 0 otherwise. */
-__device__ __noinline__ int64_t vl_ipow(int64_t a, int64_t b) {
-  if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
-  uint64_t r = 1, x = (uint64_t)a;
-  while (b) {
-    if (b & 1) r *= x;
-    x *= x;
-    b >>= 1;
-  }
-  return (int64_t)r;
 }
 
 /* Integers wrap: the arithmetic runs on uint64_t, where overflow is defined. */
 template <>
 VL_DEV int64_t vl_bin_apply<int64_t>(int op, int64_t a, int64_t b, int64_t alpha) {
-  const uint64_t ua = (uint64_t)a, ub = (uint64_t)b, ual = (uint64_t)alpha;
   switch (op) {
-    case VL_BIN_ADD: return (int64_t)(ua + ual * ub);
-    case VL_BIN_SUB: return (int64_t)(ua - ual * ub);
-    case VL_BIN_MUL: return (int64_t)(ua * ub);
-    case VL_BIN_DIV: return b == 0 ? 0 : (b == -1 ? (int64_t)(0 - ua) : a / b);
-    case VL_BIN_POW: return vl_ipow(a, b);
-    case VL_BIN_MAXIMUM: return a > b ? a : b;
-    case VL_BIN_MINIMUM: return a < b ? a : b;
-    case VL_BIN_EQ: return a == b;
-    case VL_BIN_NE: return a != b;
-    case VL_BIN_LT: return a < b;
-    case VL_BIN_LE: return a <= b;
-    case VL_BIN_GT: return a > b;
-    case VL_BIN_GE: return a >= b;
-    case VL_BIN_LOGICAL_AND: return a != 0 && b != 0;
-    case VL_BIN_LOGICAL_OR: return a != 0 || b != 0;
+#define VL_X(E, ...) \
+  case VL_BIN_##E: return VL_BI_##E(a, b, alpha);
+    VL_BINARY_OPS(VL_X)
+#undef VL_X
     default: return a;
   }
 }
@@ -103,14 +62,14 @@ VL_DEV int64_t vl_bin_apply<int64_t>(int op, int64_t a, int64_t b, int64_t alpha
 template <typename C>
 VL_DEV bool vl_pred_apply(int op, C a, C b) {
   switch (op) {
-    case VL_BIN_EQ: return a == b;
-    case VL_BIN_NE: return a != b;
-    case VL_BIN_LT: return a < b;
-    case VL_BIN_LE: return a <= b;
-    case VL_BIN_GT: return a > b;
-    case VL_BIN_GE: return a >= b;
-    case VL_BIN_LOGICAL_AND: return a != (C)0 && b != (C)0;
-    case VL_BIN_LOGICAL_OR: return a != (C)0 || b != (C)0;
+#define VL_BIN_PRED_ARITH(E)
+#define VL_BIN_PRED_ACT(E)
+#define VL_BIN_PRED_CMP(E) \
+  case VL_BIN_##E: return VL_BF_##E(C, a, b, (C)1) != (C)0;
+#define VL_BIN_PRED_LOGIC(E) VL_BIN_PRED_CMP(E)
+#define VL_X(E, name, node, kind, ...) VL_BIN_PRED_##kind(E)
+    VL_BINARY_OPS(VL_X)
+#undef VL_X
     default: return false;
   }
 }
@@ -162,25 +121,6 @@ struct vl_bin_f {
   }
 };
 
-/* The activation backwards of the float dtypes inline, for the hot kernels: the same formulas as
- * vl_act_backward (whose out-of-line call and switch per element made the GELU backward of a
- * BERT FFN run at a third of the memory bandwidth). */
-template <int OP, typename C> VL_DEV C vl_act_backward_inline(C g, C v) {
-  const C one = (C)1, half = (C)0.5;
-  if constexpr (OP == VL_BIN_RELU_BACKWARD) {
-    return v > (C)0 ? g : (C)0;
-  } else if constexpr (OP == VL_BIN_GELU_BACKWARD) {
-    const C cdf = half * erfc(-v * (C)0.70710678118654752440);
-    const C pdf = exp(-half * v * v) * (C)0.39894228040143267794;
-    return g * (cdf + v * pdf);
-  } else {
-    const C k0 = (C)0.79788456080286535588, k1 = (C)0.044715;
-    const C u2 = (C)2 * k0 * (v + k1 * v * v * v);
-    const C s = one / (one + exp(-u2)), sc = one / (one + exp(u2));
-    return g * (s + v * (C)2 * s * sc * k0 * (one + (C)3 * k1 * v * v));
-  }
-}
-
 /* The hot ops with the op fixed at compile time (the switch folds away). */
 template <typename T, int OP>
 struct vl_bin_hot_f {
@@ -193,10 +133,11 @@ struct vl_bin_hot_f {
   typedef vl_none in2_t;
   C alpha;
   VL_DEV T operator()(T a, T b, vl_none) const {
-    if constexpr (OP == VL_BIN_RELU_BACKWARD || OP == VL_BIN_GELU_BACKWARD || OP == VL_BIN_GELU_TANH_BACKWARD)
-      return vl_conv<T>::f(vl_act_backward_inline<OP, C>(vl_val(a), vl_val(b)));
-    else
+    if constexpr (std::is_same<C, int64_t>::value)
       return vl_conv<T>::f(vl_bin_apply<C>(OP, vl_val(a), vl_val(b), alpha));
+    else /* the formula inline, the activation backwards too (their out-of-line call and switch
+          * per element made the GELU backward of a BERT FFN run at a third of the bandwidth) */
+      return vl_conv<T>::f(vl_bin_formula<C>(OP, vl_val(a), vl_val(b), alpha));
   }
 };
 
@@ -280,7 +221,7 @@ static bool vl_bin_is_hot(vl_binary_op op, vl_dtype dt) {
 vl_status vl_cuda_binary(vl_binary_op op, const vl_iter *it, double alpha) {
   if (it->numel <= 0) return VL_OK;
   if ((unsigned)op >= VL_NBINARY) return vl_fail(VL_EINVAL, "binary: unknown op %d", (int)op);
-  if (op >= VL_BIN_RELU_BACKWARD && !vl_dtype_is_float(it->dtype[1]))
+  if (vl_binary_kind_of(op) == VL_OPK_ACT && !vl_dtype_is_float(it->dtype[1]))
     return vl_fail(VL_EDTYPE, "binary: activation backward op %d needs float inputs on cuda, got %s",
                    (int)op, vl_dtype_name(it->dtype[1]));
   const vl_dtype dt = it->dtype[1], odt = it->dtype[0];

@@ -1,79 +1,54 @@
-/* kernels/cuda/cuda_unary.cu: unary ops (kernels.h vl_unary_op).
- *
- * Cheap ops are inlined; the transcendental ones go through one out-of-line function per compute
- * type, so the op switch is compiled once per type rather than once per dtype, vector lane and
- * kernel. The call costs a few instructions per element, far below what a memory-bound loop has
- * to spare. NaN propagates through every op (SIGN, RELU and CLAMP included). */
+/* kernels/cuda/cuda_unary.cu: unary ops (runtime/backend/op_list.h; each op's formula is
+ * kernels/ew_formulas.h's, the switches generated from the list). NaN propagates through every op
+ * (SIGN, RELU and CLAMP included). */
 #include <math.h>
 
 #include "kernels/cuda/cuda_ew.cuh"
+#include "kernels/ew_formulas.h"
 
-/* In float, 0.5 (1 + tanh(u)) is computed as 1 / (1 + exp(-2u)): the tanh form cancels every
- * digit for u << 0. In double the CPU's own tanh form is kept (its cancellation is far below f64
- * tolerances elsewhere), so f64 results track the reference. */
-VL_DEV float vl_gelu_tanh(float x) {
-  const float k0 = 0.79788456080286535588f, k1 = 0.044715f;
-  return x / (1.0f + expf(-2.0f * k0 * (x + k1 * x * x * x)));
-}
-VL_DEV double vl_gelu_tanh(double x) {
-  const double k0 = 0.79788456080286535588, k1 = 0.044715;
-  return 0.5 * x * (1.0 + tanh(k0 * (x + k1 * x * x * x)));
-}
-
+/* Every op's formula (kernels/ew_formulas.h) in the compute type C; with op a compile-time
+ * constant (the hot kernels) the switch folds to the one formula. Float overloads of the math
+ * functions resolve to the f32 device versions (expf, logf, ...); sqrt and division are
+ * IEEE-rounded because the build does not use fast math. */
 template <typename C>
-__device__ __noinline__ C vl_un_transcendental(int op, C x) {
-  const C half = (C)0.5, one = (C)1;
+VL_DEV C vl_un_formula(int op, C x, C lo, C hi) {
   switch (op) {
-    case VL_UN_EXP: return exp(x);
-    case VL_UN_LOG: return log(x);
-    case VL_UN_SQRT: return sqrt(x);
-    case VL_UN_RSQRT: return one / sqrt(x);
-    case VL_UN_TANH: return tanh(x);
-    case VL_UN_SIGMOID: return one / (one + exp(-x));
-    /* erfc keeps its relative accuracy for x << 0, where 1 + erf(x) cancels (as the CPU). */
-    case VL_UN_GELU: return half * x * erfc(-x * (C)0.70710678118654752440);
-    case VL_UN_GELU_TANH: return vl_gelu_tanh(x);
-    case VL_UN_RECIPROCAL: return one / x;
-    case VL_UN_SIN: return sin(x);
-    case VL_UN_COS: return cos(x);
+#define VL_X(E, ...) \
+  case VL_UN_##E: return VL_UF_##E(C, x, lo, hi);
+    VL_UNARY_OPS(VL_X)
+#undef VL_X
     default: return x;
   }
 }
 
-/* Float overloads of the math functions resolve to the f32 device versions (expf, logf, ...):
- * sqrt and division are IEEE-rounded because the build does not use fast math. */
+/* Out of line for the generic kernel: the FLOAT ops' switch compiled once per compute type rather
+ * than once per dtype, vector lane and kernel (the call costs a few instructions per element, far
+ * below what a memory-bound loop has to spare); the EXACT ops stay inline. */
+template <typename C>
+__device__ __noinline__ C vl_un_transcendental(int op, C x, C lo, C hi) { return vl_un_formula<C>(op, x, lo, hi); }
+
+#define VL_UN_INLINE_EXACT(E) \
+  case VL_UN_##E: return VL_UF_##E(C, x, lo, hi);
+#define VL_UN_INLINE_FLOAT(E)
+#define VL_UN_INLINE_BOOL(E)
 template <typename C>
 VL_DEV C vl_un_float(int op, C x, C lo, C hi) {
   switch (op) {
-    case VL_UN_NEG: return -x;
-    case VL_UN_ABS: return fabs(x);
-    case VL_UN_SQUARE: return x * x;
-    /* The CPU's expressions, so NaN and -0 come out the same. */
-    case VL_UN_SIGN: return x > (C)0 ? (C)1 : x < (C)0 ? (C)-1 : x;
-    case VL_UN_RELU: return x > (C)0 || x != x ? x : (C)0;
-    case VL_UN_CLAMP:
-      if (vl_isnan(x)) return x;
-      x = x < lo ? lo : x;
-      return x > hi ? hi : x;
-    case VL_UN_FLOOR: return floor(x);
-    case VL_UN_CEIL: return ceil(x);
-    case VL_UN_ROUND: return rint(x);
-    default: return vl_un_transcendental<C>(op, x);
+#define VL_X(E, name, node, dom, ...) VL_UN_INLINE_##dom(E)
+    VL_UNARY_OPS(VL_X)
+#undef VL_X
+    default: return vl_un_transcendental<C>(op, x, lo, hi);
   }
 }
 
-/* Integers (the front end casts them to f32 before the transcendental ops); wrapping. */
+/* Integers (the front end casts them to f32 before the FLOAT ops); wrapping. */
 VL_DEV int64_t vl_un_int(int op, int64_t x, int64_t lo, int64_t hi) {
   switch (op) {
-    case VL_UN_NEG: return (int64_t)(0 - (uint64_t)x);
-    case VL_UN_ABS: return x < 0 ? (int64_t)(0 - (uint64_t)x) : x;
-    case VL_UN_SQUARE: return (int64_t)((uint64_t)x * (uint64_t)x);
-    case VL_UN_SIGN: return (x > 0) - (x < 0);
-    case VL_UN_RELU: return x < 0 ? 0 : x;
-    case VL_UN_CLAMP:
-      x = x < lo ? lo : x;
-      return x > hi ? hi : x;
-    default: return x; /* FLOOR, CEIL, ROUND: identity on integers */
+#define VL_X(E, name, node, dom, ...) \
+  case VL_UN_##E: return VL_UI_OR_ID_##dom(E, x, lo, hi);
+    VL_UNARY_OPS(VL_X)
+#undef VL_X
+    default: return x;
   }
 }
 
@@ -107,15 +82,7 @@ struct vl_un_hot_f {
   typedef vl_none in1_t;
   typedef vl_none in2_t;
   VL_DEV T operator()(T a, vl_none, vl_none) const {
-    const float x = vl_val(a);
-    float y;
-    if constexpr (OP == VL_UN_RELU) y = x > 0.0f || x != x ? x : 0.0f;
-    else if constexpr (OP == VL_UN_EXP) y = expf(x);
-    else if constexpr (OP == VL_UN_TANH) y = tanhf(x);
-    else if constexpr (OP == VL_UN_SIGMOID) y = 1.0f / (1.0f + expf(-x));
-    else if constexpr (OP == VL_UN_GELU) y = 0.5f * x * erfcf(-x * 0.70710678118654752440f);
-    else y = vl_gelu_tanh(x);
-    return vl_conv<T>::f(y);
+    return vl_conv<T>::f(vl_un_formula<float>(OP, vl_val(a), 0.0f, 0.0f));
   }
 };
 
@@ -185,7 +152,7 @@ vl_status vl_cuda_unary(vl_unary_op op, const vl_iter *it, double p0, double p1)
   if (odt != dt)
     return vl_fail(VL_EDTYPE, "unary: cuda cannot write a %s result of a %s input",
                    vl_dtype_name(odt), vl_dtype_name(dt));
-  if (op >= VL_UN_EXP && op <= VL_UN_COS && !vl_dtype_is_float(dt))
+  if (vl_unary_domain(op) == VL_OPD_FLOAT && !vl_dtype_is_float(dt))
     return vl_fail(VL_EDTYPE, "unary: op %d needs a float input on cuda, got %s", (int)op,
                    vl_dtype_name(dt));
   VL_CUDA_ENTER(guard, st, it->ex);

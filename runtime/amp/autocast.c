@@ -102,27 +102,24 @@ vl_status vl_autocast_set_op(vl_autocast_op op, vl_autocast_class c) {
 
 void vl_autocast_reset_ops(void) { memset(ac_state()->op_class, 0, sizeof ac_state()->op_class); }
 
+/* The autocast column of the op list (runtime/backend/op_list.h); comparisons give bool: nothing
+ * to gain. */
 vl_autocast_op vl_autocast_op_of_unary(vl_unary_op op) {
-  switch (op) {
-  case VL_UN_EXP: return VL_AC_EXP;
-  case VL_UN_LOG: return VL_AC_LOG;
-  case VL_UN_RSQRT: return VL_AC_RSQRT;
-  case VL_UN_RECIPROCAL: return VL_AC_RECIPROCAL;
-  default: return VL_AC_NONE;
-  }
+  static const signed char m[] = {
+#define VL_X(E, name, node, dom, saves, ac, ...) VL_AC_##ac,
+      VL_UNARY_OPS(VL_X)
+#undef VL_X
+  };
+  return (unsigned)op < VL_NUNARY ? (vl_autocast_op)m[op] : VL_AC_NONE;
 }
 
 vl_autocast_op vl_autocast_op_of_binary(vl_binary_op op) {
-  switch (op) {
-  case VL_BIN_ADD: return VL_AC_ADD;
-  case VL_BIN_SUB: return VL_AC_SUB;
-  case VL_BIN_MUL: return VL_AC_MUL;
-  case VL_BIN_DIV: return VL_AC_DIV;
-  case VL_BIN_POW: return VL_AC_POW;
-  case VL_BIN_MAXIMUM: return VL_AC_MAXIMUM;
-  case VL_BIN_MINIMUM: return VL_AC_MINIMUM;
-  default: return VL_AC_NONE; /* comparisons give bool: nothing to gain */
-  }
+  static const signed char m[] = {
+#define VL_X(E, name, node, kind, ac, ...) VL_AC_##ac,
+      VL_BINARY_OPS(VL_X)
+#undef VL_X
+  };
+  return (unsigned)op < VL_NBINARY ? (vl_autocast_op)m[op] : VL_AC_NONE;
 }
 
 vl_autocast_op vl_autocast_op_of_reduce(vl_reduce_op op) {

@@ -8,36 +8,41 @@
 #include "runtime/autograd/ops.h"
 #include "runtime/ops/ops_internal.h"
 
+/* The names and nodes of the op list (runtime/backend/op_list.h); in-place messages name the
+ * method a user called: the tanh GELU is gelu_{approximate = 'tanh'}. */
 static const char *const un_names[] = {
-    "neg", "abs", "square", "sign", "relu", "clamp", "floor", "ceil", "round", "exp", "log",
-    "sqrt", "rsqrt", "tanh", "sigmoid", "gelu", "gelu", "reciprocal", "sin", "cos", "logical_not"};
+#define VL_X(E, name, ...) VL_UN_##E == VL_UN_GELU_TANH ? "gelu" : name,
+    VL_UNARY_OPS(VL_X)
+#undef VL_X
+};
 VL_TABLE_SIZE(un_names, VL_NUNARY);
 static const char *const un_nodes[] = {
-    "NegBackward",  "AbsBackward",   "SquareBackward",  "SignBackward",    "ReluBackward",
-    "ClampBackward", "FloorBackward", "CeilBackward",   "RoundBackward",   "ExpBackward",
-    "LogBackward",  "SqrtBackward",  "RsqrtBackward",   "TanhBackward",    "SigmoidBackward",
-    "GeluBackward", "GeluBackward",  "ReciprocalBackward", "SinBackward",  "CosBackward", "LogicalNotBackward"};
+#define VL_X(E, name, node, ...) node,
+    VL_UNARY_OPS(VL_X)
+#undef VL_X
+};
 VL_TABLE_SIZE(un_nodes, VL_NUNARY);
 static const char *const bin_names[] = {
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-    "logical_and", "logical_or"};
-VL_TABLE_SIZE(bin_names, VL_BIN_LOGICAL_OR + 1);
-static const char *const bin_nodes[] = {"AddBackward", "SubBackward", "MulBackward", "DivBackward",
-                                                          "PowBackward", "MaximumBackward", "MinimumBackward"};
-VL_TABLE_SIZE(bin_nodes, VL_BIN_MINIMUM + 1);
+#define VL_X(E, name, ...) name,
+    VL_BINARY_OPS(VL_X)
+#undef VL_X
+};
+VL_TABLE_SIZE(bin_names, VL_NBINARY);
+static const char *const bin_nodes[] = {
+#define VL_X(E, name, node, ...) node,
+    VL_BINARY_OPS(VL_X)
+#undef VL_X
+};
+VL_TABLE_SIZE(bin_nodes, VL_NBINARY);
 
-/* What a unary backward needs: 0 nothing, 1 the input x, 2 the output y. */
-static int unary_saves(vl_unary_op op) {
-  switch (op) {
-    case VL_UN_ABS: case VL_UN_SQUARE: case VL_UN_CLAMP: case VL_UN_LOG: case VL_UN_GELU:
-    case VL_UN_GELU_TANH: case VL_UN_SIN: case VL_UN_COS:
-      return 1;
-    case VL_UN_RELU: case VL_UN_EXP: case VL_UN_SQRT: case VL_UN_RSQRT: case VL_UN_TANH:
-    case VL_UN_SIGMOID: case VL_UN_RECIPROCAL:
-      return 2;
-    default:
-      return 0;
-  }
+/* What a unary backward needs: the saves column of the op list. */
+static vl_op_saves unary_saves(vl_unary_op op) {
+  static const unsigned char sv[] = {
+#define VL_X(E, name, node, dom, saves, ...) VL_OPS_##saves,
+      VL_UNARY_OPS(VL_X)
+#undef VL_X
+  };
+  return (unsigned)op < VL_NUNARY ? (vl_op_saves)sv[op] : VL_OPS_NONE;
 }
 
 static vl_status mul(vl_tensor *a, vl_tensor *b, vl_tensor **o) { return vl_binary(VL_BIN_MUL, a, b, 1.0, o); }
@@ -105,6 +110,17 @@ static vl_status unary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
       if (s == VL_OK) s = mul(g, t[0], &t[1]);
       if (s == VL_OK) s = muls(t[1], -1.0, &r);
       break;
+    case VL_UN_LOG1P: /* g / (1 + x) */
+      s = vl_binary_scalar(VL_BIN_ADD, v, 1.0, false, &t[0]);
+      if (s == VL_OK) s = vl_binary(VL_BIN_DIV, g, t[0], 1.0, &r);
+      break;
+    case VL_UN_ERF: /* g 2/sqrt(pi) exp(-x^2) */
+      s = mul(v, v, &t[0]);
+      if (s == VL_OK) s = muls(t[0], -1.0, &t[1]);
+      if (s == VL_OK) s = vl_unary_(VL_UN_EXP, t[1]);
+      if (s == VL_OK) s = muls(t[1], 1.12837916709551257390, &t[2]);
+      if (s == VL_OK) s = mul(g, t[2], &r);
+      break;
     default: s = zeros_like(g, &r); break; /* sign, floor, ceil, round: zero almost everywhere */
   }
   vl_ag_drop(3, t);
@@ -115,9 +131,9 @@ static vl_status unary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 static vl_status rec_unary(vl_unary_op op, vl_tensor *a, vl_tensor *a_val, vl_tensor *y, double lo, double hi) {
   if (op == VL_UN_LOGICAL_NOT) return VL_OK;
   unary_ctx c = {op, lo, hi};
-  int sv = unary_saves(op);
+  vl_op_saves sv = unary_saves(op);
   return VL_AG_RECORD(.name = un_nodes[op], .backward = unary_bw, .nin = 1, .in = &a, .out = &y,
-                      .save = {sv == 1 ? a_val : sv == 2 ? y : NULL}, VL_AG_CTX_OF(c));
+                      .save = {sv == VL_OPS_IN ? a_val : sv == VL_OPS_OUT ? y : NULL}, VL_AG_CTX_OF(c));
 }
 
 vl_status vl_ag_unary(vl_unary_op op, vl_tensor *a, vl_tensor **out) {
@@ -142,7 +158,7 @@ static vl_status unary_inplace(vl_unary_op op, vl_tensor *a, double lo, double h
   VL_TRY(vl_ag_check_inplace(name, a, rec));
   if (!rec) return op == VL_UN_CLAMP ? vl_clamp_(a, lo, hi) : vl_unary_(op, a);
   vl_tensor *snap = NULL;
-  if (unary_saves(op) == 1) VL_TRY(vl_clone(a, &snap));
+  if (unary_saves(op) == VL_OPS_IN) VL_TRY(vl_clone(a, &snap));
   vl_status s = op == VL_UN_CLAMP ? vl_clamp_(a, lo, hi) : vl_unary_(op, a);
   if (s == VL_OK) s = rec_unary(op, a, snap, a, lo, hi);
   vl_tensor_release(snap);
@@ -154,7 +170,7 @@ vl_status vl_ag_clamp_(vl_tensor *a, double lo, double hi) { return unary_inplac
 
 /* ---- binary ---- */
 
-static bool bin_differentiable(vl_binary_op op) { return op <= VL_BIN_MINIMUM; }
+static bool bin_differentiable(vl_binary_op op) { return (unsigned)op < VL_NBINARY && bin_nodes[op][0] != '\0'; }
 /* Whether the formula reads the operands (ADD/SUB do not). */
 static bool bin_saves(vl_binary_op op) { return op >= VL_BIN_MUL && op <= VL_BIN_MINIMUM; }
 
@@ -255,7 +271,7 @@ vl_status vl_ag_binary(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha
 
 vl_status vl_ag_binary_(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha) {
   char name[48];
-  snprintf(name, sizeof name, "%s_", (unsigned)op <= VL_BIN_LOGICAL_OR ? bin_names[op] : "binary");
+  snprintf(name, sizeof name, "%s_", (unsigned)op < VL_NBINARY ? bin_names[op] : "binary");
   vl_tensor *in[2] = {a, b};
   bool rec = bin_differentiable(op) && vl_ag_needs(2, in);
   VL_TRY(vl_ag_check_inplace(name, a, rec));
@@ -353,7 +369,7 @@ vl_status vl_ag_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reve
 
 vl_status vl_ag_binary_scalar_(vl_binary_op op, vl_tensor *a, double k) {
   char name[48];
-  snprintf(name, sizeof name, "%s_", (unsigned)op <= VL_BIN_LOGICAL_OR ? bin_names[op] : "binary");
+  snprintf(name, sizeof name, "%s_", (unsigned)op < VL_NBINARY ? bin_names[op] : "binary");
   bool rec = bin_differentiable(op) && vl_ag_needs(1, &a);
   VL_TRY(vl_ag_check_inplace(name, a, rec));
   if (!rec) return vl_binary_scalar_(op, a, k);

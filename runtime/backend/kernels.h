@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "runtime/backend/op_list.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/status.h"
 #include "runtime/core/tensor.h"
@@ -57,34 +58,26 @@ static inline bool vl_iter_is_flat(const vl_iter *it) {
   return true;
 }
 
-/* Unary ops: out = f(in) [operands: out, in]. out and in have the same dtype, except
- * VL_UN_LOGICAL_NOT whose out is bool. The front end casts integer inputs to f32 before the
- * transcendental ops (EXP..GELU_TANH, RECIPROCAL, SIN, COS), so those see float dtypes only.
+/* Unary ops (runtime/backend/op_list.h): out = f(in) [operands: out, in]. out and in have the
+ * same dtype, except the BOOL-domain op (logical_not) whose out is bool. The front end casts
+ * integer inputs to f32 before the FLOAT-domain ops, so those see float dtypes only.
  * CLAMP: p0 = lo, p1 = hi (use -INFINITY / INFINITY for "no bound"). NaN propagates. */
 typedef enum vl_unary_op {
-  VL_UN_NEG = 0,
-  VL_UN_ABS,
-  VL_UN_SQUARE,
-  VL_UN_SIGN,
-  VL_UN_RELU,
-  VL_UN_CLAMP,
-  VL_UN_FLOOR,
-  VL_UN_CEIL,
-  VL_UN_ROUND,       /* half to even, as rint */
-  VL_UN_EXP,
-  VL_UN_LOG,
-  VL_UN_SQRT,
-  VL_UN_RSQRT,
-  VL_UN_TANH,
-  VL_UN_SIGMOID,
-  VL_UN_GELU,        /* x * Phi(x), erf form */
-  VL_UN_GELU_TANH,   /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-  VL_UN_RECIPROCAL,
-  VL_UN_SIN,
-  VL_UN_COS,
-  VL_UN_LOGICAL_NOT, /* out bool: in == 0 */
+#define VL_X(E, ...) VL_UN_##E,
+  VL_UNARY_OPS(VL_X)
+#undef VL_X
   VL_NUNARY
 } vl_unary_op;
+
+/* The domain column of the op list (EXACT, FLOAT, BOOL). */
+static inline vl_op_domain vl_unary_domain(vl_unary_op op) {
+  static const unsigned char d[] = {
+#define VL_X(E, name, node, dom, ...) VL_OPD_##dom,
+      VL_UNARY_OPS(VL_X)
+#undef VL_X
+  };
+  return (unsigned)op < VL_NUNARY ? (vl_op_domain)d[op] : VL_OPD_FLOAT;
+}
 
 /* Binary ops [operands: out, a, b]: a and b share one dtype (the front end promotes); out has
  * that dtype, or bool for the comparisons and logical ops. ADD and SUB compute a + alpha*b and
@@ -92,34 +85,25 @@ typedef enum vl_unary_op {
  * front end promotes to f32: true division). POW on integers: integer power, negative exponents
  * are rejected by the front end. MAXIMUM/MINIMUM propagate NaN. */
 typedef enum vl_binary_op {
-  VL_BIN_ADD = 0,
-  VL_BIN_SUB,
-  VL_BIN_MUL,
-  VL_BIN_DIV,
-  VL_BIN_POW,
-  VL_BIN_MAXIMUM,
-  VL_BIN_MINIMUM,
-  VL_BIN_EQ,
-  VL_BIN_NE,
-  VL_BIN_LT,
-  VL_BIN_LE,
-  VL_BIN_GT,
-  VL_BIN_GE,
-  VL_BIN_LOGICAL_AND,
-  VL_BIN_LOGICAL_OR,
-  /* Activation backward ops [out, grad, v]: out = grad * f'(...) where v is the forward input x
-   * (RELU: grad * (x > 0); GELU/GELU_TANH: the derivative of the matching forward form) or the
-   * forward output y (TANH: grad * (1 - y^2); SIGMOID: grad * y * (1 - y)). Float dtypes only. */
-  VL_BIN_RELU_BACKWARD,
-  VL_BIN_GELU_BACKWARD,
-  VL_BIN_GELU_TANH_BACKWARD,
-  VL_BIN_TANH_BACKWARD,
-  VL_BIN_SIGMOID_BACKWARD,
+#define VL_X(E, ...) VL_BIN_##E,
+  VL_BINARY_OPS(VL_X)
+#undef VL_X
   VL_NBINARY
 } vl_binary_op;
 
+/* The kind column of the op list (ARITH, CMP, LOGIC, ACT). */
+static inline vl_binary_kind vl_binary_kind_of(vl_binary_op op) {
+  static const unsigned char k[] = {
+#define VL_X(E, name, node, kind, ...) VL_OPK_##kind,
+      VL_BINARY_OPS(VL_X)
+#undef VL_X
+  };
+  return (unsigned)op < VL_NBINARY ? (vl_binary_kind)k[op] : VL_OPK_ARITH;
+}
+
 static inline bool vl_binary_is_predicate(vl_binary_op op) {
-  return op >= VL_BIN_EQ && op <= VL_BIN_LOGICAL_OR;
+  vl_binary_kind k = vl_binary_kind_of(op);
+  return k == VL_OPK_CMP || k == VL_OPK_LOGIC;
 }
 
 /* ---- reductions ----

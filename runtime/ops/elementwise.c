@@ -13,18 +13,19 @@ static vl_status bumped(vl_tensor *t, vl_status s) {
 }
 
 static const char *const unary_names[] = {
-    "neg",  "abs",  "square", "sign",    "relu",      "clamp",      "floor",   "ceil", "round", "exp",  "log",
-    "sqrt", "rsqrt", "tanh",  "sigmoid", "gelu",      "gelu_tanh",  "reciprocal", "sin", "cos", "logical_not"};
+#define VL_X(E, name, ...) name,
+    VL_UNARY_OPS(VL_X)
+#undef VL_X
+};
 VL_TABLE_SIZE(unary_names, VL_NUNARY);
 static const char *const binary_names[] = {
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq",
-    "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or", "relu_backward", "gelu_backward",
-    "gelu_tanh_backward", "tanh_backward", "sigmoid_backward"};
+#define VL_X(E, name, ...) name,
+    VL_BINARY_OPS(VL_X)
+#undef VL_X
+};
 VL_TABLE_SIZE(binary_names, VL_NBINARY);
 
-static bool binary_is_act_backward(vl_binary_op op) {
-  return op >= VL_BIN_RELU_BACKWARD && op <= VL_BIN_SIGMOID_BACKWARD;
-}
+static bool binary_is_act_backward(vl_binary_op op) { return vl_binary_kind_of(op) == VL_OPK_ACT; }
 
 /* The activation-backward ops [out, grad, v] take two float tensors (b NULL: a number was given);
  * v is the forward input x (relu, gelu) or the forward output y (tanh, sigmoid). */
@@ -39,9 +40,7 @@ static vl_status act_backward_check(const char *name, vl_binary_op op, const vl_
   return VL_OK;
 }
 
-static bool unary_is_float_only(vl_unary_op op) {
-  return (op >= VL_UN_EXP && op <= VL_UN_GELU_TANH) || op == VL_UN_RECIPROCAL || op == VL_UN_SIN || op == VL_UN_COS;
-}
+static bool unary_is_float_only(vl_unary_op op) { return vl_unary_domain(op) == VL_OPD_FLOAT; }
 
 static bool binary_is_arith(vl_binary_op op) {
   return op == VL_BIN_ADD || op == VL_BIN_SUB || op == VL_BIN_MUL || op == VL_BIN_DIV || op == VL_BIN_POW;

