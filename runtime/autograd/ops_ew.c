@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "runtime/amp/autocast.h"
+#include "runtime/autograd/formula.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/ops/ops_internal.h"
 
@@ -45,11 +46,6 @@ static vl_op_saves unary_saves(vl_unary_op op) {
   return (unsigned)op < VL_NUNARY ? (vl_op_saves)sv[op] : VL_OPS_NONE;
 }
 
-static vl_status mul(vl_tensor *a, vl_tensor *b, vl_tensor **o) { return vl_binary(VL_BIN_MUL, a, b, 1.0, o); }
-static vl_status muls(vl_tensor *a, double s, vl_tensor **o) { return vl_binary_scalar(VL_BIN_MUL, a, s, false, o); }
-static vl_status zeros_like(vl_tensor *t, vl_tensor **o) {
-  return vl_zeros(t->ndim, t->size, t->dtype, t->storage->device, o);
-}
 
 /* ---- unary ---- */
 
@@ -58,73 +54,36 @@ typedef struct unary_ctx {
   double lo, hi; /* clamp's bounds */
 } unary_ctx;
 
+/* v: the saved input x or output y (the op list's saves column). */
 static vl_status unary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   const unary_ctx *c = VL_AG_CTX(n, unary_ctx);
-  vl_tensor *g = go[0], *v, *t[3] = {0}, *r = NULL;
+  vl_tensor *g = go[0], *v, *r = NULL;
   VL_TRY(vl_node_saved(n, 0, &v));
-  vl_status s = VL_OK;
+  vl_fs f = VL_FS_INIT;
   switch (c->op) {
-    case VL_UN_NEG: s = vl_unary(VL_UN_NEG, g, &r); break;
-    case VL_UN_ABS:
-      s = vl_unary(VL_UN_SIGN, v, &t[0]);
-      if (s == VL_OK) s = mul(g, t[0], &r);
-      break;
-    case VL_UN_SQUARE:
-      s = mul(g, v, &t[0]);
-      if (s == VL_OK) s = muls(t[0], 2.0, &r);
-      break;
-    case VL_UN_RELU: s = vl_binary(VL_BIN_RELU_BACKWARD, g, v, 1.0, &r); break; /* y > 0 iff x > 0 */
+    case VL_UN_NEG: r = F_NEG(g); break;
+    case VL_UN_ABS: r = F_MUL(g, F_UN(SIGN, v)); break;
+    case VL_UN_SQUARE: r = F_MULS(F_MUL(g, v), 2.0); break;
+    case VL_UN_RELU: r = F_BIN(RELU_BACKWARD, g, v); break; /* y > 0 iff x > 0 */
     case VL_UN_CLAMP: /* pass-through inside [lo, hi], bounds included (as PyTorch) */
-      s = vl_binary_scalar(VL_BIN_LT, v, c->lo, false, &t[0]);
-      if (s == VL_OK) s = vl_binary_scalar(VL_BIN_GT, v, c->hi, false, &t[1]);
-      if (s == VL_OK) s = vl_binary(VL_BIN_LOGICAL_OR, t[0], t[1], 1.0, &t[2]);
-      if (s == VL_OK) s = vl_masked_fill(g, t[2], 0.0, &r);
+      r = F_MASKED_FILL(g, F_BIN(LOGICAL_OR, F_SCALAR(LT, v, c->lo), F_SCALAR(GT, v, c->hi)), 0.0);
       break;
-    case VL_UN_EXP: s = mul(g, v, &r); break;
-    case VL_UN_LOG: s = vl_binary(VL_BIN_DIV, g, v, 1.0, &r); break;
-    case VL_UN_SQRT:
-      s = vl_binary(VL_BIN_DIV, g, v, 1.0, &t[0]);
-      if (s == VL_OK) s = muls(t[0], 0.5, &r);
-      break;
-    case VL_UN_RSQRT: /* d x^-1/2 = -1/2 y^3 */
-      s = mul(v, v, &t[0]);
-      if (s == VL_OK) s = mul(t[0], v, &t[1]);
-      if (s == VL_OK) s = mul(g, t[1], &t[2]);
-      if (s == VL_OK) s = muls(t[2], -0.5, &r);
-      break;
-    case VL_UN_TANH: s = vl_binary(VL_BIN_TANH_BACKWARD, g, v, 1.0, &r); break;
-    case VL_UN_SIGMOID: s = vl_binary(VL_BIN_SIGMOID_BACKWARD, g, v, 1.0, &r); break;
-    case VL_UN_GELU: s = vl_binary(VL_BIN_GELU_BACKWARD, g, v, 1.0, &r); break;
-    case VL_UN_GELU_TANH: s = vl_binary(VL_BIN_GELU_TANH_BACKWARD, g, v, 1.0, &r); break;
-    case VL_UN_RECIPROCAL: /* -y^2 */
-      s = mul(v, v, &t[0]);
-      if (s == VL_OK) s = mul(g, t[0], &t[1]);
-      if (s == VL_OK) s = muls(t[1], -1.0, &r);
-      break;
-    case VL_UN_SIN:
-      s = vl_unary(VL_UN_COS, v, &t[0]);
-      if (s == VL_OK) s = mul(g, t[0], &r);
-      break;
-    case VL_UN_COS:
-      s = vl_unary(VL_UN_SIN, v, &t[0]);
-      if (s == VL_OK) s = mul(g, t[0], &t[1]);
-      if (s == VL_OK) s = muls(t[1], -1.0, &r);
-      break;
-    case VL_UN_LOG1P: /* g / (1 + x) */
-      s = vl_binary_scalar(VL_BIN_ADD, v, 1.0, false, &t[0]);
-      if (s == VL_OK) s = vl_binary(VL_BIN_DIV, g, t[0], 1.0, &r);
-      break;
-    case VL_UN_ERF: /* g 2/sqrt(pi) exp(-x^2) */
-      s = mul(v, v, &t[0]);
-      if (s == VL_OK) s = muls(t[0], -1.0, &t[1]);
-      if (s == VL_OK) s = vl_unary_(VL_UN_EXP, t[1]);
-      if (s == VL_OK) s = muls(t[1], 1.12837916709551257390, &t[2]);
-      if (s == VL_OK) s = mul(g, t[2], &r);
-      break;
-    default: s = zeros_like(g, &r); break; /* sign, floor, ceil, round: zero almost everywhere */
+    case VL_UN_EXP: r = F_MUL(g, v); break;
+    case VL_UN_LOG: r = F_DIV(g, v); break;
+    case VL_UN_SQRT: r = F_MULS(F_DIV(g, v), 0.5); break;
+    case VL_UN_RSQRT: r = F_MULS(F_MUL(g, F_MUL(F_MUL(v, v), v)), -0.5); break; /* d x^-1/2 = -1/2 y^3 */
+    case VL_UN_TANH: r = F_BIN(TANH_BACKWARD, g, v); break;
+    case VL_UN_SIGMOID: r = F_BIN(SIGMOID_BACKWARD, g, v); break;
+    case VL_UN_GELU: r = F_BIN(GELU_BACKWARD, g, v); break;
+    case VL_UN_GELU_TANH: r = F_BIN(GELU_TANH_BACKWARD, g, v); break;
+    case VL_UN_RECIPROCAL: r = F_MULS(F_MUL(g, F_MUL(v, v)), -1.0); break; /* -y^2 */
+    case VL_UN_SIN: r = F_MUL(g, F_UN(COS, v)); break;
+    case VL_UN_COS: r = F_MULS(F_MUL(g, F_UN(SIN, v)), -1.0); break;
+    case VL_UN_LOG1P: r = F_DIV(g, F_ADDS(v, 1.0)); break;                                   /* g / (1 + x) */
+    case VL_UN_ERF: r = F_MUL(g, F_MULS(F_UN(EXP, F_MULS(F_MUL(v, v), -1.0)), 1.12837916709551257390)); break; /* 2/sqrt(pi) e^-x^2 */
+    default: r = F_ZEROS_LIKE(g); break; /* sign, floor, ceil, round: zero almost everywhere */
   }
-  vl_ag_drop(3, t);
-  return vl_ag_give_n(n, s, 1, &r, gi);
+  return vl_fs_give(&f, n, 1, &r, gi);
 }
 
 /* Records y = op(a) where a_val holds a's values as they were (a itself unless overwritten). */
@@ -174,17 +133,16 @@ static bool bin_differentiable(vl_binary_op op) { return (unsigned)op < VL_NBINA
 /* Whether the formula reads the operands (ADD/SUB do not). */
 static bool bin_saves(vl_binary_op op) { return op >= VL_BIN_MUL && op <= VL_BIN_MINIMUM; }
 
-/* Weight of a in d maximum(a, b) / d a: 1 where a wins, 1/2 on ties (as PyTorch), else 0. */
-static vl_status minmax_weight(vl_binary_op op, vl_tensor *a, vl_tensor *b, double s, vl_dtype dt, vl_tensor **w) {
+/* Weight of a in d maximum(a, b) / d a: 1 where a wins, 1/2 on ties (as PyTorch), else 0 (b NULL:
+ * the number s). */
+static vl_tensor *minmax_weight(vl_fs *fs, vl_binary_op op, vl_tensor *a, vl_tensor *b, double s, vl_dtype dt) {
+  vl_fs f = *fs;
   vl_binary_op cmp = op == VL_BIN_MAXIMUM ? VL_BIN_GT : VL_BIN_LT;
-  vl_tensor *t[4] = {0};
-  vl_status st = b ? vl_binary(cmp, a, b, 1.0, &t[0]) : vl_binary_scalar(cmp, a, s, false, &t[0]);
-  if (st == VL_OK) st = b ? vl_binary(VL_BIN_EQ, a, b, 1.0, &t[1]) : vl_binary_scalar(VL_BIN_EQ, a, s, false, &t[1]);
-  if (st == VL_OK) st = vl_to(t[0], dt, t[0]->storage->device, &t[2]);
-  if (st == VL_OK) st = vl_to(t[1], dt, t[1]->storage->device, &t[3]);
-  if (st == VL_OK) st = vl_binary(VL_BIN_ADD, t[2], t[3], 0.5, w);
-  for (int i = 0; i < 4; i++) vl_tensor_release(t[i]);
-  return st;
+  vl_tensor *win = b ? vl_fs_binary(&f, cmp, a, b, 1.0) : vl_fs_scalar(&f, cmp, a, s);
+  vl_tensor *tie = b ? F_BIN(EQ, a, b) : F_SCALAR(EQ, a, s);
+  vl_tensor *w = vl_fs_binary(&f, VL_BIN_ADD, F_TO(win, dt), F_TO(tie, dt), 0.5);
+  *fs = f;
+  return w;
 }
 
 typedef struct binary_ctx {
@@ -196,58 +154,42 @@ typedef struct binary_ctx {
 static vl_status binary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   vl_binary_op op = VL_AG_CTX(n, binary_ctx)->op;
   double alpha = VL_AG_CTX(n, binary_ctx)->alpha;
-  vl_tensor *g = go[0], *sv[3], *t[6] = {0}, *gr[2] = {0};
+  vl_tensor *g = go[0], *sv[3], *gr[2] = {0};
   VL_TRY(vl_node_saved_n(n, 3, sv));
-  vl_tensor *a = sv[0], *b = sv[1], *y = sv[2], **ga = &gr[0], **gb = &gr[1];
+  vl_tensor *a = sv[0], *b = sv[1], *y = sv[2];
   bool wa = vl_ag_wants(n, 0), wb = vl_ag_wants(n, 1);
-  vl_status s = VL_OK;
+  vl_fs f = VL_FS_INIT;
   switch (op) {
     case VL_BIN_ADD:
     case VL_BIN_SUB: {
       double k = op == VL_BIN_ADD ? alpha : -alpha;
-      if (wa) *ga = vl_tensor_retain(g);
-      if (wb) s = k == 1.0 ? (*gb = vl_tensor_retain(g), VL_OK) : muls(g, k, gb);
+      gr[0] = wa ? g : NULL;
+      gr[1] = wb ? (k == 1.0 ? g : F_MULS(g, k)) : NULL;
       break;
     }
     case VL_BIN_MUL:
-      if (wa) s = mul(g, b, ga);
-      if (s == VL_OK && wb) s = mul(g, a, gb);
+      gr[0] = wa ? F_MUL(g, b) : NULL;
+      gr[1] = wb ? F_MUL(g, a) : NULL;
       break;
     case VL_BIN_DIV: /* d/da = 1/b, d/db = -a/b^2 = -(g/b)(a/b) */
-      s = vl_binary(VL_BIN_DIV, g, b, 1.0, ga);
-      if (s == VL_OK && wb) s = vl_binary(VL_BIN_DIV, a, b, 1.0, &t[0]);
-      if (s == VL_OK && wb) s = mul(*ga, t[0], &t[1]);
-      if (s == VL_OK && wb) s = muls(t[1], -1.0, gb);
+      gr[0] = F_DIV(g, b);
+      gr[1] = wb ? F_MULS(F_MUL(gr[0], F_DIV(a, b)), -1.0) : NULL;
       break;
     case VL_BIN_POW: /* d/da = b a^(b-1) (0 where b == 0), d/db = y log(a) (0 where a == 0) */
-      if (wa) {
-        s = vl_binary_scalar(VL_BIN_SUB, b, 1.0, false, &t[0]);
-        if (s == VL_OK) s = vl_binary(VL_BIN_POW, a, t[0], 1.0, &t[1]);
-        if (s == VL_OK) s = mul(t[1], b, &t[2]);
-        if (s == VL_OK) s = vl_binary_scalar(VL_BIN_EQ, b, 0.0, false, &t[3]);
-        if (s == VL_OK) s = mul(g, t[2], &t[4]);
-        if (s == VL_OK) s = vl_masked_fill(t[4], t[3], 0.0, ga);
-        vl_ag_drop(5, t);
-      }
-      if (s == VL_OK && wb) {
-        s = vl_unary(VL_UN_LOG, a, &t[0]);
-        if (s == VL_OK) s = mul(y, t[0], &t[1]);
-        if (s == VL_OK) s = mul(g, t[1], &t[2]);
-        if (s == VL_OK) s = vl_binary_scalar(VL_BIN_EQ, a, 0.0, false, &t[3]);
-        if (s == VL_OK) s = vl_masked_fill(t[2], t[3], 0.0, gb);
-      }
+      if (wa) gr[0] = F_MASKED_FILL(F_MUL(g, F_MUL(F_POW(a, F_SUBS(b, 1.0)), b)), F_SCALAR(EQ, b, 0.0), 0.0);
+      if (wb) gr[1] = F_MASKED_FILL(F_MUL(g, F_MUL(y, F_UN(LOG, a))), F_SCALAR(EQ, a, 0.0), 0.0);
       break;
     case VL_BIN_MAXIMUM:
     case VL_BIN_MINIMUM:
-      s = minmax_weight(op, a, b, 0, g->dtype, &t[0]);
-      if (s == VL_OK) s = mul(g, t[0], ga);
-      if (s == VL_OK && wb) s = vl_binary(VL_BIN_SUB, g, *ga, 1.0, gb);
+      gr[0] = F_MUL(g, minmax_weight(&f, op, a, b, 0, g->dtype));
+      gr[1] = wb ? F_SUB(g, gr[0]) : NULL;
       break;
-    default: s = vl_fail(VL_EINTERNAL, "%s: op %d is not differentiable", n->name, (int)op); break;
+    default:
+      f.s = vl_fail(VL_EINTERNAL, "%s: op %d is not differentiable", n->name, (int)op);
+      break;
   }
-  if (!wa) vl_ag_drop(1, ga); /* div and min/max compute it for gb */
-  vl_ag_drop(6, t);
-  return vl_ag_give_n(n, s, 2, gr, gi);
+  if (!wa) gr[0] = NULL; /* div and min/max compute it for gb */
+  return vl_fs_give(&f, n, 2, gr, gi);
 }
 
 static vl_status rec_binary(vl_binary_op op, vl_tensor *a, vl_tensor *av, vl_tensor *b, vl_tensor *bv, vl_tensor *y,
@@ -304,50 +246,25 @@ static vl_status scalar_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   vl_binary_op op = c->op;
   bool rev = c->rev;
   double k = c->k;
-  vl_tensor *g = go[0], *sv[2], *t[3] = {0}, *r = NULL;
+  vl_tensor *g = go[0], *sv[2], *r = NULL;
   VL_TRY(vl_node_saved_n(n, 2, sv));
   vl_tensor *a = sv[0], *y = sv[1];
-  vl_status s = VL_OK;
+  vl_fs f = VL_FS_INIT;
   switch (op) {
-    case VL_BIN_ADD: r = vl_tensor_retain(g); break;
-    case VL_BIN_SUB: s = rev ? muls(g, -1.0, &r) : (r = vl_tensor_retain(g), VL_OK); break;
-    case VL_BIN_MUL: s = muls(g, k, &r); break;
-    case VL_BIN_DIV:
-      if (!rev) {
-        s = vl_binary_scalar(VL_BIN_DIV, g, k, false, &r);
-      } else { /* d (k / a) = -k / a^2 = -y / a */
-        s = vl_binary(VL_BIN_DIV, y, a, 1.0, &t[0]);
-        if (s == VL_OK) s = mul(g, t[0], &t[1]);
-        if (s == VL_OK) s = muls(t[1], -1.0, &r);
-      }
-      break;
+    case VL_BIN_ADD: r = g; break;
+    case VL_BIN_SUB: r = rev ? F_MULS(g, -1.0) : g; break;
+    case VL_BIN_MUL: r = F_MULS(g, k); break;
+    case VL_BIN_DIV: r = !rev ? F_DIVS(g, k) : F_MULS(F_MUL(g, F_DIV(y, a)), -1.0); break; /* d (k / a) = -y / a */
     case VL_BIN_POW:
-      if (!rev) { /* d a^k = k a^(k-1) */
-        if (k == 0) {
-          s = zeros_like(g, &r);
-          break;
-        }
-        s = vl_binary_scalar(VL_BIN_POW, a, k - 1.0, false, &t[0]);
-        if (s == VL_OK) s = muls(t[0], k, &t[1]);
-        if (s == VL_OK) s = mul(g, t[1], &r);
-      } else { /* d k^a = k^a log k */
-        if (k == 0) {
-          s = zeros_like(g, &r);
-          break;
-        }
-        s = muls(y, log(k), &t[0]);
-        if (s == VL_OK) s = mul(g, t[0], &r);
-      }
+      if (k == 0) r = F_ZEROS_LIKE(g);
+      else if (!rev) r = F_MUL(g, F_MULS(F_POWS(a, k - 1.0), k)); /* d a^k = k a^(k-1) */
+      else r = F_MUL(g, F_MULS(y, log(k)));                        /* d k^a = k^a log k */
       break;
     case VL_BIN_MAXIMUM:
-    case VL_BIN_MINIMUM:
-      s = minmax_weight(op, a, NULL, k, g->dtype, &t[0]);
-      if (s == VL_OK) s = mul(g, t[0], &r);
-      break;
-    default: s = vl_fail(VL_EINTERNAL, "%s: op %d is not differentiable", n->name, (int)op); break;
+    case VL_BIN_MINIMUM: r = F_MUL(g, minmax_weight(&f, op, a, NULL, k, g->dtype)); break;
+    default: f.s = vl_fail(VL_EINTERNAL, "%s: op %d is not differentiable", n->name, (int)op); break;
   }
-  vl_ag_drop(3, t);
-  return vl_ag_give_n(n, s, 1, &r, gi);
+  return vl_fs_give(&f, n, 1, &r, gi);
 }
 
 static vl_status rec_scalar(vl_binary_op op, vl_tensor *a, vl_tensor *av, double k, bool rev, vl_tensor *y) {
