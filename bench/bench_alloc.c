@@ -16,7 +16,7 @@
 
 #include "runtime/core/context.h"
 #include "runtime/core/cuda.h"
-#include "runtime/alloc/alloc.h"
+#include "runtime/core/alloc.h"
 
 static double now_s(void) {
   struct timespec ts;

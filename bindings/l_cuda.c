@@ -5,7 +5,7 @@
 
 #include "bindings/l_priv.h"
 #include "runtime/core/cuda.h"
-#include "runtime/alloc/alloc.h"
+#include "runtime/core/alloc.h"
 
 #define STREAM_MT "v100.cuda.Stream"
 #define EVENT_MT "v100.cuda.Event"

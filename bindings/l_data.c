@@ -24,6 +24,7 @@
 #include "runtime/data/loader.h"
 #include "runtime/data/nvjpeg.h"
 #include "runtime/data/transform.h"
+#include "runtime/ops/ops.h"
 
 #define FOLDER_MT "v100.data.Folder"
 #define LOADER_MT "v100.data.Loader"

@@ -14,7 +14,7 @@
 
 #include "bindings/l_priv.h"
 #include "runtime/core/cuda.h"
-#include "runtime/core/rtc.h"
+#include "runtime/rtc/rtc.h"
 
 #define MODULE_MT "v100.kernel.Module"
 #define KERNEL_MT "v100.kernel.Kernel"

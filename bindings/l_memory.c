@@ -4,7 +4,7 @@
 
 #include "bindings/l_priv.h"
 #include "runtime/core/cuda.h"
-#include "runtime/alloc/alloc.h"
+#include "runtime/core/alloc.h"
 
 static vl_alloc *check_pool(lua_State *L, int arg, const char *fname, int *devout) {
   int dev = l_optcudadev(L, arg, fname);

@@ -462,7 +462,7 @@ static int t_contiguous(lua_State *L) {
 /* t:set_(src): t becomes a view of src's data, keeping its identity (Module:to()). */
 static int t_set_(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1), *src = vl_lua_checktensor(L, 2);
-  vl_status s = vl_tensor_set_(t, src);
+  vl_status s = vl_ag_set_(t, src);
   if (s != VL_OK) return vl_lua_error(L, s);
   lua_settop(L, 1);
   return 1;

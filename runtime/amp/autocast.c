@@ -8,7 +8,15 @@
 
 #include "runtime/autograd/ops.h"
 
-static vl_autocast *ac_state(void) { return &vl_ctx()->autocast; }
+/* Static, so that its defaults hold without any init and nothing can fail; the context points at
+ * it from the first use, so that all state stays reachable from vl_ctx(). */
+static vl_autocast g_autocast = {.dtype = VL_F16};
+
+static vl_autocast *ac_state(void) {
+  vl_context *c = vl_ctx();
+  if (!c->autocast) c->autocast = &g_autocast;
+  return c->autocast;
+}
 
 /* ---- the table ---- */
 
@@ -228,7 +236,7 @@ bool vl_autocast_wants_slow(vl_autocast_op op, int n, vl_tensor *const *in) {
 /* A parameter's cast: made once per region and target dtype while grad mode is on (a cast made
  * under no_grad records nothing and must not be reused where gradients are wanted). */
 static bool cacheable(const vl_autocast *ac, vl_tensor *t) {
-  return ac->depth > 0 && vl_ctx()->grad_enabled && vl_requires_grad(t) && vl_is_leaf(t);
+  return ac->depth > 0 && vl_grad_enabled() && vl_requires_grad(t) && vl_is_leaf(t);
 }
 
 static vl_status cast_one(vl_autocast *ac, vl_tensor *t, vl_dtype dt, vl_tensor **out) {

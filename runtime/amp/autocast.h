@@ -18,7 +18,7 @@
  * The weight cache: inside a region, a leaf that requires grad (a parameter) is cast once per
  * target dtype and the cast reused by later ops (recast when its storage or storage version
  * changes: an in-place update), while grad mode is on; the cache is dropped when the outermost
- * region is left. The state lives in the context (runtime/core/context.h: vl_autocast). */
+ * region is left. The state (vl_autocast below) is reached from the context (vl_ctx()->autocast). */
 #ifndef VL_AMP_AUTOCAST_H
 #define VL_AMP_AUTOCAST_H
 
@@ -75,6 +75,21 @@ typedef enum vl_autocast_op {
   VL_AC_NOPS
 } vl_autocast_op;
 
+/* The O1 state. The context holds it by pointer (vl_ctx()->autocast), as core knows no
+ * concern's layout; only autocast.c writes it (one static instance, F16 by default, that the
+ * context points at from the first call that needs it). Before that the pointer is NULL, which
+ * every reader takes as "off". */
+#define VL_AUTOCAST_MAX_OPS 48
+typedef struct vl_autocast {
+  bool enabled;                              /* ops cast their inputs per their class */
+  vl_dtype dtype;                            /* the half dtype: VL_F16 (default) or VL_BF16 */
+  int depth;                                 /* regions entered (enabled or not) and not yet left */
+  uint8_t op_class[VL_AUTOCAST_MAX_OPS];     /* 0: the op's default class, else class + 1 (set_op) */
+  void *cache;                               /* the weight cast cache, owned by autocast.c */
+  int cache_n, cache_cap;
+  uint64_t casts, cache_hits;                /* casts made by autocast, casts reused from the cache */
+} vl_autocast;
+
 /* What a region's exit restores. */
 typedef struct vl_autocast_prev {
   bool enabled;
@@ -119,7 +134,8 @@ void vl_autocast_reset_stats(void);
 /* Whether op would cast any of in[0..n) now (NULL entries are skipped). */
 bool vl_autocast_wants_slow(vl_autocast_op op, int n, vl_tensor *const *in);
 static inline bool vl_autocast_wants(vl_autocast_op op, int n, vl_tensor *const *in) {
-  return vl_ctx()->autocast.enabled && op != VL_AC_NONE && vl_autocast_wants_slow(op, n, in);
+  const vl_autocast *ac = vl_ctx()->autocast;
+  return ac && ac->enabled && op != VL_AC_NONE && vl_autocast_wants_slow(op, n, in);
 }
 /* casted[i] = in[i] cast as op's class says (a new reference; in[i] itself retained when it
  * stays; NULL for NULL). On failure nothing is left to release. */

@@ -17,7 +17,7 @@
  *
  * Hooks: a tensor hook runs when the gradient w.r.t. that tensor is complete and may replace it;
  * a post-accumulate hook runs on a leaf right after its .grad was updated (data parallel training
- * starts bucketed all-reduces from it). All state is per process (vl_ctx()->grad_enabled). */
+ * starts bucketed all-reduces from it). All state is per process (vl_ag_state()). */
 #ifndef VL_AUTOGRAD_H
 #define VL_AUTOGRAD_H
 
@@ -101,6 +101,17 @@ typedef struct vl_autograd_meta {
                                  it are refused rather than computing wrong gradients) */
 } vl_autograd_meta;
 
+/* The process's autograd state. The context holds it by pointer (vl_ctx()->autograd), as core
+ * knows no concern's layout; vl_ag_state() returns it (the one instance, in node.c, grad mode on
+ * from the start) and points the context at it on first use. */
+typedef struct vl_autograd_state {
+  bool grad_enabled;          /* autograd records (default on) */
+  uint64_t node_seq;          /* node creation counter */
+  int64_t live_nodes;         /* nodes not yet freed (a debug count) */
+  int backward_depth;         /* backward runs in progress (hooks may nest them) */
+} vl_autograd_state;
+vl_autograd_state *vl_ag_state(void);
+
 /* ---- grad mode ---- */
 bool vl_grad_enabled(void);
 void vl_set_grad_enabled(bool on);
@@ -120,8 +131,16 @@ vl_node *vl_grad_fn(const vl_tensor *t);             /* borrowed */
 vl_status vl_detach(vl_tensor *t, vl_tensor **out);
 /* Detaches t in place: it becomes a leaf that does not require grad (its history is dropped). */
 vl_status vl_detach_(vl_tensor *t);
-/* Frees the autograd meta of a tensor object (called by vl_tensor_release when the object dies). */
+/* Frees the autograd meta of a tensor object (vl_tensor_release calls it, through the hook
+ * node.c installs with vl_tensor_set_meta_free_hook before it makes the first meta). */
 void vl_autograd_meta_free(vl_tensor *t);
+/* t:set_(src): makes the tensor object t a view of src's data (vl_tensor_set_), keeping t's
+ * identity and autograd state (requires_grad, hooks; .grad is dropped when it no longer fits).
+ * What Module:to() uses so that optimizers holding parameters stay valid. Refuses a t with a
+ * grad_fn, and non-float data for a t that requires grad. A graph recorded before, still alive,
+ * keeps its AccumulateGrad for the old data: its backward then fails naming both shapes rather
+ * than store a gradient that does not fit (engine.c). */
+vl_status vl_ag_set_(vl_tensor *t, vl_tensor *src);
 
 /* ---- hooks ---- */
 vl_status vl_register_hook(vl_tensor *t, vl_grad_hook_fn fn, void *ud, void (*ud_free)(void *), int *id);

@@ -409,7 +409,8 @@ static vl_status prepare_roots(const char *op, int n, vl_tensor *const *roots, v
 static vl_status run_graph(const char *op, int n, vl_tensor *const *roots, vl_tensor *const *grads, bool retain,
                            int nin, vl_tensor *const *inputs, vl_tensor **results) {
   if (n <= 0) return vl_fail(VL_EINVAL, "%s: no outputs given", op);
-  if (vl_ctx()->backward_depth >= MAX_BACKWARD_DEPTH)
+  vl_autograd_state *ag = vl_ag_state();
+  if (ag->backward_depth >= MAX_BACKWARD_DEPTH)
     return vl_fail(VL_EINVAL,
                    "%s: nested %d levels deep in backward: a hook or a Function's backward that runs backward (or "
                    "autograd.grad) on its own graph again recurses without end",
@@ -419,7 +420,7 @@ static vl_status run_graph(const char *op, int n, vl_tensor *const *roots, vl_te
   int *capn = calloc((size_t)nin * 2 + 1, sizeof *capn);
   engine e;
   memset(&e, 0, sizeof e);
-  bool mode = vl_ctx()->grad_enabled;
+  bool mode = ag->grad_enabled;
   vl_status s = edges && gs && capn ? VL_OK : vl_fail(VL_EOOM, "%s: out of host memory", op);
   if (s == VL_OK) s = prepare_roots(op, n, roots, grads, edges, gs);
   e.retain = retain;
@@ -435,8 +436,8 @@ static vl_status run_graph(const char *op, int n, vl_tensor *const *roots, vl_te
     else
       s = vl_ag_edge_of(inputs[i], &edges[n + i]);
   }
-  vl_ctx()->grad_enabled = false; /* backward formulas build no graph */
-  vl_ctx()->backward_depth++;
+  ag->grad_enabled = false; /* backward formulas build no graph */
+  ag->backward_depth++;
   if (s == VL_OK) s = eng_build(&e, n, edges);
   /* autograd.grad: an input's gradient is taken where it arrives (a node outside the graph
    * means the input is unreachable: its result stays NULL). */
@@ -449,8 +450,8 @@ static vl_status run_graph(const char *op, int n, vl_tensor *const *roots, vl_te
     e.items[idx].cap_first = i;
   }
   if (s == VL_OK) s = eng_exec(&e, n, edges, gs);
-  vl_ctx()->backward_depth--;
-  vl_ctx()->grad_enabled = mode;
+  ag->backward_depth--;
+  ag->grad_enabled = mode;
   eng_free(&e);
   for (int i = 0; i < n + nin && edges; i++) vl_node_release(edges[i].node);
   for (int i = 0; i < n && gs; i++) vl_tensor_release(gs[i]);

@@ -18,15 +18,28 @@
 
 /* ---- grad mode ---- */
 
-bool vl_grad_enabled(void) { return vl_ctx()->grad_enabled; }
-void vl_set_grad_enabled(bool on) { vl_ctx()->grad_enabled = on; }
-int64_t vl_autograd_live_nodes(void) { return vl_ctx()->live_nodes; }
+/* The one instance: static, so that grad mode is on before anything runs and nothing can fail;
+ * the context points at it from the first use, so that all state stays reachable from
+ * vl_ctx() without core knowing autograd's layout. */
+static vl_autograd_state g_state = {.grad_enabled = true};
+
+vl_autograd_state *vl_ag_state(void) {
+  vl_context *c = vl_ctx();
+  if (!c->autograd) c->autograd = &g_state;
+  return c->autograd;
+}
+
+bool vl_grad_enabled(void) { return vl_ag_state()->grad_enabled; }
+void vl_set_grad_enabled(bool on) { vl_ag_state()->grad_enabled = on; }
+int64_t vl_autograd_live_nodes(void) { return vl_ag_state()->live_nodes; }
 
 /* ---- per-tensor state ---- */
 
 
 static vl_status meta_get(vl_tensor *t, vl_autograd_meta **out) {
   if (!t->autograd) {
+    /* Before the first meta exists: vl_tensor_release frees metas through this hook. */
+    vl_tensor_set_meta_free_hook(vl_autograd_meta_free);
     t->autograd = calloc(1, sizeof(vl_autograd_meta));
     if (!t->autograd) return vl_fail(VL_EOOM, "autograd: out of host memory");
   }
@@ -252,6 +265,31 @@ vl_status vl_detach_(vl_tensor *t) {
   return VL_OK;
 }
 
+vl_status vl_ag_set_(vl_tensor *t, vl_tensor *src) {
+  if (t == src) return VL_OK;
+  vl_autograd_meta *m = meta_of(t);
+  if (m && m->grad_fn)
+    return vl_fail(VL_EINVAL, "set_: the tensor is the result of a recorded op (has a grad_fn); detach it first");
+  if (m && m->requires_grad && !vl_dtype_is_float(src->dtype))
+    return vl_fail(VL_EDTYPE, "set_: a tensor that requires grad cannot take %s data", vl_dtype_name(src->dtype));
+  VL_TRY(vl_tensor_set_(t, src));
+  /* A cached gradient accumulator describes the old shape and dtype: graphs recorded from now on
+   * get a new one (graphs still alive keep theirs, and their backward refuses a gradient that
+   * no longer fits: run_accumulate in runtime/autograd/engine.c). */
+  if (m) m->accumulator = NULL;
+  /* A gradient of another shape, dtype or device no longer fits the data: drop it. */
+  if (m && m->grad) {
+    vl_tensor *g = m->grad;
+    bool fits = g->ndim == t->ndim && g->dtype == t->dtype && vl_device_eq(g->storage->device, t->storage->device);
+    for (int i = 0; fits && i < t->ndim; i++) fits = g->size[i] == t->size[i];
+    if (!fits) {
+      m->grad = NULL;
+      vl_tensor_release(g);
+    }
+  }
+  return VL_OK;
+}
+
 void vl_autograd_meta_free(vl_tensor *t) {
   vl_autograd_meta *m = meta_of(t);
   if (!m) return;
@@ -301,9 +339,9 @@ static vl_status node_alloc(const char *name, vl_backward_fn fn, int nin, int no
     if (ctx) memcpy(n->ctx, ctx, ctx_size);
   }
   for (int i = 0; i < nout; i++) n->out_ndim[i] = -1; /* no output there (yet) */
-  n->seq = vl_ctx()->node_seq++;
+  n->seq = vl_ag_state()->node_seq++;
   n->scope = vl_nvtx_current_scope();
-  vl_ctx()->live_nodes++;
+  vl_ag_state()->live_nodes++;
   *out = n;
   return VL_OK;
 }
@@ -346,7 +384,7 @@ vl_status vl_ag_edge_of(vl_tensor *t, vl_edge *e) {
 }
 
 bool vl_ag_needs(int n, vl_tensor *const *inputs) {
-  if (!vl_ctx()->grad_enabled) return false;
+  if (!vl_ag_state()->grad_enabled) return false;
   for (int i = 0; i < n; i++)
     if (inputs[i] && vl_requires_grad(inputs[i])) return true;
   return false;
@@ -397,7 +435,7 @@ vl_status vl_ag_record(const vl_ag_rec *r) {
   int nout = r->nout > 0 ? r->nout : 1, nsave = 0;
   bool any_float = false;
   for (int i = 0; i < nout; i++) any_float = any_float || (r->out[i] && vl_dtype_is_float(r->out[i]->dtype));
-  if (!any_float || !(r->always ? vl_ctx()->grad_enabled : vl_ag_needs(r->nin, r->in))) {
+  if (!any_float || !(r->always ? vl_ag_state()->grad_enabled : vl_ag_needs(r->nin, r->in))) {
     free_ctx_of(r);
     return VL_OK;
   }
@@ -499,7 +537,7 @@ static void node_destroy(vl_node *n, vl_node ***stack, size_t *len, size_t *cap)
   free(n->out_ndim);
   free(n->out_dtype);
   free(n);
-  vl_ctx()->live_nodes--;
+  vl_ag_state()->live_nodes--;
 }
 
 void vl_node_release(vl_node *n) {

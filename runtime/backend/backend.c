@@ -1,11 +1,13 @@
 /* runtime/backend/backend.c: the one lookup from a device to its backend (runtime/backend/backend.h).
  *
  * Every front end reaches kernels through here, so that this table (and the device code in
- * runtime/core/device.h, cuda.c, tensor.c's storage and runtime/alloc) is the only place that
+ * runtime/core/device.h, cuda.c, tensor.c's storage and the allocator, runtime/core/alloc.c) is the only place that
  * tells device types apart. */
 #include "runtime/backend/backend.h"
 
 #include <stddef.h>
+
+#include "runtime/core/context.h"
 
 /* NULL where v100lua was built without the device type. */
 static const vl_backend *const backends[] = {
@@ -22,7 +24,28 @@ VL_TABLE_SIZE(backends, VL_NDEVICE_TYPES);
 static const char *const type_names[] = {[VL_CPU] = "CPU", [VL_CUDA] = "CUDA"};
 VL_TABLE_SIZE(type_names, VL_NDEVICE_TYPES);
 
+#ifdef VL_HAVE_CUDA
+static vl_status cuda_check_async(int device) {
+  return vl_cuda_backend.check_async ? vl_cuda_backend.check_async(device) : VL_OK;
+}
+#endif
+
+/* Core calls nothing above it, so what it needs of the backends (vl_shutdown frees their state,
+ * vl_cuda_synchronize reports their asynchronous errors) are hooks on the context, installed
+ * here at the first lookup: every kernel is reached through one, so no kernel state exists, and
+ * no kernel error is pending, before. Lookups happen on the main thread (as the pools' use). */
+static bool hooks_installed;
+static void install_hooks(void) {
+#ifdef VL_HAVE_CUDA
+  vl_set_backend_hooks(vl_backend_shutdown_all, cuda_check_async);
+#else
+  vl_set_backend_hooks(vl_backend_shutdown_all, NULL);
+#endif
+  hooks_installed = true;
+}
+
 const vl_backend *vl_backend_of(vl_device dev) {
+  if (!hooks_installed) install_hooks();
   return (unsigned)dev.type < VL_NDEVICE_TYPES ? backends[dev.type] : NULL;
 }
 

@@ -95,7 +95,7 @@ const vl_backend *vl_backend_of(vl_device dev);
 /* vl_backend_of for front ends: fails with VL_EUNSUPPORTED "<op>: a CUDA tensor but v100lua was
  * built without CUDA" where vl_backend_of gives NULL; *out untouched on failure. */
 vl_status vl_backend_check(const char *op, vl_device dev, const vl_backend **out);
-/* Calls every built backend's shutdown (vl_shutdown). */
+/* Calls every built backend's shutdown (vl_shutdown, through the hook installed in backend.c). */
 void vl_backend_shutdown_all(void);
 
 const char *vl_op_kind_name(vl_op_kind op); /* "conv", "batchnorm", ...; "?" out of range */

@@ -8,13 +8,12 @@
 #include <malloc.h>
 #endif
 
-#include "runtime/backend/backend.h"
 #include "runtime/core/cuda.h"
 
 #define VL_DEFAULT_SEED 67280421310721ULL
 
 /* Statically initialised so that the RNG and flags have their defaults before vl_init. */
-static vl_context g_ctx = {.seed = VL_DEFAULT_SEED, .grad_enabled = true, .autocast = {.dtype = VL_F16}};
+static vl_context g_ctx = {.seed = VL_DEFAULT_SEED};
 
 vl_context *vl_ctx(void) { return &g_ctx; }
 
@@ -39,13 +38,13 @@ vl_status vl_init(void) {
   if (n < 0) n = 0;
   if (n > VL_MAX_DEVICES) n = VL_MAX_DEVICES;
   g_ctx.ndevices = n;
-  g_ctx.grad_enabled = true; /* autograd records by default (also before vl_init: see g_ctx) */
   g_ctx.initialized = true;
   return VL_OK;
 }
 
 void vl_shutdown(void) {
-  vl_backend_shutdown_all(); /* kernel state first: workspaces may be pool blocks */
+  /* Kernel state first: workspaces may be pool blocks. */
+  if (g_ctx.hooks.backend_shutdown) g_ctx.hooks.backend_shutdown();
 #ifdef VL_HAVE_CUDA
   vl_cuda_teardown();
 #endif
@@ -57,6 +56,11 @@ void vl_shutdown(void) {
   memset(g_ctx.default_stream, 0, sizeof g_ctx.default_stream);
   memset(g_ctx.current_stream, 0, sizeof g_ctx.current_stream);
   memset(g_ctx.kernel_state, 0, sizeof g_ctx.kernel_state);
+}
+
+void vl_set_backend_hooks(void (*shutdown)(void), vl_status (*cuda_check_async)(int device)) {
+  g_ctx.hooks.backend_shutdown = shutdown;
+  g_ctx.hooks.cuda_check_async = cuda_check_async;
 }
 
 void vl_set_reclaim_hook(int (*reclaim)(void *ud), void *ud) {

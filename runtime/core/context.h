@@ -7,37 +7,32 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "runtime/core/alloc.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
-#include "runtime/alloc/alloc.h"
 #include "runtime/core/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Autocast (runtime/amp/autocast.h): the O1 mixed-precision state. Read by every recorded op
- * (runtime/autograd), so it lives here; only runtime/amp/autocast.c writes it. */
-#define VL_AUTOCAST_MAX_OPS 48
-typedef struct vl_autocast {
-  bool enabled;                              /* ops cast their inputs per their class */
-  vl_dtype dtype;                            /* the half dtype: VL_F16 (default) or VL_BF16 */
-  int depth;                                 /* regions entered (enabled or not) and not yet left */
-  uint8_t op_class[VL_AUTOCAST_MAX_OPS];     /* 0: the op's default class, else class + 1 (set_op) */
-  void *cache;                               /* the weight cast cache, owned by autocast.c */
-  int cache_n, cache_cap;
-  uint64_t casts, cache_hits;                /* casts made by autocast, casts reused from the cache */
-} vl_autocast;
+struct vl_tensor;
+
+/* What core needs of the layers above it, installed by them: core includes and calls nothing
+ * above itself (tools/check-layers.sh), so a call that must go up goes through one of these. Each
+ * is NULL until installed, and installed before it can matter (see each setter). */
+typedef struct vl_core_hooks {
+  void (*tensor_meta_free)(struct vl_tensor *t); /* runtime/autograd: frees vl_tensor.autograd */
+  void (*backend_shutdown)(void);                /* runtime/backend: the kernels' per-device state */
+  vl_status (*cuda_check_async)(int device);     /* runtime/backend: errors CUDA kernels flagged
+                                                    asynchronously (vl_cuda_synchronize) */
+} vl_core_hooks;
 
 typedef struct vl_context {
   bool initialized;
   int ndevices;                              /* CUDA devices visible (0 without CUDA) */
   uint64_t seed, rng_offset;                 /* the Philox generator (runtime/core/philox.h) */
   bool allow_tf32;                           /* f32 GEMMs may use TF32 (default off) */
-  bool grad_enabled;                         /* autograd records (default on; vl_init sets it) */
-  uint64_t node_seq;                         /* autograd node creation counter */
-  int64_t live_nodes;                        /* autograd nodes not yet freed (a debug count) */
-  int backward_depth;                        /* backward runs in progress (hooks may nest them) */
   bool cudnn_benchmark;                      /* conv algorithms by timing on first use (default off) */
   bool deterministic;                        /* CUDA kernels without run-to-run variation (default off) */
   int cpu_threads;                           /* the CPU backend's threads; 0: the default (vl_num_threads) */
@@ -52,9 +47,13 @@ typedef struct vl_context {
   void *cudnn_state[VL_MAX_DEVICES];         /* owned by kernels/cuda/cuda_cudnn.cu: cuDNN handles, plans */
   int (*reclaim)(void *ud);                  /* host GC hook for the OOM path (bindings set it) */
   void *reclaim_ud;
-  vl_autocast autocast;                      /* off by default */
+  /* The state of the concerns above core, each defined in its own header and held by pointer, so
+   * core knows none of their layouts; NULL until the concern's first use. */
+  struct vl_autograd_state *autograd;        /* runtime/autograd/node.c: grad mode, node counts */
+  struct vl_autocast *autocast;              /* runtime/amp/autocast.c: O1 state; NULL reads as off */
   struct vl_dist *dist;                      /* runtime/dist/comm.c: the world; NULL until vl_dist_init */
   struct vl_nvtx *nvtx;                      /* runtime/telemetry/nvtx.c: NVTX ranges; NULL until enabled */
+  vl_core_hooks hooks;                       /* installed from above; they survive vl_shutdown */
 } vl_context;
 
 /* Idempotent. Counts CUDA devices (touching nothing else on them). */
@@ -62,6 +61,9 @@ vl_status vl_init(void);
 /* Frees pools, streams and kernel state. Tensors still alive must not be used afterwards. */
 void vl_shutdown(void);
 vl_context *vl_ctx(void);
+/* Installs what core needs of the backends (runtime/backend/backend.c does, at its first lookup:
+ * every kernel is reached through a lookup, so no kernel state exists before). */
+void vl_set_backend_hooks(void (*shutdown)(void), vl_status (*cuda_check_async)(int device));
 /* Sets the reclaim hook on the context and every pool (present and future). */
 void vl_set_reclaim_hook(int (*reclaim)(void *ud), void *ud);
 /* cuDNN convolutions pick their algorithms by timing on the first use of each shape (cached per

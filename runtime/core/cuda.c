@@ -40,8 +40,6 @@ static void mpi_version(char *buf, size_t n) {
 #include <cudnn.h>
 #include <nccl.h>
 
-#include "runtime/backend/backend.h"
-
 #include "runtime/core/cuda_check.h"
 
 /* Immutable per-device data the backends point at (the pool keeps `ud` and `name`). */
@@ -274,7 +272,8 @@ vl_status vl_cuda_synchronize(int dev) {
   VL_TRY(check_dev("vl_cuda_synchronize", dev));
   VL_TRY(set_device(dev));
   VL_CUDA_CHECK(cudaDeviceSynchronize());
-  if (vl_cuda_backend.check_async) return vl_cuda_backend.check_async(dev);
+  vl_status (*check_async)(int) = vl_ctx()->hooks.cuda_check_async; /* the backend's (context.h) */
+  if (check_async) return check_async(dev);
   return VL_OK;
 }
 

@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "runtime/core/alloc.h"
 #include "runtime/core/device.h"
-#include "runtime/alloc/alloc.h"
 #include "runtime/core/status.h"
 
 #ifdef __cplusplus

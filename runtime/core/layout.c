@@ -1,7 +1,6 @@
-/* runtime/core/layout.c: channels-last / dense layouts (runtime/core/layout.h). */
+/* runtime/core/layout.c: channels-last / dense layouts (runtime/core/layout.h); the conversions,
+ * which copy, are ops (runtime/ops/copy.c). */
 #include "runtime/core/layout.h"
-
-#include "runtime/ops/ops_internal.h"
 
 /* Dims of size > 1 ordered from the largest stride to the smallest (ties keep dim order). */
 static int dense_order(const vl_tensor *t, int *dims) {
@@ -102,34 +101,3 @@ vl_status vl_empty_like(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **ou
   vl_tensor_release(base);
   return s;
 }
-
-vl_status vl_to_channels_last(vl_tensor *t, vl_tensor **out) {
-  if (vl_is_channels_last(t)) {
-    *out = vl_tensor_retain(t);
-    return VL_OK;
-  }
-  if (t->ndim != 4) {
-    char d[VL_DESC_LEN];
-    return vl_fail(VL_ESHAPE, "to_channels_last: expected a 4-D N x C x H x W tensor (got %s)",
-                   vl_tensor_desc(t, d, sizeof d));
-  }
-  vl_tensor *r = NULL;
-  VL_TRY(vl_empty_family(t->size, true, t->dtype, t->storage->device, &r));
-  vl_status s = vl_copy_(r, t);
-  if (s != VL_OK) {
-    vl_tensor_release(r);
-    return s;
-  }
-  *out = r;
-  return VL_OK;
-}
-
-vl_status vl_in_family(vl_tensor *t, bool nhwc, vl_tensor **out) {
-  if (!nhwc) return vl_contiguous(t, out);
-  if (vl_is_nhwc_dense(t)) {
-    *out = vl_tensor_retain(t);
-    return VL_OK;
-  }
-  return vl_to_channels_last(t, out);
-}
-

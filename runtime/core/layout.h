@@ -35,11 +35,8 @@ bool vl_is_channels_last(const vl_tensor *t);
 /* Same sizes and the same strides on every dim of size > 1. */
 bool vl_same_layout(const vl_tensor *a, const vl_tensor *b);
 
-/* t in a layout family: NHWC-dense when nhwc (t itself when it already is), else NCHW-contiguous;
- * a new reference. */
-vl_status vl_in_family(vl_tensor *t, bool nhwc, vl_tensor **out);
-/* A channels-last copy (or a new reference when already so) / back to NCHW-contiguous. */
-vl_status vl_to_channels_last(vl_tensor *t, vl_tensor **out);
+/* Converting between the layouts copies, so it is an op: vl_in_family, vl_to_channels_last
+ * (runtime/ops/ops.h). */
 
 #ifdef __cplusplus
 }

@@ -6,11 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/autograd/autograd.h"
 #include "runtime/core/context.h"
 #include "runtime/core/cuda.h"
-#include "runtime/ops/ops_internal.h"
-#include "runtime/alloc/alloc.h"
+#include "runtime/core/alloc.h"
 
 /* ---- storage ---- */
 
@@ -97,8 +95,8 @@ static vl_status check_device(const char *op, vl_device dev) {
   return VL_OK;
 }
 
-static vl_status tensor_empty_op(const char *op, int ndim, const int64_t *size, vl_dtype dt, vl_device dev,
-                                 vl_tensor **out) {
+vl_status vl_tensor_empty_op(const char *op, int ndim, const int64_t *size, vl_dtype dt, vl_device dev,
+                             vl_tensor **out) {
   if ((unsigned)dt >= VL_NDTYPES) return vl_fail(VL_EDTYPE, "%s: invalid dtype %d", op, (int)dt);
   int64_t numel;
   VL_TRY(vl_shape_check(op, ndim, size, dt, &numel));
@@ -120,12 +118,12 @@ static vl_status tensor_empty_op(const char *op, int ndim, const int64_t *size, 
 }
 
 vl_status vl_tensor_empty(int ndim, const int64_t *size, vl_dtype dt, vl_device dev, vl_tensor **out) {
-  return tensor_empty_op("empty", ndim, size, dt, dev, out);
+  return vl_tensor_empty_op("empty", ndim, size, dt, dev, out);
 }
 
 vl_status vl_tensor_empty_pinned(int ndim, const int64_t *size, vl_dtype dt, vl_tensor **out) {
   vl_tensor *t = NULL;
-  VL_TRY(tensor_empty_op("empty_pinned", ndim, size, dt, vl_cpu_device(), &t));
+  VL_TRY(vl_tensor_empty_op("empty_pinned", ndim, size, dt, vl_cpu_device(), &t));
   /* Swap the aligned_alloc bytes for a block of the pinned host pool (same size). */
   vl_storage *st = t->storage;
   vl_alloc *pool;
@@ -148,20 +146,18 @@ vl_tensor *vl_tensor_retain(vl_tensor *t) {
   return t;
 }
 
+void vl_tensor_set_meta_free_hook(void (*free_meta)(vl_tensor *t)) { vl_ctx()->hooks.tensor_meta_free = free_meta; }
+
 void vl_tensor_release(vl_tensor *t) {
   if (!t || --t->refcount > 0) return;
-  if (t->autograd) vl_autograd_meta_free(t);
+  /* Only autograd attaches state, and it installs the hook before its first (context.h). */
+  if (t->autograd) vl_ctx()->hooks.tensor_meta_free(t);
   storage_release(t->storage);
   free(t);
 }
 
 vl_status vl_tensor_set_(vl_tensor *t, vl_tensor *src) {
   if (t == src) return VL_OK;
-  vl_autograd_meta *m = (vl_autograd_meta *)t->autograd;
-  if (m && m->grad_fn)
-    return vl_fail(VL_EINVAL, "set_: the tensor is the result of a recorded op (has a grad_fn); detach it first");
-  if (m && m->requires_grad && !vl_dtype_is_float(src->dtype))
-    return vl_fail(VL_EDTYPE, "set_: a tensor that requires grad cannot take %s data", vl_dtype_name(src->dtype));
   src->storage->refcount++;
   storage_release(t->storage);
   t->storage = src->storage;
@@ -171,20 +167,6 @@ vl_status vl_tensor_set_(vl_tensor *t, vl_tensor *src) {
   memcpy(t->size, src->size, sizeof t->size);
   memcpy(t->stride, src->stride, sizeof t->stride);
   t->storage->version++;
-  /* A cached gradient accumulator describes the old shape and dtype: graphs recorded from now on
-   * get a new one (graphs still alive keep theirs, and their backward refuses a gradient that
-   * no longer fits: run_accumulate in runtime/autograd/engine.c). */
-  if (m) m->accumulator = NULL;
-  /* A gradient of another shape, dtype or device no longer fits the data: drop it. */
-  if (m && m->grad) {
-    vl_tensor *g = m->grad;
-    bool fits = g->ndim == t->ndim && g->dtype == t->dtype && vl_device_eq(g->storage->device, t->storage->device);
-    for (int i = 0; fits && i < t->ndim; i++) fits = g->size[i] == t->size[i];
-    if (!fits) {
-      m->grad = NULL;
-      vl_tensor_release(g);
-    }
-  }
   return VL_OK;
 }
 
@@ -379,16 +361,12 @@ vl_status vl_view(vl_tensor *t, int ndim, const int64_t *size, vl_tensor **out) 
   return VL_OK;
 }
 
-vl_status vl_reshape(vl_tensor *t, int ndim, const int64_t *size, vl_tensor **out) {
-  int64_t shape[VL_MAX_DIMS], stride[VL_MAX_DIMS];
+vl_status vl_reshape_view(vl_tensor *t, int ndim, const int64_t *size, int64_t *shape, vl_tensor **out) {
+  int64_t stride[VL_MAX_DIMS];
   VL_TRY(infer_shape("reshape", t, ndim, size, shape));
   if (view_strides(t, ndim, shape, stride)) return vl_view(t, ndim, shape, out);
-  vl_tensor *c, *v;
-  VL_TRY(vl_clone(t, &c));
-  vl_status s = vl_view(c, ndim, shape, &v);
-  vl_tensor_release(c);
-  if (s == VL_OK) *out = v;
-  return s;
+  *out = NULL;
+  return VL_OK;
 }
 
 vl_status vl_narrow(vl_tensor *t, int dim, int64_t start, int64_t length, vl_tensor **out) {
@@ -592,26 +570,4 @@ vl_status vl_as_strided(vl_tensor *t, int ndim, const int64_t *size, const int64
   }
   *out = v;
   return VL_OK;
-}
-
-/* ---- copies ---- */
-
-vl_status vl_clone(vl_tensor *t, vl_tensor **out) {
-  vl_tensor *c;
-  VL_TRY(tensor_empty_op("clone", t->ndim, t->size, t->dtype, t->storage->device, &c));
-  vl_status s = vl_copy_same_device(c, t);
-  if (s != VL_OK) {
-    vl_tensor_release(c);
-    return s;
-  }
-  *out = c;
-  return VL_OK;
-}
-
-vl_status vl_contiguous(vl_tensor *t, vl_tensor **out) {
-  if (vl_tensor_is_contiguous(t)) {
-    *out = vl_tensor_retain(t);
-    return VL_OK;
-  }
-  return vl_clone(t, out);
 }

@@ -23,7 +23,7 @@ extern "C" {
 
 #define VL_MAX_DIMS 8
 
-struct vl_block; /* runtime/alloc/alloc.h */
+struct vl_block; /* runtime/core/alloc.h */
 
 typedef struct vl_storage {
   int refcount;
@@ -43,7 +43,8 @@ typedef struct vl_tensor {
   int64_t size[VL_MAX_DIMS];
   int64_t stride[VL_MAX_DIMS];   /* in elements; 0 for expanded (broadcast) dims */
   vl_dtype dtype;
-  void *autograd;                /* vl_autograd_meta (runtime/autograd/autograd.h), NULL until needed */
+  void *autograd;                /* vl_autograd_meta (runtime/autograd/autograd.h), NULL until needed;
+                                  * core only frees it, through vl_tensor_set_meta_free_hook */
 } vl_tensor;
 
 /* ---- shapes ---- */
@@ -64,12 +65,13 @@ vl_status vl_tensor_empty(int ndim, const int64_t *size, vl_dtype dt, vl_device 
  * Needs CUDA (VL_EUNSUPPORTED / VL_EDEVICE otherwise); like the pool, main thread only. */
 vl_status vl_tensor_empty_pinned(int ndim, const int64_t *size, vl_dtype dt, vl_tensor **out);
 vl_tensor *vl_tensor_retain(vl_tensor *t);     /* returns t */
-void vl_tensor_release(vl_tensor *t);          /* NULL is fine */
+void vl_tensor_release(vl_tensor *t);          /* NULL is fine; frees t->autograd through the hook */
+/* The function vl_tensor_release frees a dying tensor's autograd state with (vl_tensor.autograd):
+ * runtime/autograd installs it before it attaches any, as core calls nothing above it. */
+void vl_tensor_set_meta_free_hook(void (*free_meta)(vl_tensor *t));
 /* Makes the tensor object t a view of src's data (storage, offset, sizes, strides, dtype),
- * keeping t's identity and autograd state (requires_grad, hooks; .grad is dropped when it no
- * longer fits). What Module:to() uses so that optimizers holding parameters stay valid. A graph
- * recorded before, still alive, keeps its AccumulateGrad for the old data: its backward then
- * fails naming both shapes rather than store a gradient that does not fit (engine.c). */
+ * keeping t's identity, and bumps the storage version. t->autograd is left as it is: the bindings
+ * call vl_ag_set_ (runtime/autograd/autograd.h), which checks and keeps it consistent. */
 vl_status vl_tensor_set_(vl_tensor *t, vl_tensor *src);
 /* Bytes held by the storage (what the bindings report to Lua's collector). */
 size_t vl_tensor_storage_nbytes(const vl_tensor *t);
@@ -89,10 +91,8 @@ void vl_contiguous_strides(int ndim, const int64_t *size, int64_t *stride);
 
 /* ---- views (share storage; no data is copied) ---- */
 /* size may hold one -1 (inferred). Fails with VL_ESHAPE if the numel differs or the strides of
- * t cannot express the new shape (then use vl_reshape). */
+ * t cannot express the new shape (then use vl_reshape, runtime/ops/ops.h). */
 vl_status vl_view(vl_tensor *t, int ndim, const int64_t *size, vl_tensor **out);
-/* A view when possible, otherwise a contiguous copy. */
-vl_status vl_reshape(vl_tensor *t, int ndim, const int64_t *size, vl_tensor **out);
 vl_status vl_narrow(vl_tensor *t, int dim, int64_t start, int64_t length, vl_tensor **out);
 vl_status vl_select(vl_tensor *t, int dim, int64_t index, vl_tensor **out); /* drops dim */
 vl_status vl_transpose(vl_tensor *t, int d0, int d1, vl_tensor **out);
@@ -105,9 +105,26 @@ vl_status vl_unsqueeze(vl_tensor *t, int dim, vl_tensor **out);    /* dim in [-n
 vl_status vl_as_strided(vl_tensor *t, int ndim, const int64_t *size, const int64_t *stride,
                         int64_t offset, vl_tensor **out);          /* checked against storage */
 
-/* ---- copies ---- */
-vl_status vl_contiguous(vl_tensor *t, vl_tensor **out); /* retains t when already contiguous */
-vl_status vl_clone(vl_tensor *t, vl_tensor **out);      /* always a new contiguous tensor */
+/* vl_reshape's first half (vl_reshape itself copies, so it is an op: runtime/ops/ops.h): resolves
+ * the -1 of `size` into shape[] and checks the element count, naming "reshape"; then *out is a
+ * view of t when its strides can express the shape, else NULL (the caller copies). */
+vl_status vl_reshape_view(vl_tensor *t, int ndim, const int64_t *size, int64_t *shape, vl_tensor **out);
+/* Copies (vl_contiguous, vl_clone, vl_reshape's copy) run kernels, so they are ops: runtime/ops/ops.h. */
+
+/* ---- helpers for the front ends' checks and messages ---- */
+/* Big enough for "2x3x...x8-dims f32 cuda:15". */
+#define VL_DESC_LEN 256
+/* The Lua bindings pass Lua dims d > 0 as d - 1, so a non-negative dim is printed as dim + 1 to
+ * match what the user wrote; negative dims are printed as given. */
+static inline int vl_dim_user(int d) { return d >= 0 ? d + 1 : d; }
+int64_t vl_shape_numel(int ndim, const int64_t *size);
+const char *vl_shape_fmt(int ndim, const int64_t *size, char *buf, size_t n);
+/* vl_tensor_empty whose messages name `op` ("clone: out of host memory ..."). */
+vl_status vl_tensor_empty_op(const char *op, int ndim, const int64_t *size, vl_dtype dt, vl_device dev,
+                             vl_tensor **out);
+/* A borrowed, unowned view of host memory as a contiguous CPU tensor (never released): lets
+ * vl_to_host reuse vl_copy_ without an extra staging copy. */
+void vl_wrap_host(vl_tensor *t, vl_storage *st, void *data, int ndim, const int64_t *size, vl_dtype dt);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/data/image.h"
 #include "runtime/io/replace.h"
+#include "runtime/ops/ops.h"
 
 #include <errno.h>
 #include <stdio.h>

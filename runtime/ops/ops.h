@@ -50,6 +50,16 @@ void vl_rng_get_state(uint64_t *seed, uint64_t *offset);
 void vl_rng_set_state(uint64_t seed, uint64_t offset);
 
 /* ---- conversion and copies ---- */
+/* The copies of runtime/core/tensor.h's views (runtime/ops/copy.c): */
+vl_status vl_contiguous(vl_tensor *t, vl_tensor **out); /* retains t when already contiguous */
+vl_status vl_clone(vl_tensor *t, vl_tensor **out);      /* always a new contiguous tensor */
+/* A view when possible (vl_reshape_view), otherwise a contiguous copy. */
+vl_status vl_reshape(vl_tensor *t, int ndim, const int64_t *size, vl_tensor **out);
+/* The layouts of runtime/core/layout.h: t in a layout family: NHWC-dense when nhwc (t itself
+ * when it already is), else NCHW-contiguous; a new reference. */
+vl_status vl_in_family(vl_tensor *t, bool nhwc, vl_tensor **out);
+/* A channels-last copy (or a new reference when already so). */
+vl_status vl_to_channels_last(vl_tensor *t, vl_tensor **out);
 /* dtype and/or device change; returns a new reference to t itself when nothing changes. */
 vl_status vl_to(vl_tensor *t, vl_dtype dt, vl_device dev, vl_tensor **out);
 /* dst[...] = src broadcast to dst's shape, converting dtype and crossing devices as needed. */

@@ -1,4 +1,5 @@
-/* runtime/ops/ops_internal.h: helpers shared by the op front ends (runtime/ops_*.c, tensor.c).
+/* runtime/ops/ops_internal.h: helpers shared by the op front ends (runtime/ops, runtime/nn);
+ * VL_DESC_LEN, vl_shape_fmt and the like are core's (runtime/core/tensor.h).
  * Not part of the public contract: the bindings use runtime/ops/ops.h and runtime/core/tensor.h. */
 #ifndef VL_OPS_INTERNAL_H
 #define VL_OPS_INTERNAL_H
@@ -10,13 +11,6 @@
 #include "runtime/ops/ops.h"
 #include "runtime/core/tensor.h"
 
-/* Big enough for "2x3x...x8-dims f32 cuda:15". */
-#define VL_DESC_LEN 256
-
-/* The Lua bindings pass Lua dims d > 0 as d - 1, so a non-negative dim is printed as dim + 1 to
- * match what the user wrote; negative dims are printed as given. */
-static inline int vl_dim_user(int d) { return d >= 0 ? d + 1 : d; }
-
 /* Execution context of a device (its backend's current stream; NULL on the CPU). Fails (naming op)
  * for a device type v100lua was built without, so after it succeeded vl_backend_of(dev) is not
  * NULL: dispatch is `vl_backend_of(dev)->ops->fill(...)` (runtime/backend/backend.h). */
@@ -27,9 +21,6 @@ vl_status vl_check_same_device(const char *op, const vl_tensor *a, const char *a
                                const char *bn);
 /* VL_EINVAL when t has a dim of stride 0 and size > 1 (writes would alias). */
 vl_status vl_check_writable(const char *op, const vl_tensor *t);
-
-int64_t vl_shape_numel(int ndim, const int64_t *size);
-const char *vl_shape_fmt(int ndim, const int64_t *size, char *buf, size_t n);
 
 /* Broadcast shape of n tensors (PyTorch rules); the message names the shapes and the operands
  * (names[i], described by vl_tensor_desc). */
@@ -55,9 +46,5 @@ vl_status vl_cast(vl_tensor *t, vl_dtype dt, vl_tensor **out);
 
 /* Same-device elementwise copy dst <- src (src already broadcastable, checks done). */
 vl_status vl_copy_same_device(vl_tensor *dst, vl_tensor *src);
-
-/* A borrowed, unowned view of host memory as a contiguous CPU tensor (never released): lets
- * vl_to_host reuse vl_copy_ without an extra staging copy. */
-void vl_wrap_host(vl_tensor *t, vl_storage *st, void *data, int ndim, const int64_t *size, vl_dtype dt);
 
 #endif

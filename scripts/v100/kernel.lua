@@ -1,5 +1,5 @@
 -- scripts/v100/kernel.lua: `v100.kernel`: CUDA kernels written in a script, compiled at run time by
--- NVRTC (runtime/core/rtc*.c; bindings/l_kernel.c gives the primitives) and cached on disk.
+-- NVRTC (runtime/rtc/rtc*.c; bindings/l_kernel.c gives the primitives) and cached on disk.
 --
 --   local k = v100.kernel{name = 'scale', source = [[
 --     #include <v100_rtc.h>
@@ -152,7 +152,7 @@ function kernel.new(def)
   local handle = module:kernel(def.name, def.signature)
   local info = module:info()
   -- A cache directory or file that is not the user's own (or that others can write) is a
-  -- security matter, not a miss: say so on stderr, once per message (runtime/core/rtc.h)
+  -- security matter, not a miss: say so on stderr, once per message (runtime/rtc/rtc.h)
   if info.note:find('not trusted', 1, true) and not kernel._warned[info.note] then
     kernel._warned[info.note] = true
     io.stderr:write('v100.kernel: warning: ', info.note, ' (compiled instead of loading it)\n')

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/alloc/alloc.h"
+#include "runtime/core/alloc.h"
 #include "vl_test.h"
 
 #define MiB ((size_t)1 << 20)

@@ -193,7 +193,7 @@ static void test_nested_backward(void) {
   CHECK(count(vl_errmsg(), "AccumulateGrad hook: ") == 1, "the prefix appears once: %s", vl_errmsg());
   CHECK(strncmp(vl_errmsg(), "AccumulateGrad hook: backward: nested", 37) == 0, "%s", vl_errmsg());
   /* The depth is back to 0: an ordinary backward works afterwards. */
-  CHECK(vl_ctx()->backward_depth == 0);
+  CHECK(vl_ctx()->autograd->backward_depth == 0);
   CHECK_OK(vl_remove_hook(x, id));
   CHECK_OK(vl_set_grad(x, NULL));
   CHECK_OK(vl_backward(1, &s, NULL, false));

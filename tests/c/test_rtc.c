@@ -1,4 +1,4 @@
-/* tests/c/test_rtc.c: the CPU half of runtime/core/rtc.h: signatures, the key, the cache directory,
+/* tests/c/test_rtc.c: the CPU half of runtime/rtc/rtc.h: signatures, the key, the cache directory,
  * cache files (round trip, short, corrupt, foreign, appended) and vl_rtc_build with a fake
  * compiler (miss, hit, recompile of a damaged file, cache off, unwritable cache, compile error),
  * and trust (issue 27): directories made 0700, files 0600; a directory or file that is not ours
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "runtime/core/cuda.h"
-#include "runtime/core/rtc.h"
+#include "runtime/rtc/rtc.h"
 #include "tests/c/vl_test.h"
 
 static char dir[256];

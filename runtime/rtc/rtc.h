@@ -1,4 +1,4 @@
-/* runtime/core/rtc.h: kernels compiled at run time (NVRTC), for `v100.kernel` (bindings/l_kernel.c).
+/* runtime/rtc/rtc.h: kernels compiled at run time (NVRTC), for `v100.kernel` (bindings/l_kernel.c).
  *
  * Three layers, the first two testable without CUDA (tests/c/test_rtc.c):
  *   1. signatures: "float*, const float*, int64" parsed into parameter descriptions, what the

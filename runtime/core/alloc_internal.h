@@ -1,6 +1,6 @@
-/* runtime/alloc/internal.h: the allocator's data structures, shared by its files (alloc.c: the
- * blocks, segments, treaps and private pools; snapshot.c: statistics and snapshots). Private to
- * runtime/alloc. */
+/* runtime/core/alloc_internal.h: the allocator's data structures, shared by its files (alloc.c: the
+ * blocks, segments, treaps and private pools; alloc_snapshot.c: statistics and snapshots). Private
+ * to those two files. */
 #ifndef VL_ALLOC_INTERNAL_H
 #define VL_ALLOC_INTERNAL_H
 
@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/alloc/alloc.h"
+#include "runtime/core/alloc.h"
 
 enum { VL_B_FREE = 0, VL_B_ALLOC, VL_B_PENDING };
 

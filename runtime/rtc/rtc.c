@@ -1,8 +1,8 @@
-/* runtime/core/rtc.c: signatures, the prelude, the key, the disk cache and vl_rtc_build (rtc.h).
+/* runtime/rtc/rtc.c: signatures, the prelude, the key, the disk cache and vl_rtc_build (rtc.h).
  * Plain C without CUDA: the NVRTC compiler and the loading are in rtc_nvrtc.c. */
 #define _DEFAULT_SOURCE /* realpath, S_ISVTX */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/core/rtc.h"
+#include "runtime/rtc/rtc.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -204,7 +204,9 @@ vl_status vl_rtc_check_params(const char *what, const vl_rtc_param *params, int 
 /* ---- the prelude ---- */
 
 /* Storage-only half types with conversions through PTX `cvt` (what cuda_fp16.h does inside),
- * so that f16/bf16 kernels compile with nothing but libnvrtc. */
+ * so that f16/bf16 kernels compile with nothing but libnvrtc. Its first line still names this
+ * file's old place, runtime/core/rtc.c: the prelude is hashed into every cache key, and editing
+ * it would orphan every kernel already cached on disk. */
 const char vl_rtc_prelude[] =
     "/* v100_rtc.h: shipped with v100lua (runtime/core/rtc.c) */\n"
     "#pragma once\n"

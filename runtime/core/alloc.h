@@ -1,4 +1,4 @@
-/* runtime/alloc/alloc.h: the caching allocator (one per CUDA device, one for pinned host memory).
+/* runtime/core/alloc.h: the caching allocator (one per CUDA device, one for pinned host memory).
  *
  * PyTorch's CUDACachingAllocator design, in C: requests are rounded up to 512 bytes; requests
  * <= 1 MiB come from the small pool (2 MiB segments), larger ones from the large pool (20 MiB
@@ -15,7 +15,12 @@
  *
  * The device allocator is a table of functions so the bookkeeping can be tested in CI against a
  * mock (tests/c/test_alloc.c); runtime/core/cuda.c supplies the CUDA one (cudaMalloc, events) and the
- * pinned-host one (cudaHostAlloc). Not thread-safe: one pool is used by one thread at a time. */
+ * pinned-host one (cudaHostAlloc). Not thread-safe: one pool is used by one thread at a time.
+ *
+ * Part of core (it was runtime/alloc/): the context owns the pools, cuda.c supplies their device
+ * functions and tensor.c's storage takes its bytes from them, and it needs nothing but status.h.
+ * A folder of its own would have needed hooks for core to reach a concern above it, for no gain;
+ * its bookkeeping stays separate by file (alloc_internal.h is private to alloc*.c). */
 #ifndef VL_ALLOC_H
 #define VL_ALLOC_H
 

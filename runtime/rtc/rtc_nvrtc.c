@@ -1,10 +1,10 @@
-/* runtime/core/rtc_nvrtc.c: the NVRTC compiler, loading images as cudaLibrary_t and launching
+/* runtime/rtc/rtc_nvrtc.c: the NVRTC compiler, loading images as cudaLibrary_t and launching
  * their kernels (rtc.h, part 3). Always compiled; the CUDA calls only with VL_HAVE_CUDA, like
  * runtime/core/cuda.c. Loading goes through the runtime API's library management (CUDA >= 12.0)
  * so that no driver-API context handling is needed: a cudaLibrary_t is context-independent and a
  * cudaKernel_t may be passed to cudaLaunchKernel as the function pointer. */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/core/rtc.h"
+#include "runtime/rtc/rtc.h"
 
 #include <stdio.h>
 #include <stdlib.h>

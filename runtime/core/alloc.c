@@ -1,4 +1,4 @@
-/* runtime/alloc/alloc.c: the caching allocator (design in runtime/alloc/alloc.h).
+/* runtime/core/alloc.c: the caching allocator (design in runtime/core/alloc.h).
  *
  * Every byte of a segment belongs to exactly one block; the blocks of a segment form an
  * address-ordered doubly linked list. A block is ALLOC (handed out), PENDING (freed, waiting for
@@ -6,13 +6,13 @@
  * large pool) ordered by (private id, stream, size, address), so the best fit for a request is a
  * lower bound on (private id, stream, size, 0) in O(log n). Block structs come from slabs and are
  * recycled through a free list, so the cache-hit path never calls malloc. */
-#include "runtime/alloc/alloc.h"
+#include "runtime/core/alloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/alloc/internal.h"
+#include "runtime/core/alloc_internal.h"
 
 #define VL_MIN_BLOCK ((size_t)512)
 #define VL_SMALL_SIZE ((size_t)1 << 20)        /* largest request served by the small pool */

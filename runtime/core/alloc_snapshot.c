@@ -1,9 +1,9 @@
-/* runtime/alloc/snapshot.c: the allocator's statistics and its snapshot of segments and blocks
- * (read-only views of the structures in internal.h; runtime/alloc/alloc.h has the contracts). */
+/* runtime/core/alloc_snapshot.c: the allocator's statistics and its snapshot of segments and blocks
+ * (read-only views of the structures in alloc_internal.h; runtime/core/alloc.h has the contracts). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/alloc/internal.h"
+#include "runtime/core/alloc_internal.h"
 
 void vl_alloc_get_stats(const vl_alloc *p, vl_alloc_stats *s) {
   if (!s) return;
