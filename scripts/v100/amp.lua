@@ -18,6 +18,7 @@
 local v100 = require 'v100'
 local _nn = require('v100.core')._nn
 local graph = require 'v100.graph'
+local errors = require 'v100.errors'
 
 local amp = {}
 
@@ -25,7 +26,7 @@ local Scaler = {}
 Scaler.__index = Scaler
 Scaler.__name = 'amp.Scaler'
 
-local function fail(fmt, ...) error('amp.Scaler: ' .. string.format(fmt, ...), 3) end
+local fail = errors.failer('amp.Scaler: ', 2)
 
 local function finite(x) return type(x) == 'number' and x == x and x > -math.huge and x < math.huge end
 
@@ -273,7 +274,7 @@ local _amp = require('v100.core')._amp
 local HALF = { fp16 = 'f16', f16 = 'f16', float16 = 'f16', half = 'f16', bf16 = 'bf16', bfloat16 = 'bf16' }
 local HALF_NAME = { f16 = 'fp16', bf16 = 'bf16' }
 
-local function ac_fail(fmt, ...) error('amp.autocast: ' .. string.format(fmt, ...), 3) end
+local ac_fail = errors.failer('amp.autocast: ', 2)
 
 -- Runs fn(...) inside an autocast region and returns its results. Regions nest (the inner one's
 -- dtype/enabled win inside it); the state before the region comes back when fn returns or raises

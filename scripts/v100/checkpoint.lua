@@ -41,6 +41,7 @@
 -- rank 0's otherwise.
 local v100 = require 'v100'
 local core = require 'v100.core'
+local errors = require 'v100.errors'
 local fs, cio = core._ckpt, core.io
 -- meta.json and the training file's metadata: non-finite numbers raise instead of turning into
 -- null, and a table with integer keys (the caller's state) is written as an object.
@@ -54,7 +55,7 @@ local MODEL, TRAINING, META, LATEST = 'model.safetensors', 'training.safetensors
 local NAME_PATTERN = '^epoch(%d+)%-step(%d+)$'
 local STATE_KEY = '^optimizer%.state%.(%d+)%.(.+)$'
 
-local function fail(fmt, ...) error('checkpoint.' .. string.format(fmt, ...), 3) end
+local fail = errors.failer('checkpoint.', 2)
 
 local join, read_file, exists = cio.join, cio.read_file, cio.exists
 

@@ -21,6 +21,7 @@
 -- the optimizer from dp:zero_optimizer() steps before all-gathering the parameters.
 local v100 = require 'v100'
 local dist = require 'v100.dist'
+local errors = require 'v100.errors'
 
 local M = {}
 
@@ -29,7 +30,7 @@ DP.__name = 'v100.dist.DataParallel'
 
 local WIRE = {bf16 = 'bf16', fp16 = 'f16', f16 = 'f16'}
 
-local function fail(fmt, ...) error('DataParallel: ' .. string.format(fmt, ...), 3) end
+local fail = errors.failer('DataParallel: ', 2)
 
 -- The buckets: parameters in reverse registration order, grouped by (device, dtype) runs, a new
 -- bucket when the next one would exceed cap bytes (a parameter larger than cap gets its own).

@@ -22,10 +22,11 @@
 local v100 = require 'v100'
 local optim = require 'v100.optim'
 local dist = require 'v100.dist'
+local errors = require 'v100.errors'
 
 local M = {}
 
-local function fail(fmt, ...) error('DataParallel(zero = 1): ' .. string.format(fmt, ...), 3) end
+local fail = errors.failer('DataParallel(zero = 1): ', 2)
 
 -- The flat size of a bucket of n elements at world size N: the next multiple of N.
 function M.padded(n, world) return (n + world - 1) // world * world end

@@ -30,6 +30,7 @@
 -- are in scripts/v100/onnx_models.lua. The bytes are written by runtime/io/onnx.c through
 -- protobuf-c (bindings/l_onnx.c: v100.core._onnx).
 local core = require 'v100.core'
+local errors = require 'v100.errors'
 
 local onnx = {}
 onnx.DEFAULT_OPSET = 17
@@ -40,7 +41,7 @@ local user_exporters, exporters = {}, nil
 -- roots[class] = function(module, examples) -> {inputs = {{name, dims}...}, outputs = {names}}
 local roots = nil
 
-local function fail(fmt, ...) error('onnx.export: ' .. string.format(fmt, ...), 0) end
+local fail = errors.failer('onnx.export: ', 0)
 onnx._fail = fail
 
 local function class_name(m)

@@ -15,6 +15,7 @@
 -- pickle, and loading one runs code from the file. docs/MODELS.md, "BERT and Hugging Face folders".
 local v100 = require 'v100'
 local core = require 'v100.core'
+local errors = require 'v100.errors'
 local fs, cio = core._ckpt, core.io
 
 local M = {}
@@ -94,28 +95,28 @@ local DROPPED = { transformers_version = true, _name_or_path = true, num_labels 
 local EXTRA = setmetatable({}, { __mode = 'k' })
 
 local function install(bert)
-  local function cfail(where, fmt, ...) error(string.format('bert.read_config: %s: ' .. fmt, where, ...), 0) end
+  local cfail = errors.failer('bert.read_config: ', 0) -- cfail('%s: ...', where, ...)
 
   function bert.read_config(src)
     local where, raw
     if type(src) == 'string' then
       where = src
       local text = read_file(src)
-      if text == nil then cfail(where, 'cannot read the file (missing or unreadable)') end
+      if text == nil then cfail('%s: cannot read the file (missing or unreadable)', where) end
       raw = v100.json.decode(text, src)
     elseif type(src) == 'table' then
       where, raw = 'config', src
     else
       error('bert.read_config: expected a path or a table, got ' .. type(src), 2)
     end
-    if type(raw) ~= 'table' or raw[1] ~= nil then cfail(where, 'expected a JSON object, got %s', json_type(raw)) end
+    if type(raw) ~= 'table' or raw[1] ~= nil then cfail('%s: expected a JSON object, got %s', where, json_type(raw)) end
     local t, extra = {}, {}
     for k, v in pairs(raw) do
-      if type(k) ~= 'string' then cfail(where, 'keys must be strings, got %s', type(k)) end
+      if type(k) ~= 'string' then cfail('%s: keys must be strings, got %s', where, type(k)) end
       local ty = FIELDS[k]
       if ty then
         local spec = TYPES[ty]
-        if not spec[2](v) then cfail(where, '%s must be %s, got %s', k, spec[1], json_type(v)) end
+        if not spec[2](v) then cfail('%s: %s must be %s, got %s', where, k, spec[1], json_type(v)) end
         if FLOATS[k] then v = v + 0.0 end
       else
         extra[#extra + 1] = k
@@ -123,20 +124,20 @@ local function install(bert)
       t[k] = v
     end
     if t.model_type ~= nil and t.model_type ~= 'bert' then
-      cfail(where, "model_type is '%s', not 'bert' (only BERT configs are read)", t.model_type)
+      cfail("%s: model_type is '%s', not 'bert' (only BERT configs are read)", where, t.model_type)
     end
     if t.hidden_act ~= nil and not ACTS[t.hidden_act] then
-      cfail(where, "hidden_act '%s' is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu, tanh)", t.hidden_act)
+      cfail("%s: hidden_act '%s' is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu, tanh)", where, t.hidden_act)
     end
     if t.position_embedding_type ~= nil and t.position_embedding_type ~= 'absolute' then
-      cfail(where, "position_embedding_type '%s' is not supported (only 'absolute')", t.position_embedding_type)
+      cfail("%s: position_embedding_type '%s' is not supported (only 'absolute')", where, t.position_embedding_type)
     end
     if t.is_decoder or t.add_cross_attention then
-      cfail(where, 'is_decoder / add_cross_attention (BERT as a decoder) are not supported')
+      cfail('%s: is_decoder / add_cross_attention (BERT as a decoder) are not supported', where)
     end
     for _, k in ipairs { 'vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads', 'intermediate_size',
       'max_position_embeddings', 'type_vocab_size', 'num_labels' } do
-      if t[k] ~= nil and t[k] < 1 then cfail(where, '%s must be >= 1, got %d', k, t[k]) end
+      if t[k] ~= nil and t[k] < 1 then cfail('%s: %s must be >= 1, got %d', where, k, t[k]) end
     end
     -- labels: id2label {"0": name} -> {[0] = name}; num_labels follows it, as in transformers
     if t.id2label ~= nil then
@@ -144,12 +145,12 @@ local function install(bert)
       for k, v in pairs(t.id2label) do
         local i = math.tointeger(tonumber(k))
         if i == nil or i < 0 or (type(k) == 'string' and tostring(i) ~= k) then
-          cfail(where, 'id2label keys must be label ids ("0", "1", ...), got "%s"', tostring(k))
+          cfail('%s: id2label keys must be label ids ("0", "1", ...), got "%s"', where, tostring(k))
         end
-        if type(v) ~= 'string' then cfail(where, 'id2label["%s"] must be a string, got %s', tostring(k), json_type(v)) end
+        if type(v) ~= 'string' then cfail('%s: id2label["%s"] must be a string, got %s', where, tostring(k), json_type(v)) end
         m[i], n = v, n + 1
       end
-      for i = 0, n - 1 do if m[i] == nil then cfail(where, 'id2label must number the labels 0..%d (no "%d")', n - 1, i) end end
+      for i = 0, n - 1 do if m[i] == nil then cfail('%s: id2label must number the labels 0..%d (no "%d")', where, n - 1, i) end end
       if t.num_labels ~= nil and t.num_labels ~= n then
         io.stderr:write(string.format('bert.read_config: %s: num_labels %d disagrees with id2label (%d labels); ' ..
           'using id2label, as transformers does\n', where, t.num_labels, n))
@@ -158,11 +159,11 @@ local function install(bert)
     end
     if t.label2id ~= nil then
       for k, v in pairs(t.label2id) do
-        if not is_int(v) then cfail(where, 'label2id["%s"] must be an integer, got %s', tostring(k), json_type(v)) end
+        if not is_int(v) then cfail('%s: label2id["%s"] must be an integer, got %s', where, tostring(k), json_type(v)) end
       end
     end
     local ok, cfg = pcall(bert.config, t)
-    if not ok then cfail(where, '%s', (tostring(cfg):gsub('^bert%.config: ', ''))) end
+    if not ok then cfail('%s: %s', where, (tostring(cfg):gsub('^bert%.config: ', ''))) end
     EXTRA[cfg] = extra
     return cfg
   end
@@ -215,7 +216,7 @@ local function install(bert)
   -- -------------------------------------------------------------------------------------------
   -- from_pretrained
 
-  local function ffail(fmt, ...) error('bert.from_pretrained: ' .. string.format(fmt, ...), 0) end
+  local ffail = errors.failer('bert.from_pretrained: ', 0)
 
   local function shape_str(t) return #t.shape == 0 and 'scalar' or table.concat(t.shape, 'x') end
 
@@ -377,7 +378,7 @@ local function install(bert)
   -- -------------------------------------------------------------------------------------------
   -- save_pretrained
 
-  local function sfail(fmt, ...) error('bert.save_pretrained: ' .. string.format(fmt, ...), 0) end
+  local sfail = errors.failer('bert.save_pretrained: ', 0)
 
   function bert.save_pretrained(model, dir, opts)
     opts = opts or {}
