@@ -16,8 +16,9 @@
 --   masked_ids B x P (original ids, 0 past the count), masked_weights B x P f32 (1 real, 0 padding).
 -- Records are read straight out of the read-only mappings of the files (no copy of a file in
 -- memory); each record is checked as it is read.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 local errors = require 'v100.errors'
+local dist = require 'v100.dist.comm'
 local text = v100.text
 
 local bd = {}
@@ -160,7 +161,7 @@ end
 
 -- l:indices(e) -> this rank's 0-based sample ids of epoch e, in order (an i64 CPU tensor).
 function Loader:indices(e)
-  return require('v100.dist').epoch_indices(self.ds.n, e, {shuffle = self.shuffle, seed = self.seed, rank = self.rank,
+  return dist.epoch_indices(self.ds.n, e, {shuffle = self.shuffle, seed = self.seed, rank = self.rank,
     size = self.world_size})
 end
 

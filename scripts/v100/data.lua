@@ -10,8 +10,9 @@
 --   local ds = data.ImageFolder('/data/imagenet/train')       -- ds.classes, ds.n, ds:path(i), ds:label(i)
 --   local loader = data.ImageLoader(ds, {batch_size = 256, transform = 'train', device = 'cuda'})
 --   for k, x, y in loader:epoch(e) do ... end                  -- x f32 256x3x224x224, y i64 labels
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 local errors = require 'v100.errors'
+local dist = require 'v100.dist.comm'
 local _data = v100._data
 
 local data = {}
@@ -275,7 +276,7 @@ end
 -- The sample order of epoch e on this rank: DistributedSampler's (permutation of seed + e, every
 -- world_size-th position from rank on, padded by wrapping).
 function Loader:indices(e)
-  return require('v100.dist').epoch_indices(self.ds.n, e, {shuffle = self.shuffle, seed = self.seed, rank = self.rank,
+  return dist.epoch_indices(self.ds.n, e, {shuffle = self.shuffle, seed = self.seed, rank = self.rank,
     size = self.world_size})
 end
 

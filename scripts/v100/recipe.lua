@@ -4,7 +4,7 @@
 --
 -- The recipes' output lines are parsed by tests and quoted in docs, so nothing here prints on its
 -- own (bar argparse's --help and errors): the recipe, or v100.train's loop, writes every line.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 local data = require 'v100.data'
 
 local recipe = {}
@@ -105,6 +105,8 @@ recipe.device_auto = {
 -- The argparse parser of a spec (see above); recipe.options parses arg with it, tests call
 -- parser:pparse(argv) to see an error without the exit.
 function recipe.parser(spec)
+  -- Optional, so loaded here: lua-argparse (Debian's package, not ours) is needed only to parse
+  -- options; the rest of this module (recipe.integer, used by telemetry.options) works without it.
   local argparse = require 'argparse'
   local p = argparse(spec.name, spec.description, spec.epilog)
   for _, row in ipairs(spec) do

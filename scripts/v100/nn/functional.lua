@@ -10,7 +10,7 @@
 -- Conventions (docs/NN_API.md): 1-based dims, 0-based class ids / token ids. Errors are raised
 -- at level 0 like the C ops' errors ("cross_entropy: ..."), so that a module path can be put in
 -- front of them without a file position in between.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 local core = require 'v100.core'
 local _nn, cast = core._nn, core._amp.cast -- the C layer ops and checks; autocast's operand cast
 

@@ -4,7 +4,7 @@
 -- way: kaiming_uniform(a = sqrt(5)) weights (a bound of 1/sqrt(fan_in)) and
 -- uniform(+-1/sqrt(fan_in)) biases for Linear/Conv2d, N(0, 1) for Embedding, ones/zeros for the
 -- norms. Constructors take an optional {dtype=, device=} in their options table.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 local _nn = require('v100.core')._nn -- the C layer ops and checks
 local Module = require 'v100.nn.module'
 local F = require 'v100.nn.functional'

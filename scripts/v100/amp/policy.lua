@@ -1,4 +1,4 @@
--- scripts/v100/amp_policy.lua: AMP's optimisation levels (docs/AMP.md), exposed as amp.policy
+-- scripts/v100/amp/policy.lua: AMP's optimisation levels (docs/AMP.md), exposed as amp.policy
 -- and amp.half_model.
 --
 --   local policy = amp.policy('O2', { dtype = 'bf16' })   -- keep_fp32 defaults to the norms
@@ -10,10 +10,12 @@
 -- dispatch, amp.autocast). O2: the model in half except the modules in keep_fp32 (by default the
 -- BatchNorms and LayerNorm), the optimizer holding f32 master weights. O3: everything in half.
 --
--- This file must not require 'v100.amp' at load time (amp.lua requires it): amp is looked up
--- lazily in policy:autocast.
-local v100 = require 'v100'
+-- amp/init.lua requires this file and re-exports its fields; O1's autocast comes from the module
+-- below both (amp/autocast.lua), so this file never needs v100.amp itself.
+local v100 = require 'v100.base'
 local errors = require 'v100.errors'
+local Module = require 'v100.nn.module'
+local autocast = require 'v100.amp.autocast'
 
 local M = {}
 
@@ -123,7 +125,6 @@ end
 function M.half_model(model, opts, _level)
   local what = 'amp.half_model'
   local level = _level or 1
-  local Module = require 'v100.nn.module'
   if not Module.is_module(model) then fail(level + 1, '%s: expected an nn.Module, got %s', what, type(model)) end
   if opts ~= nil and type(opts) ~= 'table' then fail(level + 1, '%s: options must be a table, got %s', what, type(opts)) end
   opts = opts or {}
@@ -252,12 +253,11 @@ end
 function Policy:autocast(fn, ...)
   if type(fn) ~= 'function' then error('amp.Policy:autocast: expected a function, got ' .. type(fn), 2) end
   if self.level == 'O1' then
-    local amp = require 'v100.amp'
-    if not amp.autocast then
+    if not autocast.autocast then
       error('amp.Policy:autocast: O1 autocast is not available (amp.autocast is missing from this build)', 2)
     end
     local args = table.pack(...)
-    return amp.autocast(function() return fn(table.unpack(args, 1, args.n)) end, { dtype = self.dtype })
+    return autocast.autocast(function() return fn(table.unpack(args, 1, args.n)) end, { dtype = self.dtype })
   end
   return fn(...)
 end
