@@ -1,2 +1,3 @@
--- `require 'v100.log'` (JSON lines + TensorBoard logging, progress, meters), a name scripts use: the module is scripts/v100/obs/log.lua.
+-- `require 'v100.log'` (the training logger): an alias kept because scripts write that
+-- name; the module is scripts/v100/obs/log.lua.
 return require 'v100.obs.log'

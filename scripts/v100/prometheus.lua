@@ -1,2 +1,3 @@
--- `require 'v100.prometheus'` (Prometheus metrics), a name scripts use: the module is scripts/v100/obs/prometheus.lua.
+-- `require 'v100.prometheus'` (Prometheus metrics): an alias kept because scripts write that
+-- name; the module is scripts/v100/obs/prometheus.lua.
 return require 'v100.obs.prometheus'

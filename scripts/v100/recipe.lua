@@ -9,6 +9,22 @@ local data = require 'v100.data'
 
 local recipe = {}
 
+-- ---- modules beside a script ----
+--
+-- recipe.add_path(rel) puts <the calling script's folder>/rel/?.lua first on package.path and
+-- returns that folder: the lookup follows the script, wherever the run's working directory is
+-- (`v100lua recipes/bert.lua`, `v100lua /opt/v100lua/recipes/bert.lua`). The recipes keep their
+-- own modules (WordNet, the BERT pretraining data) in recipes/lib:
+--   recipe.add_path('lib'); local wn = require 'wordnet'                  -- in recipes/*.lua
+--   recipe.add_path('../recipes/lib')                                     -- in tools/*.lua
+function recipe.add_path(rel)
+  local src = debug.getinfo(2, 'S').source
+  local dir = (src:sub(1, 1) == '@' and src:match('^@(.*)/[^/]*$')) or '.'
+  dir = dir .. '/' .. rel
+  package.path = dir .. '/?.lua;' .. package.path
+  return dir
+end
+
 -- ---- command-line options (lua-argparse) ----
 --
 -- A recipe declares each option once, as one row, and recipe.options turns every row into one
