@@ -55,7 +55,7 @@ function core.io.exists(path)
 end
 function core.io.join(a, b) return (a:sub(-1) == '/' and a or a .. '/') .. b end
 
--- v100.isatty(fd): whether fd (0, 1, 2) is a terminal, for progress bars (scripts/v100/log.lua).
+-- v100.isatty(fd): whether fd (0, 1, 2) is a terminal, for progress bars (scripts/v100/obs/log.lua).
 v100.isatty = core.io.isatty
 
 -- JSON (cJSON, bindings/l_json.c) under the name issue 11 and config.json loaders use.

@@ -4,7 +4,7 @@
 -- export checks output shapes against the forward, and tests/lua/test_onnx.lua compares
 -- onnxruntime's numbers with the forward's).
 --
--- BERT's inner classes are local to models/bert.lua, so its three public models are exported
+-- BERT's inner classes are local to models/bert_model.lua, so its three public models are exported
 -- as wholes: the exporter walks their known fields (embeddings, encoder.layer[i].attention.self,
 -- ...) and says which field is missing when a model does not have that structure.
 local core = require 'v100.core'
@@ -60,7 +60,7 @@ function M.register(E, roots)
   end
 
   -- -------------------------------------------------------------------------------------------
-  -- BERT (models/bert.lua)
+  -- BERT (models/bert_model.lua)
 
   -- The field `path` (dotted) of module m, or a clear error naming what is missing.
   local function field(ctx, m, path)
