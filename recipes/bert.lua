@@ -24,6 +24,8 @@ local dist = require 'v100.dist'
 local bert = require 'v100.models.bert'
 local bd = require 'v100.bert_data'
 local recipe = require 'v100.recipe'
+recipe.add_path('lib') -- recipes/lib: bert_prep.lua (and the wordnet.lua it uses)
+local prep = require 'bert_prep'
 local train = require 'v100.train'
 local log = require 'v100.log'
 local ckpt = require 'v100.checkpoint'
@@ -135,7 +137,6 @@ if opts.data == 'wordnet' then
     local base = os.getenv('V100LUA_CACHE') or ((os.getenv('HOME') or '.') .. '/.cache/v100lua')
     cache = string.format('%s/bert-wordnet-%d', base, opts.vocab_size)
   end
-  local prep = require 'v100.bert_prep'
   local function make(say)
     prep.wordnet{ dir = cache, root = opts.wordnet_root ~= 'auto' and opts.wordnet_root or nil, vocab_size = opts.vocab_size,
       seq_len = phase.seq, max_predictions = phase.pred, dupe_factor = opts.dupe_factor, log = say }

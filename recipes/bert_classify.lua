@@ -6,7 +6,7 @@
 --   v100lua recipes/bert_classify.lua --pretrained /models/bert-base-uncased   # a Hugging Face folder
 --   v100lua recipes/bert_classify.lua --model bow                    # the bag-of-words baseline
 --
--- The split (80/10/10 of the synsets, by --split-seed) is the one v100.bert_prep held out of
+-- The split (80/10/10 of the synsets, by --split-seed) is the one recipes/lib/bert_prep.lua held out of
 -- pretraining. --pretrained auto takes what `v100lua recipes/bert.lua` wrote with its defaults on
 -- this machine; any folder with config.json, model.safetensors and vocab.txt works (ours or
 -- Hugging Face's). --model bow trains a linear classifier on the mean of per-token vectors (a
@@ -17,9 +17,10 @@ local optim = require 'v100.optim'
 local amp = require 'v100.amp'
 local dist = require 'v100.dist'
 local bert = require 'v100.models.bert'
-local wn = require 'v100.wordnet'
-local prep = require 'v100.bert_prep'
 local recipe = require 'v100.recipe'
+recipe.add_path('lib') -- recipes/lib: wordnet.lua, bert_prep.lua
+local wn = require 'wordnet'
+local prep = require 'bert_prep'
 local log = require 'v100.log'
 local F = nn.functional
 

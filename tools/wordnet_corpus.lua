@@ -1,5 +1,5 @@
 -- tools/wordnet_corpus.lua: the BERT data of WordNet 3.0 (Debian's wordnet-base): the pretraining
--- corpus and the lexname classification task, from v100.wordnet.
+-- corpus and the lexname classification task, from recipes/lib/wordnet.lua.
 --
 --   v100lua tools/wordnet_corpus.lua [--root DIR] --output DIR [--seed N] [--val 0.1] [--test 0.1]
 --
@@ -9,7 +9,8 @@
 -- numbers them), then prints a summary: corpus size, split sizes, the test split's class counts
 -- and its majority-class accuracy.
 local recipe = require 'v100.recipe'
-local wn = require 'v100.wordnet'
+recipe.add_path('../recipes/lib')
+local wn = require 'wordnet' -- recipes/lib/wordnet.lua
 
 local opts, parser = recipe.options{
   name = 'wordnet_corpus.lua',

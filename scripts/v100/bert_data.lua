@@ -16,12 +16,14 @@
 --   masked_ids B x P (original ids, 0 past the count), masked_weights B x P f32 (1 real, 0 padding).
 -- Records are read straight out of the read-only mappings of the files (no copy of a file in
 -- memory); each record is checked as it is read.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
+local errors = require 'v100.errors'
+local dist = require 'v100.dist.comm'
 local text = v100.text
 
 local bd = {}
 
-local function fail(msg, level) error(msg, (level or 1) + 1) end
+local fail = errors.fail
 
 local Dataset = {}
 Dataset.__index = Dataset
@@ -35,10 +37,10 @@ local FIELDS = {'n', 'seq_len', 'max_predictions', 'vocab_size', 'vocab_crc', 'w
 -- at open (checksums, sizes); the files must agree on seq_len, max_predictions and the vocab.
 function bd.open(path)
   if type(path) ~= 'string' and type(path) ~= 'table' then
-    fail('bert_data.open: expected a shard file, a directory or a list of files, got a ' .. type(path), 2)
+    fail(2, 'bert_data.open: expected a shard file, a directory or a list of files, got a %s', type(path))
   end
   local ok, set = pcall(text.ShardSet, path)
-  if not ok then fail(set, 2) end
+  if not ok then fail(2, '%s', set) end
   local self = setmetatable({_s = set, path = path}, Dataset)
   for _, k in ipairs(FIELDS) do self[k] = set[k] end
   self.files = set:files()
@@ -49,7 +51,7 @@ end
 -- were made with that vocab.txt.
 function bd.vocab_crc(path)
   local f, err = io.open(path, 'rb')
-  if not f then fail('bert_data.vocab_crc: ' .. tostring(err), 2) end
+  if not f then fail(2, 'bert_data.vocab_crc: %s', tostring(err)) end
   local bytes = f:read('a')
   f:close()
   return text.crc32c(bytes)
@@ -57,7 +59,7 @@ end
 
 local function check_device(fn, device, level)
   if device ~= nil and (type(device) ~= 'string' or not (device == 'cpu' or device:match('^cuda$') or device:match('^cuda:%d+$'))) then
-    fail(fn .. ": device must be 'cpu', 'cuda' or 'cuda:<n>', got " .. tostring(device), level + 1)
+    fail(level + 1, '%s', fn .. ": device must be 'cpu', 'cuda' or 'cuda:<n>', got " .. tostring(device))
   end
 end
 
@@ -75,18 +77,18 @@ end
 -- ds:batch(indices[, {device = dev}]) -> the batch of those samples (see the top of this file).
 function Dataset:batch(indices, opts)
   local set = rawget(self, '_s')
-  if not set then fail('bert_data: dataset used after close', 2) end
+  if not set then fail(2, 'bert_data: dataset used after close') end
   local device
   if opts ~= nil then
-    if type(opts) ~= 'table' then fail('Dataset:batch: options must be a table, got a ' .. type(opts), 2) end
+    if type(opts) ~= 'table' then fail(2, 'Dataset:batch: options must be a table, got a %s', type(opts)) end
     for k in pairs(opts) do
-      if k ~= 'device' then fail('Dataset:batch: unknown option ' .. tostring(k), 2) end
+      if k ~= 'device' then fail(2, 'Dataset:batch: unknown option %s', tostring(k)) end
     end
     device = opts.device
     check_device('Dataset:batch', device, 2)
   end
   local ok, b = pcall(set.gather, set, indices)
-  if not ok then fail(b, 2) end
+  if not ok then fail(2, '%s', b) end
   return to_device(b, device)
 end
 
@@ -114,7 +116,7 @@ local LOADER_OPTS = {batch_size = true, shuffle = true, seed = true, rank = true
 
 local function check_int(fn, name, v, lo, hi, level)
   if not (math.tointeger(v) and v >= lo and v <= hi) then
-    fail(string.format('%s: %s must be an integer in %d..%d, got %s', fn, name, lo, hi, tostring(v)), level + 1)
+    fail(level + 1, '%s: %s must be an integer in %d..%d, got %s', fn, name, lo, hi, tostring(v))
   end
   return math.tointeger(v)
 end
@@ -131,11 +133,11 @@ Loader.__name = 'v100.bert_data.Loader'
 -- rank r taking positions r, r + world_size, ...; so each rank gets ceil(n / world_size) samples
 -- and the ranks together cover every sample once (plus the padding) each epoch.
 function bd.Loader(ds, opts)
-  if getmetatable(ds) ~= Dataset then fail('bert_data.Loader: the first argument must be a dataset of bert_data.open', 2) end
+  if getmetatable(ds) ~= Dataset then fail(2, 'bert_data.Loader: the first argument must be a dataset of bert_data.open') end
   opts = opts or {}
-  if type(opts) ~= 'table' then fail('bert_data.Loader: options must be a table, got a ' .. type(opts), 2) end
+  if type(opts) ~= 'table' then fail(2, 'bert_data.Loader: options must be a table, got a %s', type(opts)) end
   for k in pairs(opts) do
-    if not LOADER_OPTS[k] then fail('bert_data.Loader: unknown option ' .. tostring(k), 2) end
+    if not LOADER_OPTS[k] then fail(2, 'bert_data.Loader: unknown option %s', tostring(k)) end
   end
   local F = 'bert_data.Loader'
   local world = check_int(F, 'world_size', opts.world_size or 1, 1, 1 << 20, 2)
@@ -150,7 +152,7 @@ function bd.Loader(ds, opts)
     device = opts.device,
   }, Loader)
   check_device(F, self.device, 2)
-  if ds.n == 0 then fail('bert_data.Loader: the dataset has no samples', 2) end
+  if ds.n == 0 then fail(2, 'bert_data.Loader: the dataset has no samples') end
   self.shard_size = (ds.n + world - 1) // world
   if self.drop_last then self.batches_per_epoch = self.shard_size // self.batch_size
   else self.batches_per_epoch = (self.shard_size + self.batch_size - 1) // self.batch_size end
@@ -159,7 +161,7 @@ end
 
 -- l:indices(e) -> this rank's 0-based sample ids of epoch e, in order (an i64 CPU tensor).
 function Loader:indices(e)
-  return require('v100.dist').epoch_indices(self.ds.n, e, {shuffle = self.shuffle, seed = self.seed, rank = self.rank,
+  return dist.epoch_indices(self.ds.n, e, {shuffle = self.shuffle, seed = self.seed, rank = self.rank,
     size = self.world_size})
 end
 
@@ -170,7 +172,7 @@ function Loader:epoch(e, opts)
   check_int('bert_data.Loader:epoch', 'epoch', e, 0, math.maxinteger - self.seed, 2)
   opts = opts or {}
   for k in pairs(opts) do
-    if k ~= 'start' then fail('bert_data.Loader:epoch: unknown option ' .. tostring(k), 2) end
+    if k ~= 'start' then fail(2, 'bert_data.Loader:epoch: unknown option %s', tostring(k)) end
   end
   local start = check_int('bert_data.Loader:epoch', 'start', opts.start or 0, 0, self.batches_per_epoch, 2)
   local order = self:indices(e)

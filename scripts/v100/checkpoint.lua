@@ -39,8 +39,11 @@
 -- optimizer, ZeRO-1 taking its shard: N ranks' checkpoint loads on M ranks. Every rank's
 -- generator state is saved; restore gives each rank its own when the rank count is the same,
 -- rank 0's otherwise.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 local core = require 'v100.core'
+local errors = require 'v100.errors'
+local dist = require 'v100.dist.comm'
+local optim = require 'v100.optim'
 local fs, cio = core._ckpt, core.io
 -- meta.json and the training file's metadata: non-finite numbers raise instead of turning into
 -- null, and a table with integer keys (the caller's state) is written as an object.
@@ -54,7 +57,7 @@ local MODEL, TRAINING, META, LATEST = 'model.safetensors', 'training.safetensors
 local NAME_PATTERN = '^epoch(%d+)%-step(%d+)$'
 local STATE_KEY = '^optimizer%.state%.(%d+)%.(.+)$'
 
-local function fail(fmt, ...) error('checkpoint.' .. string.format(fmt, ...), 3) end
+local fail = errors.failer('checkpoint.', 2)
 
 local join, read_file, exists = cio.join, cio.read_file, cio.exists
 
@@ -141,7 +144,6 @@ local function is_ours(path)
 end
 
 local function rank_world()
-  local dist = require 'v100.dist'
   if dist.is_initialized() then return dist.rank(), dist.size() end
   return 0, 1
 end
@@ -362,7 +364,7 @@ function M.save(dir, o)
   local seed, offset = v100.rng_state()
   local rngs = { { seed = seed, offset = offset } }
   if world > 1 then
-    local all = require('v100.dist').all_gather(v100.tensor({ seed, offset }, { dtype = 'i64' })):reshape({ -1 }):totable()
+    local all = dist.all_gather(v100.tensor({ seed, offset }, { dtype = 'i64' })):reshape({ -1 }):totable()
     for i = 1, world do rngs[i] = { seed = all[2 * i - 1], offset = all[2 * i] } end
   end
   local name = string.format('epoch%d-step%d', o.epoch or 0, o.step or 0)
@@ -371,7 +373,7 @@ function M.save(dir, o)
   if world > 1 then
     -- the others wait for rank 0's outcome, so that nobody reads a checkpoint not yet in place
     local flag = v100.tensor({ ok and 1 or 0 }, { dtype = 'f32' })
-    require('v100.dist').broadcast(flag, { src = 0 })
+    dist.broadcast(flag, { src = 0 })
     if rank ~= 0 and flag:item() == 0 then fail('save: %s: rank 0 failed to write the checkpoint (its error says why)', join(dir, name)) end
   end
   if not ok then error(res, 0) end
@@ -406,7 +408,6 @@ local function optimizer_state(c)
   for k, v in pairs(rest) do if k ~= 'state' and k ~= 'kind' and k ~= 'zero' then sd[k] = v end end
   -- the hyperparameters with the optimizer's own rules (optim.check_group), named by file and group
   if type(rest.param_groups) ~= 'table' then fail('load: %s: metadata "optimizer" has no param_groups list', file) end
-  local optim = require 'v100.optim'
   for gi, g in ipairs(rest.param_groups) do
     if type(g) ~= 'table' then fail('load: %s: metadata "optimizer" param_groups[%d] is not an object', file, gi) end
     local ok, err = pcall(optim.check_group, string.format('metadata "optimizer" param_groups[%d]', gi), g)

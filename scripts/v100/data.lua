@@ -10,7 +10,9 @@
 --   local ds = data.ImageFolder('/data/imagenet/train')       -- ds.classes, ds.n, ds:path(i), ds:label(i)
 --   local loader = data.ImageLoader(ds, {batch_size = 256, transform = 'train', device = 'cuda'})
 --   for k, x, y in loader:epoch(e) do ... end                  -- x f32 256x3x224x224, y i64 labels
-local v100 = require 'v100'
+local v100 = require 'v100.base'
+local errors = require 'v100.errors'
+local dist = require 'v100.dist.comm'
 local _data = v100._data
 
 local data = {}
@@ -113,12 +115,12 @@ end
 
 -- ---- image data ----
 
-local function fail(msg, level) error(msg, (level or 1) + 1) end
+local fail = errors.fail
 
 local function check_int(fname, name, v, lo, hi, level)
   if not (math.tointeger(v) and v >= lo and (not hi or v <= hi)) then
-    fail(string.format('%s: %s must be an integer in %d..%s, got %s', fname, name, lo, hi and tostring(hi) or 'inf',
-      tostring(v)), level + 1)
+    fail(level + 1, '%s: %s must be an integer in %d..%s, got %s', fname, name, lo, hi and tostring(hi) or 'inf',
+      tostring(v))
   end
   return math.tointeger(v)
 end
@@ -132,7 +134,7 @@ Folder.__name = 'v100.data.ImageFolder'
 -- ds.classes (list of names; label c is ds.classes[c + 1]), ds.n, ds:path(i), ds:label(i) for
 -- i = 1..ds.n (labels 0-based, as in PyTorch).
 function data.ImageFolder(root)
-  if type(root) ~= 'string' then fail('ImageFolder: root must be a directory path, got a ' .. type(root), 2) end
+  if type(root) ~= 'string' then fail(2, 'ImageFolder: root must be a directory path, got a %s', type(root)) end
   local f = _data.folder(root)
   return setmetatable({root = root, n = f:n(), classes = f:classes(), _f = f}, Folder)
 end
@@ -144,17 +146,17 @@ function Folder:__len() return self.n end
 -- data.decode_jpeg(path_or_bytes, {channels = 3}) -> u8 H x W x C CPU tensor. A string starting
 -- with the JPEG marker FF D8 is taken as the file's bytes, anything else as a path.
 function data.decode_jpeg(src, opts)
-  if type(src) ~= 'string' then fail('decode_jpeg: expected a path or the bytes of a JPEG, got a ' .. type(src), 2) end
+  if type(src) ~= 'string' then fail(2, 'decode_jpeg: expected a path or the bytes of a JPEG, got a %s', type(src)) end
   opts = opts or {}
   local channels = opts.channels or 3
-  if channels ~= 1 and channels ~= 3 then fail('decode_jpeg: channels must be 1 or 3, got ' .. tostring(channels), 2) end
+  if channels ~= 1 and channels ~= 3 then fail(2, 'decode_jpeg: channels must be 1 or 3, got %s', tostring(channels)) end
   return _data.decode(src, src:sub(1, 2) == '\xFF\xD8', channels)
 end
 
 -- data.encode_jpeg(img, path, {quality = 95}): img a u8 H x W x C CPU tensor, C = 1 (gray) or 3
 -- (RGB); 4:4:4 chroma (no subsampling).
 function data.encode_jpeg(img, path, opts)
-  if type(path) ~= 'string' then fail('encode_jpeg: path must be a string, got a ' .. type(path), 2) end
+  if type(path) ~= 'string' then fail(2, 'encode_jpeg: path must be a string, got a %s', type(path)) end
   opts = opts or {}
   local q = check_int('encode_jpeg', 'quality', opts.quality or 95, 1, 100, 2)
   _data.encode(img, path, q)
@@ -197,60 +199,60 @@ end
 --   decoder, counted by loader:cpu_fallbacks()); 'auto': nvjpeg when built with it and the device
 --   is CUDA, else cpu). loader.decoder is the one in use.
 function data.ImageLoader(ds, opts)
-  if getmetatable(ds) ~= Folder then fail('ImageLoader: the first argument must be a data.ImageFolder', 2) end
+  if getmetatable(ds) ~= Folder then fail(2, 'ImageLoader: the first argument must be a data.ImageFolder') end
   opts = opts or {}
-  if type(opts) ~= 'table' then fail('ImageLoader: options must be a table, got a ' .. type(opts), 2) end
+  if type(opts) ~= 'table' then fail(2, 'ImageLoader: options must be a table, got a %s', type(opts)) end
   for k in pairs(opts) do
-    if not LOADER_OPTS[k] then fail('ImageLoader: unknown option ' .. tostring(k), 2) end
+    if not LOADER_OPTS[k] then fail(2, 'ImageLoader: unknown option %s', tostring(k)) end
   end
   local F = 'ImageLoader'
   local o = {}
   o.batch_size = check_int(F, 'batch_size', opts.batch_size or 256, 1, 1 << 30, 2)
   o.transform = opts.transform or 'train'
   if o.transform ~= 'train' and o.transform ~= 'val' and o.transform ~= 'none' then
-    fail("ImageLoader: transform must be 'train', 'val' or 'none', got " .. tostring(o.transform), 2)
+    fail(2, "ImageLoader: transform must be 'train', 'val' or 'none', got %s", tostring(o.transform))
   end
   o.size = check_int(F, 'size', opts.size or 224, 1, 16384, 2)
   o.resize = check_int(F, 'resize', opts.resize or 256, 1, 65535, 2)
   o.channels = opts.channels or 3
-  if o.channels ~= 1 and o.channels ~= 3 then fail('ImageLoader: channels must be 1 or 3, got ' .. tostring(o.channels), 2) end
+  if o.channels ~= 1 and o.channels ~= 3 then fail(2, 'ImageLoader: channels must be 1 or 3, got %s', tostring(o.channels)) end
   for _, name in ipairs{'mean', 'std'} do
     local v = opts[name] or (o.channels == 3 and (name == 'mean' and IMAGENET_MEAN or IMAGENET_STD))
       or {name == 'mean' and 0 or 1}
     if type(v) ~= 'table' or #v ~= o.channels then
-      fail(string.format('ImageLoader: %s must be a list of %d numbers (one per channel)', name, o.channels), 2)
+      fail(2, 'ImageLoader: %s must be a list of %d numbers (one per channel)', name, o.channels)
     end
     for i = 1, o.channels do
-      if type(v[i]) ~= 'number' then fail(string.format('ImageLoader: %s[%d] is not a number', name, i), 2) end
+      if type(v[i]) ~= 'number' then fail(2, 'ImageLoader: %s[%d] is not a number', name, i) end
     end
     o[name] = v
   end
   o.layout = opts.layout or 'nchw'
-  if o.layout ~= 'nchw' and o.layout ~= 'nhwc' then fail("ImageLoader: layout must be 'nchw' or 'nhwc', got " .. tostring(o.layout), 2) end
+  if o.layout ~= 'nchw' and o.layout ~= 'nhwc' then fail(2, "ImageLoader: layout must be 'nchw' or 'nhwc', got %s", tostring(o.layout)) end
   o.dtype = opts.dtype or 'f32'
-  if type(o.dtype) ~= 'string' then fail('ImageLoader: dtype must be a string', 2) end
+  if type(o.dtype) ~= 'string' then fail(2, 'ImageLoader: dtype must be a string') end
   if opts.workers ~= nil then o.workers = check_int(F, 'workers', opts.workers, 1, 64, 2) end
   o.prefetch = check_int(F, 'prefetch', opts.prefetch or 4, 1, 1024, 2)
   local device = opts.device or 'cpu'
   if type(device) ~= 'string' or not (device == 'cpu' or device:match('^cuda$') or device:match('^cuda:%d+$')) then
-    fail("ImageLoader: device must be 'cpu', 'cuda' or 'cuda:<n>', got " .. tostring(device), 2)
+    fail(2, "ImageLoader: device must be 'cpu', 'cuda' or 'cuda:<n>', got %s", tostring(device))
   end
   o.pinned = device ~= 'cpu'
   local decoder = opts.decoder or 'cpu'
   if decoder ~= 'cpu' and decoder ~= 'nvjpeg' and decoder ~= 'auto' then
-    fail("ImageLoader: decoder must be 'cpu', 'nvjpeg' or 'auto', got " .. tostring(decoder), 2)
+    fail(2, "ImageLoader: decoder must be 'cpu', 'nvjpeg' or 'auto', got %s", tostring(decoder))
   end
   if decoder == 'auto' then decoder = (_data.have_nvjpeg() and device ~= 'cpu') and 'nvjpeg' or 'cpu' end
   if decoder == 'nvjpeg' and not _data.have_nvjpeg() then
-    fail("ImageLoader: decoder 'nvjpeg': v100lua was built without nvJPEG", 2)
+    fail(2, "ImageLoader: decoder 'nvjpeg': v100lua was built without nvJPEG")
   end
-  if decoder == 'nvjpeg' and device == 'cpu' then fail("ImageLoader: decoder 'nvjpeg' needs a CUDA device", 2) end
+  if decoder == 'nvjpeg' and device == 'cpu' then fail(2, "ImageLoader: decoder 'nvjpeg' needs a CUDA device") end
   o.decoder = decoder
   o.seed = check_int(F, 'seed', opts.seed or 0, 0, math.maxinteger, 2)
   o.drop_last = opts.drop_last ~= false
   local world = check_int(F, 'world_size', opts.world_size or 1, 1, 1 << 20, 2)
   local rank = check_int(F, 'rank', opts.rank or 0, 0, world - 1, 2)
-  if ds.n == 0 then fail('ImageLoader: the ImageFolder ' .. ds.root .. ' is empty', 2) end
+  if ds.n == 0 then fail(2, '%s', 'ImageLoader: the ImageFolder ' .. ds.root .. ' is empty') end
   local l = _data.loader(ds._f, o)
   local self = setmetatable({ds = ds, device = device, layout = o.layout, batch_size = o.batch_size, rank = rank, world_size = world,
     shuffle = opts.shuffle ~= false, seed = o.seed, decoder = decoder, _l = l, _printed = 0}, Loader)
@@ -274,7 +276,7 @@ end
 -- The sample order of epoch e on this rank: DistributedSampler's (permutation of seed + e, every
 -- world_size-th position from rank on, padded by wrapping).
 function Loader:indices(e)
-  return require('v100.dist').epoch_indices(self.ds.n, e, {shuffle = self.shuffle, seed = self.seed, rank = self.rank,
+  return dist.epoch_indices(self.ds.n, e, {shuffle = self.shuffle, seed = self.seed, rank = self.rank,
     size = self.world_size})
 end
 
@@ -286,7 +288,7 @@ end
 -- referenced: the loader allocates another buffer rather than overwrite them).
 function Loader:epoch(e, opts)
   local l = rawget(self, '_l')
-  if not l then fail('ImageLoader: used after close', 2) end
+  if not l then fail(2, 'ImageLoader: used after close') end
   check_int('ImageLoader:epoch', 'epoch', e, 0, 0xFFFFFFFF, 2)
   opts = opts or {}
   local start = check_int('ImageLoader:epoch', 'start', opts.start or 0, 0, self.batches_per_epoch, 2)

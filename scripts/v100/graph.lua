@@ -22,6 +22,7 @@
 -- operation. Random numbers (dropout) differ per replay, as in eager steps. Optimizers step in
 -- a graph only with `capturable = true` (lr and step count on the device).
 local core = require 'v100.core'
+local errors = require 'v100.errors'
 local _graph = core._graph
 
 local graph = {}
@@ -35,7 +36,7 @@ Graph.__index = function(self, k)
 end
 Graph.__name = 'v100.Graph'
 
-local function fail(level, fmt, ...) error('v100.graph: ' .. string.format(fmt, ...), level + 1) end
+local fail = errors.fail -- every message starts 'v100.graph: '
 
 -- Callbacks registered by the code of the step during capture (graph.on_replay).
 local capturing_hooks = nil
@@ -60,24 +61,24 @@ local function device_index(d)
     if i then return tonumber(i) end
     if d == 'cuda' then return 0 end
   end
-  fail(3, "device must be a CUDA device ('cuda:N' or N), got %s", tostring(d))
+  fail(3, "v100.graph: device must be a CUDA device ('cuda:N' or N), got %s", tostring(d))
 end
 
 local function tb(e) return debug.traceback(tostring(e), 2) end
 
 -- v100.graph(step_fn[, {warmup = 3, device = 'cuda:0'}]) -> a captured Graph.
 function graph.capture(fn, opts)
-  if type(fn) ~= 'function' then fail(2, 'expected a step function, got %s', type(fn)) end
-  if opts ~= nil and type(opts) ~= 'table' then fail(2, 'options must be a table, got %s', type(opts)) end
+  if type(fn) ~= 'function' then fail(2, 'v100.graph: expected a step function, got %s', type(fn)) end
+  if opts ~= nil and type(opts) ~= 'table' then fail(2, 'v100.graph: options must be a table, got %s', type(opts)) end
   opts = opts or {}
   for k in pairs(opts) do
-    if k ~= 'warmup' and k ~= 'device' then fail(2, "unknown option '%s' (warmup, device)", tostring(k)) end
+    if k ~= 'warmup' and k ~= 'device' then fail(2, "v100.graph: unknown option '%s' (warmup, device)", tostring(k)) end
   end
   local warmup = opts.warmup == nil and 3 or opts.warmup
   if math.type(warmup) ~= 'integer' or warmup < 0 then
-    fail(2, 'warmup must be an integer >= 0, got %s', tostring(warmup))
+    fail(2, 'v100.graph: warmup must be an integer >= 0, got %s', tostring(warmup))
   end
-  if _graph.capturing() then fail(2, 'a capture is already in progress (graphs do not nest)') end
+  if _graph.capturing() then fail(2, 'v100.graph: a capture is already in progress (graphs do not nest)') end
   local dev = device_index(opts.device)
   local g = _graph.new(dev)
   -- Warm-up on the side stream: the caller's stream waits for it at leave().

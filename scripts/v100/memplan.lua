@@ -11,7 +11,7 @@
 --
 -- Bytes are logical tensor sizes; the pool rounds blocks up (at most a few percent for large
 -- tensors), which the measured peak includes and the static parts do not.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 
 local memplan = {}
 

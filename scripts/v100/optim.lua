@@ -24,7 +24,7 @@
 -- capturable = true (CUDA graphs, docs/AMP.md): the lr and step count of each group live on the
 -- device, the count advancing there (and not on a skipped AMP step), so a step replayed by
 -- v100.graph uses the current lr and the right bias corrections. Required inside a capture.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 local _nn = v100._nn
 local graph = require 'v100.graph'
 

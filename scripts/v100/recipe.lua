@@ -4,10 +4,26 @@
 --
 -- The recipes' output lines are parsed by tests and quoted in docs, so nothing here prints on its
 -- own (bar argparse's --help and errors): the recipe, or v100.train's loop, writes every line.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 local data = require 'v100.data'
 
 local recipe = {}
+
+-- ---- modules beside a script ----
+--
+-- recipe.add_path(rel) puts <the calling script's folder>/rel/?.lua first on package.path and
+-- returns that folder: the lookup follows the script, wherever the run's working directory is
+-- (`v100lua recipes/bert.lua`, `v100lua /opt/v100lua/recipes/bert.lua`). The recipes keep their
+-- own modules (WordNet, the BERT pretraining data) in recipes/lib:
+--   recipe.add_path('lib'); local wn = require 'wordnet'                  -- in recipes/*.lua
+--   recipe.add_path('../recipes/lib')                                     -- in tools/*.lua
+function recipe.add_path(rel)
+  local src = debug.getinfo(2, 'S').source
+  local dir = (src:sub(1, 1) == '@' and src:match('^@(.*)/[^/]*$')) or '.'
+  dir = dir .. '/' .. rel
+  package.path = dir .. '/?.lua;' .. package.path
+  return dir
+end
 
 -- ---- command-line options (lua-argparse) ----
 --
@@ -105,6 +121,8 @@ recipe.device_auto = {
 -- The argparse parser of a spec (see above); recipe.options parses arg with it, tests call
 -- parser:pparse(argv) to see an error without the exit.
 function recipe.parser(spec)
+  -- Optional, so loaded here: lua-argparse (Debian's package, not ours) is needed only to parse
+  -- options; the rest of this module (recipe.integer, used by telemetry.options) works without it.
   local argparse = require 'argparse'
   local p = argparse(spec.name, spec.description, spec.epilog)
   for _, row in ipairs(spec) do

@@ -8,8 +8,9 @@
 --
 -- "test acc" is left out of the epochs that are not evaluated (eval_every); the final line is
 -- always last and always there.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 local recipe = require 'v100.recipe'
+local optim = require 'v100.optim'
 
 local train = {}
 
@@ -46,7 +47,7 @@ local function copy_tree(static, src)
   for k, v in pairs(static) do copy_tree(v, src[k]) end
 end
 
-local function optim_clip(params, max_norm) require('v100.optim').clip_grad_norm(params, max_norm) end
+local function optim_clip(params, max_norm) optim.clip_grad_norm(params, max_norm) end
 
 -- train.fit(spec) runs spec.epochs epochs and returns the final test accuracy and the seconds the
 -- whole run took. spec fields:

@@ -1,4 +1,4 @@
--- tests/lua/test_log.lua: scripts/v100/log.lua and the v100.io pieces behind it: the Logger's
+-- tests/lua/test_log.lua: scripts/v100/obs/log.lua and the v100.io pieces behind it: the Logger's
 -- JSON lines (parsed back by json_decode) and TensorBoard event file (parsed back by
 -- read_events), rank ~= 0 writing nothing, the progress bar on and off, Meter, topk_correct
 -- (ties and NaN), reduce at world size 1, json round trips and the errors of bad inputs.

@@ -8,6 +8,7 @@
 -- Needs root (CI runs as root); skipped with a message otherwise.
 local v100 = require 'v100'
 local T = require 'testlib'
+require('v100.recipe').add_path('../../recipes/lib') -- wordnet.lua
 
 local function sh(cmd) return os.execute(cmd) end
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
@@ -75,7 +76,7 @@ T.test('safetensors, JPEG export and WordNet files do not follow a foreign link'
   require('v100.data').encode_jpeg(v100.zeros({ 4, 4, 3 }, { dtype = 'u8' }), link)
   not_followed(link, secret)
   link, secret = plant('task.tsv')
-  require('v100.wordnet').write_task(link, { { label = 1, id = '00001740-n', text = 'a gloss' } })
+  require('wordnet').write_task(link, { { label = 1, id = '00001740-n', text = 'a gloss' } })
   not_followed(link, secret)
 end)
 

@@ -1,9 +1,10 @@
--- tests/lua/test_wordnet.lua: v100.wordnet on Debian's wordnet-base (tools/setup.sh installs it):
+-- tests/lua/test_wordnet.lua: recipes/lib/wordnet.lua on Debian's wordnet-base (tools/setup.sh installs it):
 -- the reader (counts, lexnames, known synsets parsed exactly, tricky glosses), the corpus
 -- (format, every sentence once, documents of a head and its leaves), the lexname task (seeded,
 -- deterministic, disjoint, stratified) and tools/wordnet_corpus.lua on a small root.
 local T = require 'testlib'
-local wn = require 'v100.wordnet'
+require('v100.recipe').add_path('../../recipes/lib')
+local wn = require 'wordnet' -- recipes/lib/wordnet.lua
 
 local ROOT = wn.ROOT
 assert(io.open(ROOT .. '/data.noun', 'rb'), 'WordNet is missing: install wordnet-base (tools/setup.sh) or set WORDNET_ROOT')

@@ -1,4 +1,4 @@
--- tests/mpi/test_log.lua: scripts/v100/log.lua across ranks (mpirun -np 2 and -np 3): log.reduce
+-- tests/mpi/test_log.lua: scripts/v100/obs/log.lua across ranks (mpirun -np 2 and -np 3): log.reduce
 -- sums, averages and maxes with one all_reduce, top-k counts aggregate to the whole batch, and
 -- a Logger with the default rank writes its files on rank 0 only.
 local T = require 'testlib'

@@ -1,29 +1,16 @@
--- scripts/v100/nn/containers.lua: Sequential, ModuleList, ModuleDict and Checkpoint.
+-- scripts/v100/nn/containers.lua: Sequential, ModuleList (from module.lua), ModuleDict and Checkpoint.
 --
 -- Children of the list containers are registered under '0', '1', ... (PyTorch's names, which
 -- checkpoints use) and indexed from Lua 1-based: seq[1] is child '0'. #seq and ipairs(seq) work.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 local Module = require 'v100.nn.module'
 
 local C = {}
 
-local function append(self, m)
-  local n = #rawget(self, '_mnames')
-  Module.add_module(self, tostring(n), m)
-  return self
-end
-
-local function list_len(self) return #rawget(self, '_mnames') end
-
--- seq[i] = m (1-based; i = #seq + 1 appends, which is what table.insert(list, m) does).
-local function list_newindex(self, k, v)
-  if math.type(k) ~= 'integer' then return Module.__newindex(self, k, v) end
-  local n = list_len(self)
-  if k == n + 1 and v ~= nil then return append(self, v) end
-  if k < 1 or k > n then error(string.format('%s: index %d out of range (1..%d)', self.__name, k, n + 1), 2) end
-  if not Module.is_module(v) then error(string.format('%s: element %d must be a module', self.__name, k), 2) end
-  rawget(self, '_modules')[rawget(self, '_mnames')[k]] = v
-end
+-- The list containers' pieces, defined with ModuleList in module.lua (Module's __newindex wraps a
+-- plain array of modules in a ModuleList, so the list lives beside the base class).
+local list = Module._list
+local append, list_len, list_newindex = list.append, list.len, list.newindex
 
 -- ---------------------------------------------------------------------------------------------
 
@@ -54,27 +41,7 @@ function Sequential:forward(x, ...)
   return x
 end
 
-local ModuleList = Module:extend('ModuleList')
-ModuleList.__len = list_len
-ModuleList.__newindex = list_newindex
-C.ModuleList = ModuleList
-
-function ModuleList:init(mods)
-  for i, m in ipairs(mods or {}) do
-    if not Module.is_module(m) then error(string.format('ModuleList: element %d is not a module', i), 4) end
-    append(self, m)
-  end
-end
-
-ModuleList.append = append
-function ModuleList:extend(mods)
-  for _, m in ipairs(mods) do append(self, m) end
-  return self
-end
-
-function ModuleList:forward()
-  error('ModuleList is not callable: iterate over it in the parent forward', 0)
-end
+C.ModuleList = list.ModuleList
 
 local ModuleDict = Module:extend('ModuleDict')
 C.ModuleDict = ModuleDict

@@ -1,7 +1,7 @@
 -- scripts/v100/nn/functional.lua: `v100.nn.functional` (also `nn.F`), the stateless layer ops.
 --
 -- conv2d, pooling, batch_norm and layer_norm are thin wrappers over the C layer ops of
--- `v100._nn` (which record autograd nodes themselves); the others are compositions of
+-- `v100.core._nn` (which record autograd nodes themselves); the others are compositions of
 -- autograd-aware tensor ops, so their backward comes from the tape. Every argument check is in C
 -- (runtime/nn/*.c), once: the C layer ops check their own arguments, and the compositions call
 -- the C check of their layer (`_nn.check_linear`, ...) before composing. Options given as a
@@ -10,15 +10,12 @@
 -- Conventions (docs/NN_API.md): 1-based dims, 0-based class ids / token ids. Errors are raised
 -- at level 0 like the C ops' errors ("cross_entropy: ..."), so that a module path can be put in
 -- front of them without a file position in between.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
+local core = require 'v100.core'
+local _nn, cast = core._nn, core._amp.cast -- the C layer ops and checks; autocast's operand cast
 
 local F = {}
 
-local function core_nn()
-  -- Looked up at call time: the v100 table copies core's entries once at load, and the layer
-  -- ops live in core._nn.
-  return v100._nn or require('v100.core')._nn
-end
 
 -- "2x3x4 f32 cpu" for error messages.
 local function desc(t)
@@ -30,30 +27,30 @@ end
 F._desc = desc
 
 -- A number or an {h, w} pair -> {h, w} of integers (the bindings' parser; layers keep the pairs).
-function F._pair(fname, what, v, default) return core_nn().pair(fname, what, v, default) end
+function F._pair(fname, what, v, default) return _nn.pair(fname, what, v, default) end
 
 -- ---------------------------------------------------------------------------------------------
 -- C layer ops
 
-function F.conv2d(x, w, b, opts) return core_nn().conv2d(x, w, b, opts) end
+function F.conv2d(x, w, b, opts) return _nn.conv2d(x, w, b, opts) end
 
-function F.max_pool2d(x, k, opts) return core_nn().max_pool2d(x, k, opts) end
+function F.max_pool2d(x, k, opts) return _nn.max_pool2d(x, k, opts) end
 
-function F.avg_pool2d(x, k, opts) return core_nn().avg_pool2d(x, k, opts) end
+function F.avg_pool2d(x, k, opts) return _nn.avg_pool2d(x, k, opts) end
 
-function F.adaptive_avg_pool2d(x, size) return core_nn().adaptive_avg_pool2d(x, size) end
+function F.adaptive_avg_pool2d(x, size) return _nn.adaptive_avg_pool2d(x, size) end
 
 -- PyTorch's argument order; running stats may be nil (then batch statistics are used, which
 -- requires training = true semantics, as in PyTorch). opts fuses what follows the normalisation
 -- into its pass over the data: {activation = 'relu'} gives relu(bn(x)), {residual = r} bn(x) + r,
 -- both relu(bn(x) + r) (r: x's shape and dtype), with their backward in the same kernels.
 function F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, opts)
-  return core_nn().batch_norm(x, running_mean, running_var, weight, bias, training and true or false,
+  return _nn.batch_norm(x, running_mean, running_var, weight, bias, training and true or false,
     momentum or 0.1, eps or 1e-5, opts)
 end
 
 function F.layer_norm(x, normalized_shape, weight, bias, eps)
-  return core_nn().layer_norm(x, normalized_shape, weight, bias, eps or 1e-5)
+  return _nn.layer_norm(x, normalized_shape, weight, bias, eps or 1e-5)
 end
 
 -- ---------------------------------------------------------------------------------------------
@@ -79,26 +76,26 @@ function F.log_softmax(x, dim) return x:log_softmax(dim or -1) end
 function F.dropout(x, p, training)
   p = p or 0.5
   if training == false or p == 0 or p == 1 then
-    core_nn().check_prob('dropout', 'p', p)
+    _nn.check_prob('dropout', 'p', p)
     if p == 1 and training ~= false then return x * 0 end
     return x
   end
-  return core_nn().dropout(x, p) -- checks p and x in C
+  return _nn.dropout(x, p) -- checks p and x in C
 end
 
 -- ids: integer tensor of any shape with 0-based rows of weight; result ids.shape x dim.
 -- padding_idx: those positions give the (zero) padding row and send no gradient to it.
 function F.embedding(ids, weight, opts)
-  core_nn().check_embedding(ids, weight)
+  _nn.check_embedding(ids, weight)
   local dim = weight.shape[2]
   -- the gather itself checks every id, naming embedding (no second pass over the ids)
-  local out = core_nn().index_select_as('embedding', weight, 1, ids:reshape{ -1 })
+  local out = _nn.index_select_as('embedding', weight, 1, ids:reshape{ -1 })
   local shape = ids.shape
   shape[#shape + 1] = dim
   out = out:view(shape)
   local pad = opts and opts.padding_idx
   if pad ~= nil then
-    pad = core_nn().padding_idx('embedding', weight.shape[1], pad)
+    pad = _nn.padding_idx('embedding', weight.shape[1], pad)
     out = out:masked_fill(ids:eq(pad):unsqueeze(-1), 0)
   end
   return out
@@ -109,9 +106,8 @@ end
 function F.linear(x, w, b)
   -- Under autocast the operands are cast here, the parameters as themselves (the weight cache
   -- knows leaves, not their transposes): a weight is cast once per region. A no-op otherwise.
-  local cast = require('v100.core')._amp.cast
   x, w, b = cast('linear', x), cast('linear', w), cast('linear', b)
-  core_nn().check_linear(x, w, b)
+  _nn.check_linear(x, w, b)
   local s = x.shape
   if x.ndim == 1 then
     local y = x:matmul(w:t())
@@ -145,7 +141,7 @@ F.attention_impl = 'auto'
 function F.scaled_dot_product_attention(q, k, v, opts)
   opts = opts or {}
   local mask = opts.mask
-  local nnc = core_nn()
+  local nnc = _nn
   nnc.check_sdpa(q, k, v, mask)
   local E = q.shape[q.ndim]
   local L, S = q.shape[q.ndim - 1], k.shape[k.ndim - 1]
@@ -212,7 +208,7 @@ local function nll_terms(fname, logp, target, ignore_index)
   local valid = target:ne(ignore_index)
   -- ignored targets may hold any value (e.g. -100): gather a safe class 0 there, then zero it
   local safe = v100.where(valid, target, 0)
-  local picked = core_nn().gather_as(fname, logp, cd, safe:unsqueeze(cd)):squeeze(cd)
+  local picked = _nn.gather_as(fname, logp, cd, safe:unsqueeze(cd)):squeeze(cd)
   return (-picked):masked_fill(valid:logical_not(), 0), valid
 end
 
@@ -224,10 +220,10 @@ end
 
 function F.nll_loss(logp, target, opts)
   opts = opts or {}
-  local reduction = core_nn().check_reduction('nll_loss', opts.reduction)
+  local reduction = _nn.check_reduction('nll_loss', opts.reduction)
   target = widen(target)
   -- before nll_terms: its ne/where would otherwise report a mis-shaped target in their words
-  core_nn().check_class_target('nll_loss', logp, target, false)
+  _nn.check_class_target('nll_loss', logp, target, false)
   local per, valid = nll_terms('nll_loss', logp, target, opts.ignore_index or -100)
   -- mean over the non-ignored elements only; the count stays on the device (no host sync)
   local count = reduction == 'mean' and valid:sum():to(per.dtype) or nil
@@ -245,7 +241,7 @@ end
 function F.cross_entropy(logits, target, opts)
   opts = opts or {}
   target = widen(target)
-  local nnc = core_nn()
+  local nnc = _nn
   local s = opts.smoothing or opts.label_smoothing or 0
   if v100.is_tensor(target) and (target.dtype == 'i64' or target.dtype == 'i32') then
     return nnc.cross_entropy(logits, target, opts.ignore_index or -100, s, opts.reduction, opts.dtype)
@@ -265,8 +261,8 @@ end
 
 function F.mse_loss(x, y, opts)
   opts = opts or {}
-  core_nn().check_same_shape('mse_loss', x, y)
-  local reduction = core_nn().check_reduction('mse_loss', opts.reduction)
+  _nn.check_same_shape('mse_loss', x, y)
+  local reduction = _nn.check_reduction('mse_loss', opts.reduction)
   local d = x - y
   return reduce(d * d, reduction)
 end
@@ -276,8 +272,8 @@ end
 function F.binary_cross_entropy_with_logits(x, y, opts)
   opts = opts or {}
   local fname = 'binary_cross_entropy_with_logits'
-  core_nn().check_same_shape(fname, x, y)
-  local reduction = core_nn().check_reduction(fname, opts.reduction)
+  _nn.check_same_shape(fname, x, y)
+  local reduction = _nn.check_reduction(fname, opts.reduction)
   local softplus_neg = (x:abs():neg():exp() + 1):log() + x:neg():relu() -- log(1 + exp(-x))
   local per
   if opts.pos_weight ~= nil then

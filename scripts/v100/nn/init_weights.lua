@@ -3,7 +3,7 @@
 -- Every function fills its tensor in place from v100's Philox generator (so v100.manual_seed
 -- makes initialisations reproducible) and returns it. The fills run under v100.no_grad because
 -- in-place ops on a leaf that requires grad are otherwise refused.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 
 local init = {}
 

@@ -4,7 +4,8 @@
 -- way: kaiming_uniform(a = sqrt(5)) weights (a bound of 1/sqrt(fan_in)) and
 -- uniform(+-1/sqrt(fan_in)) biases for Linear/Conv2d, N(0, 1) for Embedding, ones/zeros for the
 -- norms. Constructors take an optional {dtype=, device=} in their options table.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
+local _nn = require('v100.core')._nn -- the C layer ops and checks
 local Module = require 'v100.nn.module'
 local F = require 'v100.nn.functional'
 local init = require 'v100.nn.init_weights'
@@ -18,8 +19,6 @@ local function factory(opts, layer)
   return { dtype = opts and opts.dtype, device = opts and opts.device, layer = layer }
 end
 
--- The C layer ops and checks of `v100._nn` (looked up at call time, as functional.lua does).
-local function core_nn() return v100._nn or require('v100.core')._nn end
 
 -- ---------------------------------------------------------------------------------------------
 -- Linear and Conv2d
@@ -127,7 +126,7 @@ end
 -- opts (optional): F.batch_norm's fusion, {activation = 'relu', residual = r}: the module's
 -- output becomes relu(bn(x) + r), computed in one pass (the ResNet blocks call it so).
 function BatchNorm:forward(x, opts)
-  core_nn().check_ndim(self.__name, x, self._dims)
+  _nn.check_ndim(self.__name, x, self._dims)
   local momentum = self.momentum
   if self.training and self.track_running_stats then
     local nbt = self.num_batches_tracked
@@ -211,14 +210,14 @@ local Dropout = simple('Dropout', function(self, x) return F.dropout(x, self.p, 
   function(self) return string.format('p=%g', self.p) end)
 function Dropout:init(p)
   p = p or 0.5
-  core_nn().check_prob('Dropout', 'p', p) -- at construction: no op sees p before the first forward
+  _nn.check_prob('Dropout', 'p', p) -- at construction: no op sees p before the first forward
   self.p = p
 end
 
 -- Flatten(start = 2, end = -1): merges dims start..end (1-based, negative from the end).
 local Flatten = simple('Flatten', function(self, x)
   local s = x.shape
-  local a, b = core_nn().flatten_dims('Flatten', x, self.start_dim, self.end_dim)
+  local a, b = _nn.flatten_dims('Flatten', x, self.start_dim, self.end_dim)
   local out, n = {}, 1
   for i = 1, a - 1 do out[#out + 1] = s[i] end
   for i = a, b do n = n * s[i] end
@@ -285,7 +284,7 @@ function Embedding:init(n, dim, opts)
   opts = opts or {}
   self.num_embeddings, self.embedding_dim = n, dim
   local pad = opts.padding_idx
-  if pad ~= nil then pad = core_nn().padding_idx('Embedding', n, pad) end
+  if pad ~= nil then pad = _nn.padding_idx('Embedding', n, pad) end
   self.padding_idx = pad
   self.weight = init.parameter({ n, dim }, function(t)
     init.normal_(t, 0, 1)

@@ -1,7 +1,7 @@
 -- scripts/v100/nn/loss.lua: the losses as modules (CrossEntropyLoss, NLLLoss, MSELoss,
 -- BCEWithLogitsLoss). Each keeps its options table and calls the functional form, so the
 -- formulas live in one place (scripts/v100/nn/functional.lua).
-local v100 = require 'v100'
+local _nn = require('v100.core')._nn
 local Module = require 'v100.nn.module'
 local F = require 'v100.nn.functional'
 
@@ -14,7 +14,7 @@ local function loss_class(name, fn, keys)
     local o = {}
     for _, k in ipairs(keys) do o[k] = opts[k] end
     -- at construction, where the mistake is (the functional form checks it again per call)
-    o.reduction = (v100._nn or require('v100.core')._nn).check_reduction(name, o.reduction)
+    o.reduction = _nn.check_reduction(name, o.reduction)
     self.opts = o
   end
   function C:forward(input, target) return fn(input, target, self.opts) end

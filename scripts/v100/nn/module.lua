@@ -9,8 +9,8 @@
 -- so that every assignment to such a name goes through __newindex and stays registered; plain
 -- values (numbers, flags, tensors that require no grad) are stored raw, as attributes.
 -- Registration order is kept in the _pnames/_bnames/_mnames lists, because Lua tables have none.
-local v100 = require 'v100'
-local nvtx = require 'v100.nvtx'
+local v100 = require 'v100.base'
+local nvtx = require 'v100.obs.nvtx'
 
 local Module = {}
 Module.__name = 'Module'
@@ -124,8 +124,7 @@ local function module_newindex(self, k, v)
     end
     if is_module(v) then return Module.add_module(self, k, v) end
     if is_module_array(v) then
-      local ModuleList = require('v100.nn.containers').ModuleList
-      return Module.add_module(self, k, ModuleList(v))
+      return Module.add_module(self, k, Module._list.ModuleList(v))
     end
     if v100.is_tensor(v) then
       -- a name already registered stays what it is; a new tensor that requires grad is a parameter
@@ -592,5 +591,50 @@ local function repr(m)
   return table.concat(lines, '\n')
 end
 Module.__tostring = repr
+
+-- ---------------------------------------------------------------------------------------------
+-- ModuleList and the list containers' helpers (containers.lua builds Sequential on them). They
+-- live here because __newindex above registers a plain array of modules as a ModuleList.
+
+local function append(self, m)
+  local n = #rawget(self, '_mnames')
+  Module.add_module(self, tostring(n), m)
+  return self
+end
+
+local function list_len(self) return #rawget(self, '_mnames') end
+
+-- seq[i] = m (1-based; i = #seq + 1 appends, which is what table.insert(list, m) does).
+local function list_newindex(self, k, v)
+  if math.type(k) ~= 'integer' then return Module.__newindex(self, k, v) end
+  local n = list_len(self)
+  if k == n + 1 and v ~= nil then return append(self, v) end
+  if k < 1 or k > n then error(string.format('%s: index %d out of range (1..%d)', self.__name, k, n + 1), 2) end
+  if not Module.is_module(v) then error(string.format('%s: element %d must be a module', self.__name, k), 2) end
+  rawget(self, '_modules')[rawget(self, '_mnames')[k]] = v
+end
+
+local ModuleList = Module:extend('ModuleList')
+ModuleList.__len = list_len
+ModuleList.__newindex = list_newindex
+
+function ModuleList:init(mods)
+  for i, m in ipairs(mods or {}) do
+    if not Module.is_module(m) then error(string.format('ModuleList: element %d is not a module', i), 4) end
+    append(self, m)
+  end
+end
+
+ModuleList.append = append
+function ModuleList:extend(mods)
+  for _, m in ipairs(mods) do append(self, m) end
+  return self
+end
+
+function ModuleList:forward()
+  error('ModuleList is not callable: iterate over it in the parent forward', 0)
+end
+
+Module._list = { append = append, len = list_len, newindex = list_newindex, ModuleList = ModuleList }
 
 return Module

@@ -1,8 +1,8 @@
--- v100.wordnet: the WordNet 3.0 database (Debian's wordnet-base, /usr/share/wordnet) as Lua
+-- recipes/lib/wordnet.lua: the WordNet 3.0 database (Debian's wordnet-base, /usr/share/wordnet) as Lua
 -- tables: the BERT pretraining corpus (WordNet's glosses and examples) and the lexname task
 -- (predict a synset's lexicographer file, 45 classes, from its gloss).
 --
---   local wn = require 'v100.wordnet'
+--   local wn = require 'wordnet'     -- after recipe.add_path('lib') (a recipe module, not v100's)
 --   wn.ROOT                        -- $WORDNET_ROOT or /usr/share/wordnet
 --   wn.LEXNAMES[0..44]             -- lexnames(5WN): 'adj.all', 'adj.pert', 'adv.all', 'noun.Tops', ...
 --   local synsets = wn.read([root])
@@ -13,6 +13,8 @@
 -- The data files' line format is wndb(5WN): "synset_offset lex_filenum ss_type w_cnt word lex_id
 -- [word lex_id ...] p_cnt [pointer_symbol offset pos source/target ...] [frames] | gloss", w_cnt
 -- and lex_id hexadecimal; the licence header lines begin with two spaces.
+local core = require 'v100.core'
+
 local wn = {}
 
 wn.ROOT = os.getenv('WORDNET_ROOT') or '/usr/share/wordnet'
@@ -277,7 +279,7 @@ function wn.write_corpus(path, synsets, opts)
   st.bytes = #text
   -- through the runtime's one writer (replace.h): a link another user planted at the path is not
   -- followed, and a killed run never leaves half a corpus under the final name
-  local ok, err = pcall(require('v100.core')._ckpt.write_atomic, path, text)
+  local ok, err = pcall(core._ckpt.write_atomic, path, text)
   if not ok then error('wordnet.write_corpus: cannot write ' .. tostring(err), 2) end
   return st
 end
@@ -372,7 +374,7 @@ function wn.write_task(path, items)
     buf[i] = it.label .. '\t' .. it.id .. '\t' .. it.text:gsub('[\t\r\n]', ' ')
   end
   local text = #buf > 0 and table.concat(buf, '\n') .. '\n' or ''
-  local ok, err = pcall(require('v100.core')._ckpt.write_atomic, path, text) -- replace.h's rules
+  local ok, err = pcall(core._ckpt.write_atomic, path, text) -- replace.h's rules
   if not ok then error('wordnet.write_task: cannot write ' .. tostring(err), 2) end
 end
 

@@ -1,4 +1,4 @@
--- scripts/v100/amp_policy.lua: AMP's optimisation levels (docs/AMP.md), exposed as amp.policy
+-- scripts/v100/amp/policy.lua: AMP's optimisation levels (docs/AMP.md), exposed as amp.policy
 -- and amp.half_model.
 --
 --   local policy = amp.policy('O2', { dtype = 'bf16' })   -- keep_fp32 defaults to the norms
@@ -10,9 +10,12 @@
 -- dispatch, amp.autocast). O2: the model in half except the modules in keep_fp32 (by default the
 -- BatchNorms and LayerNorm), the optimizer holding f32 master weights. O3: everything in half.
 --
--- This file must not require 'v100.amp' at load time (amp.lua requires it): amp is looked up
--- lazily in policy:autocast.
-local v100 = require 'v100'
+-- amp/init.lua requires this file and re-exports its fields; O1's autocast comes from the module
+-- below both (amp/autocast.lua), so this file never needs v100.amp itself.
+local v100 = require 'v100.base'
+local errors = require 'v100.errors'
+local Module = require 'v100.nn.module'
+local autocast = require 'v100.amp.autocast'
 
 local M = {}
 
@@ -23,30 +26,31 @@ local DTYPE_CODE = { f16 = 1, bf16 = 2 }
 local DTYPE_OF_CODE = { 'f16', 'bf16' }
 local DEFAULT_KEEP = { O0 = {}, O1 = {}, O2 = { 'BatchNorm1d', 'BatchNorm2d', 'LayerNorm' }, O3 = {} }
 
--- level 1: the error is reported at the caller of the function that calls fail.
-local function fail(level, fmt, ...) error(string.format(fmt, ...), level + 2) end
+-- The functions' `level` argument (1: blame the caller of the public function) is counted from the
+-- public function's caller; errors.fail counts from the function calling it, hence level + 1 or + 2.
+local fail = errors.fail
 
 local function half_dtype(what, dt, level)
   if dt == nil then return 'f16' end
   local d = type(dt) == 'string' and DTYPES[dt]
   if not d then
-    fail(level + 1, "%s: dtype must be 'fp16' or 'bf16', got %s", what, type(dt) == 'string' and ("'" .. dt .. "'") or type(dt))
+    fail(level + 2, "%s: dtype must be 'fp16' or 'bf16', got %s", what, type(dt) == 'string' and ("'" .. dt .. "'") or type(dt))
   end
   return d
 end
 
 -- A copy of the keep_fp32 list, checked: a list of non-empty strings.
 local function keep_list(what, keep, level)
-  if type(keep) ~= 'table' then fail(level + 1, '%s: keep_fp32 must be a list of class names or module paths, got %s', what, type(keep)) end
+  if type(keep) ~= 'table' then fail(level + 2, '%s: keep_fp32 must be a list of class names or module paths, got %s', what, type(keep)) end
   local out = {}
   for k in pairs(keep) do
     if math.type(k) ~= 'integer' or k < 1 or k > #keep then
-      fail(level + 1, '%s: keep_fp32 must be a list (a plain array), found the key %s', what, tostring(k))
+      fail(level + 2, '%s: keep_fp32 must be a list (a plain array), found the key %s', what, tostring(k))
     end
   end
   for i, e in ipairs(keep) do
     if type(e) ~= 'string' or e == '' then
-      fail(level + 1, '%s: keep_fp32 entry %d must be a non-empty string (a class name or a dotted module path), got %s',
+      fail(level + 2, '%s: keep_fp32 entry %d must be a non-empty string (a class name or a dotted module path), got %s',
         what, i, type(e) == 'string' and "''" or type(e))
     end
     out[i] = e
@@ -121,13 +125,12 @@ end
 function M.half_model(model, opts, _level)
   local what = 'amp.half_model'
   local level = _level or 1
-  local Module = require 'v100.nn.module'
-  if not Module.is_module(model) then fail(level, '%s: expected an nn.Module, got %s', what, type(model)) end
-  if opts ~= nil and type(opts) ~= 'table' then fail(level, '%s: options must be a table, got %s', what, type(opts)) end
+  if not Module.is_module(model) then fail(level + 1, '%s: expected an nn.Module, got %s', what, type(model)) end
+  if opts ~= nil and type(opts) ~= 'table' then fail(level + 1, '%s: options must be a table, got %s', what, type(opts)) end
   opts = opts or {}
   for k in pairs(opts) do
     if k ~= 'dtype' and k ~= 'keep_fp32' and k ~= '_strict' then
-      fail(level, "%s: unknown option '%s' (dtype, keep_fp32)", what, tostring(k))
+      fail(level + 1, "%s: unknown option '%s' (dtype, keep_fp32)", what, tostring(k))
     end
   end
   local half = half_dtype(what, opts.dtype, level)
@@ -155,7 +158,7 @@ function M.half_model(model, opts, _level)
   if strict then
     for _, e in ipairs(keep) do
       if not used[e] then
-        fail(level, "%s: keep_fp32 entry '%s' matches no module class or path of the model", what, e)
+        fail(level + 1, "%s: keep_fp32 entry '%s' matches no module class or path of the model", what, e)
       end
     end
   end
@@ -195,15 +198,15 @@ end
 function M.policy(level, opts)
   local what = 'amp.policy'
   if LEVELS[level] == nil then
-    fail(1, "%s: level must be 'O0', 'O1', 'O2' or 'O3', got %s", what, type(level) == 'string' and ("'" .. level .. "'") or type(level))
+    fail(2, "%s: level must be 'O0', 'O1', 'O2' or 'O3', got %s", what, type(level) == 'string' and ("'" .. level .. "'") or type(level))
   end
-  if opts ~= nil and type(opts) ~= 'table' then fail(1, '%s: options must be a table, got %s', what, type(opts)) end
+  if opts ~= nil and type(opts) ~= 'table' then fail(2, '%s: options must be a table, got %s', what, type(opts)) end
   opts = opts or {}
   for k in pairs(opts) do
-    if k ~= 'dtype' and k ~= 'keep_fp32' then fail(1, "%s: unknown option '%s' (dtype, keep_fp32)", what, tostring(k)) end
+    if k ~= 'dtype' and k ~= 'keep_fp32' then fail(2, "%s: unknown option '%s' (dtype, keep_fp32)", what, tostring(k)) end
   end
   if opts.keep_fp32 ~= nil and (level == 'O0' or level == 'O1') then
-    fail(1, '%s: keep_fp32 applies to O2 and O3 (%s leaves the model in f32)', what, level)
+    fail(2, '%s: keep_fp32 applies to O2 and O3 (%s leaves the model in f32)', what, level)
   end
   local self = setmetatable({}, Policy)
   self.level = level
@@ -250,12 +253,11 @@ end
 function Policy:autocast(fn, ...)
   if type(fn) ~= 'function' then error('amp.Policy:autocast: expected a function, got ' .. type(fn), 2) end
   if self.level == 'O1' then
-    local amp = require 'v100.amp'
-    if not amp.autocast then
+    if not autocast.autocast then
       error('amp.Policy:autocast: O1 autocast is not available (amp.autocast is missing from this build)', 2)
     end
     local args = table.pack(...)
-    return amp.autocast(function() return fn(table.unpack(args, 1, args.n)) end, { dtype = self.dtype })
+    return autocast.autocast(function() return fn(table.unpack(args, 1, args.n)) end, { dtype = self.dtype })
   end
   return fn(...)
 end

@@ -1,19 +1,24 @@
--- scripts/v100/onnx_models.lua: the ONNX exporters of the model families of scripts/v100/models
--- (ResNet, BERT), for scripts/v100/onnx.lua, which explains the scheme: each exporter writes
+-- scripts/v100/export/onnx_models.lua: the ONNX exporters of the model families of
+-- scripts/v100/models (ResNet, BERT), for scripts/v100/export/onnx.lua, which explains the scheme: each exporter writes
 -- the nodes of its module's forward, mirroring it line by line (keep the two in step: the
 -- export checks output shapes against the forward, and tests/lua/test_onnx.lua compares
 -- onnxruntime's numbers with the forward's).
 --
--- BERT's inner classes are local to models/bert.lua, so its three public models are exported
+-- BERT's inner classes are local to models/bert_model.lua, so its three public models are exported
 -- as wholes: the exporter walks their known fields (embeddings, encoder.layer[i].attention.self,
 -- ...) and says which field is missing when a model does not have that structure.
+local core = require 'v100.core'
+local resnet = require 'v100.models.resnet'
+local bert = require 'v100.models.bert'
+local common = require 'v100.export.common'
+
+local like, copy, fail = common.like, common.copy, common.fail
+local function core_elem(dt) return core._onnx.elem_type(dt) end -- Cast's `to`
+
 local M = {}
 
-function M.register(onnx, E, roots)
-  local resnet = require 'v100.models.resnet'
-  local bert = require 'v100.models.bert'
-  local like, copy, fail = onnx._like, onnx._copy, onnx._fail
-  local function core_elem(dt) return require('v100.core')._onnx.elem_type(dt) end -- Cast's `to`
+-- Adds the exporters (E[class] = fn) and graph descriptions (roots[class] = fn) of the families.
+function M.register(E, roots)
 
   -- -------------------------------------------------------------------------------------------
   -- ResNet (models/resnet.lua): conv1 -> bn1 -> relu [-> maxpool] -> layer1..4 -> avgpool ->
@@ -55,7 +60,7 @@ function M.register(onnx, E, roots)
   end
 
   -- -------------------------------------------------------------------------------------------
-  -- BERT (models/bert.lua)
+  -- BERT (models/bert_model.lua)
 
   -- The field `path` (dotted) of module m, or a clear error naming what is missing.
   local function field(ctx, m, path)

@@ -1,4 +1,4 @@
--- scripts/v100/dist_parallel.lua: dist.DataParallel (docs/DISTRIBUTED.md, "Data-parallel
+-- scripts/v100/dist/parallel.lua: dist.DataParallel (docs/DISTRIBUTED.md, "Data-parallel
 -- training"), PyTorch DDP's scheme in Lua over v100.dist:
 --
 --   local dp = dist.DataParallel(model, {bucket_mb = 25, compress = nil | 'bf16' | 'fp16'})
@@ -16,11 +16,13 @@
 -- ranks, and a bucket that completes early waits for the lower ones. finish() issues the
 -- buckets whose parameters got no gradient (unused in this backward: zeros, as PyTorch's
 -- find_unused_parameters), waits, and copies the averaged buckets back into every .grad.
--- With {zero = 1} (ZeRO stage 1, scripts/v100/dist_zero.lua) the buckets are padded to a multiple
+-- With {zero = 1} (ZeRO stage 1, scripts/v100/dist/zero.lua) the buckets are padded to a multiple
 -- of the world size and reduce-scattered instead: each rank gets its shard of the average, which
 -- the optimizer from dp:zero_optimizer() steps before all-gathering the parameters.
-local v100 = require 'v100'
-local dist = require 'v100.dist'
+local v100 = require 'v100.base'
+local dist = require 'v100.dist.comm'
+local errors = require 'v100.errors'
+local ZeRO = require 'v100.dist.zero'
 
 local M = {}
 
@@ -29,7 +31,7 @@ DP.__name = 'v100.dist.DataParallel'
 
 local WIRE = {bf16 = 'bf16', fp16 = 'f16', f16 = 'f16'}
 
-local function fail(fmt, ...) error('DataParallel: ' .. string.format(fmt, ...), 3) end
+local fail = errors.failer('DataParallel: ', 2)
 
 -- The buckets: parameters in reverse registration order, grouped by (device, dtype) runs, a new
 -- bucket when the next one would exceed cap bytes (a parameter larger than cap gets its own).
@@ -90,7 +92,7 @@ function M.DataParallel(model, opts)
   end)
   self:broadcast_buffers()
   self.buckets = make_buckets(named, math.max(1, math.floor(mb * 1024 * 1024)), zero and self.world or 1)
-  if zero then require('v100.dist_zero').setup(self) end
+  if zero then ZeRO.setup(self) end
   for bi, b in ipairs(self.buckets) do
     for k, p in ipairs(b.params) do
       local slot = b.flat:narrow(1, b.offsets[k] + 1, p:numel())
@@ -136,7 +138,7 @@ function DP:_issue(bi)
     buf = v100.no_grad(function() return b.flat:to(self.wire) end)
     b.wire_buf = buf
   end
-  if self.zero then return require('v100.dist_zero').issue(self, bi, buf) end
+  if self.zero then return ZeRO.issue(self, bi, buf) end
   self.events[#self.events + 1] = {'allreduce', bi}
   b.handle = dist.all_reduce(buf, {op = 'sum', async = true})
   b.issued = true
@@ -159,7 +161,7 @@ function DP:finish()
     self._next = #self.buckets + 1
     for _, b in ipairs(self.buckets) do
       if self.zero then
-        require('v100.dist_zero').finish_bucket(self, b) -- the shard's .grad; p.grad stays local
+        ZeRO.finish_bucket(self, b) -- the shard's .grad; p.grad stays local
       else
         b.handle:wait()
         if b.wire_buf then b.flat:copy_(b.wire_buf) end
@@ -190,7 +192,7 @@ function DP:broadcast_buffers()
   return self
 end
 
-function DP:zero_optimizer(kind, opts) return require('v100.dist_zero').optimizer(self, kind, opts) end
+function DP:zero_optimizer(kind, opts) return ZeRO.optimizer(self, kind, opts) end
 
 -- no_sync(fn, ...): runs fn (forward and backward of micro-batches) without any all-reduce; the
 -- gradients accumulate in .grad locally, and the next backward outside no_sync reduces the sum.

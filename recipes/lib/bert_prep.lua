@@ -1,6 +1,7 @@
--- v100.bert_prep: the WordNet pretraining data of recipes/bert.lua, made on first use.
+-- recipes/lib/bert_prep.lua: the WordNet pretraining data of recipes/bert.lua, made on first use
+-- (a recipe module, not part of the v100 library: recipe.add_path('lib') finds it).
 --
---   local prep = require 'v100.bert_prep'
+--   local prep = require 'bert_prep'
 --   prep.complete(dir, seq_len, dupe_factor) -> whether every piece below is there
 --   prep.wordnet{dir =, root =, vocab_size =, seq_len =, max_predictions =, dupe_factor =, seed =, log =}
 --   prep.wordnet_paths(dir, seq_len, dupe_factor) -> {vocab =, train =, eval =, corpus =, heldout =}
@@ -10,18 +11,23 @@
 --   corpus.txt            the pretraining text (Google's format: a sentence a line, documents
 --                         separated by blank lines) of every synset outside the held-out set
 --   heldout.txt           the same for the held-out synsets: those of the lexname task's
---                         validation and test splits (v100.wordnet's lexname_task with
+--                         validation and test splits (wordnet.lua's lexname_task with
 --                         prep.SPLIT_SEED), so fine-tuning is evaluated on glosses pretraining
 --                         never saw; its shards measure the held-out MLM accuracy
 --   vocab.txt             a WordPiece vocabulary trained on corpus.txt (v100.text.train_vocab)
 --   seq<L>-dupe<D>/train, seq<L>-dupe<D>/eval   the shards (v100.bert_data), one set per length
+local v100 = require 'v100'
+local core = require 'v100.core'
+local dist = require 'v100.dist'
+local wn = require 'wordnet' -- recipes/lib/wordnet.lua
+
 local M = {}
 
 -- The split of the fine-tuning task (recipes/bert_classify.lua's default --split-seed).
 M.SPLIT_SEED = 12345
 M.SPLIT = { val = 0.1, test = 0.1 }
 
-local vio = require('v100').io
+local vio = v100.io
 local exists, join = vio.exists, vio.join
 
 function M.wordnet_paths(dir, seq_len, dupe_factor)
@@ -39,8 +45,6 @@ end
 
 -- Builds what is missing in o.dir. o.log(string) reports each piece and its time.
 function M.wordnet(o)
-  local v100 = require 'v100'
-  local core = require 'v100.core'
   local fs = core._ckpt
   local clock = v100.io.time
   local say = o.log or function() end
@@ -48,10 +52,9 @@ function M.wordnet(o)
   local p = M.wordnet_paths(o.dir, o.seq_len, o.dupe_factor)
   v100.io.makedirs(o.dir)
   -- host and pid: two nodes that fill one shared folder at once never share a temporary name
-  local tmp_suffix = string.format('.tmp-%s-%d', require('v100.dist').info().host, fs.pid())
+  local tmp_suffix = string.format('.tmp-%s-%d', dist.info().host, fs.pid())
 
   if not (exists(p.corpus) and exists(p.heldout)) then
-    local wn = require 'v100.wordnet'
     local t0 = clock()
     local synsets = wn.read(o.root)
     local task = wn.lexname_task(synsets, { seed = M.SPLIT_SEED, val = M.SPLIT.val, test = M.SPLIT.test })

@@ -1,5 +1,7 @@
--- scripts/v100/dist.lua: `require 'v100.dist'` (also `v100.dist`): one process per rank, launched
+-- scripts/v100/dist/comm.lua: `v100.dist.comm`, the body of `require 'v100.dist'` (also
+-- `v100.dist`; dist/init.lua adds DataParallel to this table): one process per rank, launched
 -- by mpirun or srun (docs/DISTRIBUTED.md), or alone as world size 1; collectives on tensors.
+-- DataParallel and ZeRO (dist/parallel.lua, dist/zero.lua) are built on this module.
 --
 --   local dist = require 'v100.dist'
 --   dist.init()                                   -- MPI when a launcher started the process
@@ -8,7 +10,7 @@
 --   local h = dist.all_reduce(t, {async = true})  -- a handle; h:wait() completes it
 --   dist.group(function() dist.send(a, 1); dist.recv(b, 1) end)   -- completed together
 --   local dp = dist.DataParallel(model)           -- bucketed, overlapped gradient all-reduce;
---                                                 -- dp:finish() after backward (dist_parallel.lua)
+--                                                 -- dp:finish() after backward (dist/parallel.lua)
 --
 -- Ranks are 0-based, as in MPI and PyTorch (rank 0 is the main rank). Tensors of any dtype: CPU
 -- tensors go through MPI, CUDA tensors through NCCL on this rank's device (dist.init makes it
@@ -242,9 +244,5 @@ function dist.epoch_indices(n, epoch, opts)
   s:set_epoch(epoch)
   return s:indices()
 end
-
--- ---- data parallel (scripts/v100/dist_parallel.lua, loaded on first use) ----
-
-function dist.DataParallel(model, opts) return require('v100.dist_parallel').DataParallel(model, opts) end
 
 return dist

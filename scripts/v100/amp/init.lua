@@ -1,4 +1,4 @@
--- scripts/v100/amp.lua: `v100.amp`, loss scaling for mixed-precision training (docs/AMP.md).
+-- scripts/v100/amp/init.lua: `v100.amp`, loss scaling for mixed-precision training (docs/AMP.md).
 --
 --   local scaler = amp.Scaler()            -- {init_scale = 2^16, growth_factor = 2, backoff_factor
 --                                          --  = 0.5, growth_interval = 2000, static = false, enabled = true}
@@ -15,9 +15,12 @@
 -- device. So a scaled step needs no synchronisation (PyTorch's GradScaler reads the flag on the
 -- host every step) and can be captured in a CUDA graph. Reading the state (`scaler:get_scale()`,
 -- `scaler:counters()`) synchronises, and says so.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 local _nn = require('v100.core')._nn
 local graph = require 'v100.graph'
+local errors = require 'v100.errors'
+local autocast = require 'v100.amp.autocast'
+local policy = require 'v100.amp.policy'
 
 local amp = {}
 
@@ -25,7 +28,7 @@ local Scaler = {}
 Scaler.__index = Scaler
 Scaler.__name = 'amp.Scaler'
 
-local function fail(fmt, ...) error('amp.Scaler: ' .. string.format(fmt, ...), 3) end
+local fail = errors.failer('amp.Scaler: ', 2)
 
 local function finite(x) return type(x) == 'number' and x == x and x > -math.huge and x < math.huge end
 
@@ -258,66 +261,10 @@ function Scaler:load_state_dict(sd)
   self._unscaled = {}
 end
 
--- =============================================================================================
--- Autocast (O1): the op classes are decided at the op dispatch in C (runtime/amp/autocast.h), so
--- a layer composed in Lua from tensor ops gets them for free. docs/AMP.md has the table.
---
---   amp.autocast(fn, {dtype = 'fp16'|'bf16', enabled = true}, ...) -> fn(...)'s results
---   amp.is_autocast_enabled(), amp.autocast_dtype() -> 'fp16' | 'bf16'
---   amp.ops() -> {matmul = 'half', softmax = 'fp32', add = 'promote', ...} (a copy)
---   amp.set_op(name, 'half'|'fp32'|'promote'|'none'), amp.reset_ops()
---   amp.autocast_stats() -> {casts =, cache_hits =, cached =}, amp.reset_autocast_stats()
-local _amp = require('v100.core')._amp
-
--- The names autocast accepts for its half dtype, and the name it reports.
-local HALF = { fp16 = 'f16', f16 = 'f16', float16 = 'f16', half = 'f16', bf16 = 'bf16', bfloat16 = 'bf16' }
-local HALF_NAME = { f16 = 'fp16', bf16 = 'bf16' }
-
-local function ac_fail(fmt, ...) error('amp.autocast: ' .. string.format(fmt, ...), 3) end
-
--- Runs fn(...) inside an autocast region and returns its results. Regions nest (the inner one's
--- dtype/enabled win inside it); the state before the region comes back when fn returns or raises
--- (the error is re-raised unchanged, with its traceback position). Parameters are cast once per
--- outermost region: the cache is dropped when it ends.
-function amp.autocast(fn, opts, ...)
-  if type(fn) ~= 'function' and not (getmetatable(fn) or {}).__call then
-    ac_fail('expected a function, got %s', type(fn))
-  end
-  opts = opts or {}
-  if type(opts) ~= 'table' then ac_fail('options must be a table, got %s', type(opts)) end
-  for k in pairs(opts) do
-    if k ~= 'dtype' and k ~= 'enabled' then ac_fail("unknown option '%s' (expected dtype, enabled)", tostring(k)) end
-  end
-  local dt = opts.dtype or 'fp16'
-  local half = HALF[dt]
-  if not half then ac_fail("dtype must be 'fp16' or 'bf16', got '%s'", tostring(dt)) end
-  local enabled = opts.enabled
-  if enabled == nil then enabled = true end
-  if type(enabled) ~= 'boolean' then ac_fail('enabled must be a boolean, got %s', type(enabled)) end
-  local prev_on, prev_dt = _amp.enter(enabled, half)
-  local res = table.pack(pcall(fn, ...))
-  _amp.exit(prev_on, prev_dt)
-  if not res[1] then error(res[2], 0) end
-  return table.unpack(res, 2, res.n)
-end
-
-function amp.is_autocast_enabled() return _amp.is_enabled() end
-function amp.autocast_dtype() return HALF_NAME[_amp.dtype()] end
-
--- The per-op table: op name -> 'half' | 'fp32' | 'promote' | 'none'. A copy: change it with set_op.
-function amp.ops() return _amp.ops() end
-function amp.default_ops() return _amp.defaults() end
-function amp.set_op(name, precision)
-  if type(name) ~= 'string' then ac_fail('set_op: the op name must be a string, got %s', type(name)) end
-  if type(precision) ~= 'string' then ac_fail('set_op: the precision must be a string, got %s', type(precision)) end
-  _amp.set_op(name, precision)
-end
-function amp.reset_ops() _amp.reset_ops() end
-
--- Casts made by autocast (parameters once per region), reuses from the weight cache, entries now.
-function amp.autocast_stats() return _amp.stats() end
-function amp.reset_autocast_stats() _amp.reset_stats() end
-
-for k, f in pairs(require 'v100.amp_policy') do amp[k] = f end -- amp.policy (O0..O3), amp.half_model, amp.is_policy
+-- Autocast (O1) and the optimisation levels, as amp.*: amp.autocast, amp.set_op, ...
+-- (scripts/v100/amp/autocast.lua), amp.policy (O0..O3), amp.half_model, amp.is_policy
+-- (scripts/v100/amp/policy.lua).
+for k, f in pairs(autocast) do amp[k] = f end
+for k, f in pairs(policy) do amp[k] = f end
 
 return amp

@@ -1,4 +1,4 @@
--- scripts/v100/dist_zero.lua: ZeRO stage 1 for dist.DataParallel (docs/DISTRIBUTED.md, "ZeRO
+-- scripts/v100/dist/zero.lua: ZeRO stage 1 for dist.DataParallel (docs/DISTRIBUTED.md, "ZeRO
 -- stage 1"): the optimizer state is sharded across the ranks.
 --
 --   local dp = dist.DataParallel(model, {zero = 1, bucket_mb = 25, compress = nil | 'bf16' | 'fp16'})
@@ -19,13 +19,14 @@
 -- The padding is zeros in the gradient and the parameter: SGD and AdamW keep a zero with a zero
 -- gradient at zero, and the padding is never copied into a parameter. LAMB and LARS are refused:
 -- their trust ratios need whole-parameter norms, and a shard boundary cuts parameters.
-local v100 = require 'v100'
+local v100 = require 'v100.base'
 local optim = require 'v100.optim'
-local dist = require 'v100.dist'
+local dist = require 'v100.dist.comm'
+local errors = require 'v100.errors'
 
 local M = {}
 
-local function fail(fmt, ...) error('DataParallel(zero = 1): ' .. string.format(fmt, ...), 3) end
+local fail = errors.failer('DataParallel(zero = 1): ', 2)
 
 -- The flat size of a bucket of n elements at world size N: the next multiple of N.
 function M.padded(n, world) return (n + world - 1) // world * world end
