@@ -12,8 +12,9 @@ local S = require 'op_sweep'
 v100.set_allow_tf32(false)
 v100.manual_seed(9000 + T.seed % 100000)
 local TOL = { f32 = 1e-5, f16 = 1e-3, bf16 = 1e-2, f64 = 1e-12 }
--- V100_SWEEP_SMALL=1: small operands (under compute-sanitizer, which runs kernels far slower)
-local SMALL = os.getenv('V100_SWEEP_SMALL') == '1'
+-- V100_SWEEP_SMALL=1 (and under memcheck: V100_UNDER_MEMCHECK=1): small operands, since the
+-- sanitizer runs kernels far slower
+local SMALL = os.getenv('V100_SWEEP_SMALL') == '1' or os.getenv('V100_UNDER_MEMCHECK') == '1'
 local R, C, FLAT = SMALL and 70 or 700, SMALL and 91 or 901, SMALL and 10003 or 1000003
 local ops = require('v100.core').ops()
 
