@@ -427,7 +427,7 @@ int luaopen_v100_core(lua_State *L) {
   set_submodule(L, luaopen_v100_cuda, "cuda");
   set_submodule(L, luaopen_v100_memory, "memory");
   set_submodule(L, luaopen_v100_io, "io");
-  set_submodule(L, luaopen_v100_text, "text"); /* bindings/l_text.c: the WordPiece tokenizer */
+  set_submodule(L, luaopen_v100_text, "text"); /* ext/text/l_text.c: the WordPiece tokenizer */
   set_submodule(L, luaopen_v100_nn_ops, "_nn");
   set_submodule(L, luaopen_v100_amp, "_amp"); /* bindings/l_amp.c */
   set_submodule(L, luaopen_v100_graph, "_graph"); /* bindings/l_graph.c */

@@ -30,7 +30,7 @@ void vl_lua_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFu
 
 /* bindings/l_io.c: the `v100.io` module table. */
 int luaopen_v100_io(lua_State *L);
-/* bindings/l_text.c: the `v100.text` module table (the WordPiece tokenizer). */
+/* ext/text/l_text.c: the `v100.text` module table (the WordPiece tokenizer). */
 int luaopen_v100_text(lua_State *L);
 
 #endif

@@ -1,5 +1,5 @@
 -- tools/build_vocab.lua: trains a BERT WordPiece vocabulary (v100.text.train_vocab: Hugging Face
--- tokenizers' WordPieceTrainer, runtime/text/vocab_train.h) and writes vocab.txt, one token a
+-- tokenizers' WordPieceTrainer, ext/text/vocab_train.h) and writes vocab.txt, one token a
 -- line in id order, for v100.text.WordPiece and tools/make_bert_shards.lua.
 --
 --   v100lua tools/build_vocab.lua --input <dir|file>... --output vocab.txt [--vocab-size 30522]

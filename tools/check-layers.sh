@@ -7,6 +7,9 @@
 #      in runtime/core/context.h (vl_core_hooks), installed by the layers above.
 #   2. No file under runtime/ includes a kernel header ("kernels/..."): kernels implement the
 #      interface of runtime/backend/, the runtime never reaches into them.
+#   3. No file under runtime/ includes an extension's header ("ext/..."): extensions (ext/text,
+#      issue 29) are built over the core's C API as libraries of their own, so the core builds
+#      and links without them.
 # Only the include lines are read (a path named in a comment is no dependency). Prints one
 # "file:line: ..." per broken rule and exits 1; exits 0 with "check-layers: ok" otherwise.
 # CI runs it (.ci/run); tests/tools/test_check_layers.sh plants a bad include in a copy of the
@@ -34,6 +37,8 @@ while IFS= read -r -d '' f; do
     path=${BASH_REMATCH[1]}
     if [[ $path =~ ^(\.\./)*kernels/ ]]; then
       report "$f:$n" "includes \"$path\": the runtime includes no kernel header (kernels implement runtime/backend/'s interface)"
+    elif [[ $path =~ ^(\.\./)*ext/ ]]; then
+      report "$f:$n" "includes \"$path\": the runtime includes no extension header (ext/ sits on top of the core)"
     elif $core && [[ $path == runtime/* && $path != runtime/core/* ]]; then
       report "$f:$n" "includes \"$path\": runtime/core/ includes nothing from the runtime's other folders (use a hook, runtime/core/context.h)"
     elif $core && [[ $path =~ (^|/)\.\.(/|$) ]]; then

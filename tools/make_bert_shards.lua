@@ -1,5 +1,5 @@
 -- tools/make_bert_shards.lua: text files -> BERT pretraining shards (NSP pairs, masked tokens),
--- as Google's create_pretraining_data.py makes them (runtime/text/pretrain.h; docs/BERT.md).
+-- as Google's create_pretraining_data.py makes them (ext/text/pretrain.h; docs/BERT.md).
 --
 --   v100lua tools/make_bert_shards.lua --input corpus.txt --vocab vocab.txt --output shards/
 --   v100lua tools/make_bert_shards.lua --input wiki/ books/ --vocab vocab.txt --output shards512/ \

@@ -61,7 +61,7 @@ v100.isatty = core.io.isatty
 -- JSON (cJSON, bindings/l_json.c) under the name issue 11 and config.json loaders use.
 v100.json = { encode = core.io.json_encode, decode = core.io.json_decode }
 
--- The BERT WordPiece tokenizer (bindings/l_text.c): v100.text.WordPiece(vocab_path, opts).
+-- The BERT WordPiece tokenizer (ext/text/l_text.c): v100.text.WordPiece(vocab_path, opts).
 v100.text = core.text
 
 -- cuDNN convolution algorithms: by cuDNN's heuristics (default) or, with benchmark on, by timing

@@ -1,5 +1,5 @@
 -- scripts/v100/bert_data.lua: BERT pretraining data from shards made by tools/make_bert_shards.lua
--- (format: runtime/text/shard.h, docs/BERT.md).
+-- (format: ext/text/shard.h, docs/BERT.md).
 --
 --   local bd = require 'v100.bert_data'
 --   local ds = bd.open('shards/')            -- a shard file or a directory of *.shard (one data set)

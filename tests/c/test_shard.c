@@ -1,4 +1,4 @@
-/* tests/c/test_shard.c: the BERT shard format (runtime/text/shard.h): write -> read round trips
+/* tests/c/test_shard.c: the BERT shard format (ext/text/shard.h): write -> read round trips
  * (2- and 4-byte ids), the writer's atomicity and checks, and every refusal of the reader (empty,
  * short, wrong magic, unknown version, flipped header and payload bits, truncated and overlong
  * files, header fields out of range, and ids / positions out of range under a correct checksum),
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "runtime/io/tfevents.h"
-#include "runtime/text/shard.h"
+#include "ext/text/shard.h"
 #include "tests/c/vl_test.h"
 
 static char root[] = "/tmp/vl_shard_XXXXXX";

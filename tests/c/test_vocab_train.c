@@ -1,4 +1,4 @@
-/* tests/c/test_vocab_train.c: the WordPiece trainer (runtime/text/vocab_train.h) on texts small
+/* tests/c/test_vocab_train.c: the WordPiece trainer (ext/text/vocab_train.h) on texts small
  * enough to follow by hand: the id order (specials, alphabet, continuations, merges), the tie
  * rule of HF's queue (count, then the smaller pair), stale queue entries, min_frequency,
  * vocab_size, limit_alphabet, continuation_order, the basic tokenization of the words, and the
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/text/vocab_train.h"
+#include "ext/text/vocab_train.h"
 #include "vl_test.h"
 
 /* Trains on text; returns the tokens joined by ' ' (static buffer), or NULL on failure. */

@@ -1,4 +1,4 @@
-/* tests/c/test_wordpiece.c: the WordPiece core (runtime/text/wordpiece.h) on a hand-written vocab:
+/* tests/c/test_wordpiece.c: the WordPiece core (ext/text/wordpiece.h) on a hand-written vocab:
  * greedy longest match with "##", [UNK] words, normalisation (cleanup, case, accents, CJK,
  * punctuation), special tokens in text, the longest_first truncation arithmetic of the tokenizers
  * crate, padding, decode with its cleanup, and the errors (outputs untouched). The exhaustive
@@ -11,7 +11,7 @@
 
 #include <utf8proc.h>
 
-#include "runtime/text/wordpiece.h"
+#include "ext/text/wordpiece.h"
 #include "vl_test.h"
 
 static char dir[256];

@@ -1,9 +1,9 @@
-/* tests/fuzz/fuzz_shard.c: the pretraining-shard reader (runtime/text/shard.c) on arbitrary
+/* tests/fuzz/fuzz_shard.c: the pretraining-shard reader (ext/text/shard.c) on arbitrary
  * bytes: open (header, sizes, both checksums), then gather the first, a middle and the last
  * sample. The checksums make random inputs fail early; the seeds are valid shards whose
  * checksums the fuzzer must keep, so most of the work is in the header checks. */
 #include "fuzz_common.h"
-#include "runtime/text/shard.h"
+#include "ext/text/shard.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char path[64];

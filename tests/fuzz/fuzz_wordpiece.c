@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "runtime/text/wordpiece.h"
+#include "ext/text/wordpiece.h"
 
 static const char BUILTIN[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n##s\ncat\n##at\na\n##a\n.\n,\n\xe4\xb8\xad\n";
 

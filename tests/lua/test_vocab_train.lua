@@ -1,4 +1,4 @@
--- tests/lua/test_vocab_train.lua: v100.text.train_vocab (runtime/text/vocab_train.c) against
+-- tests/lua/test_vocab_train.lua: v100.text.train_vocab (ext/text/vocab_train.c) against
 -- tests/data/wordpiece_vocab.txt, which tools/make_tokenizer_fixture.py trained with Hugging Face
 -- tokenizers' WordPieceTrainer (0.23.3): the same corpus rebuilt here the way the script builds
 -- it (6000 WordNet glosses and four lines of other scripts), the same settings; then the trained

@@ -1,4 +1,4 @@
-/* runtime/text/vocab_files.c: the WordPiece trainer's file side (see vocab_train.h): feeding it
+/* ext/text/vocab_files.c: the WordPiece trainer's file side (see vocab_train.h): feeding it
  * files in blocks of whole lines, training on a list of files, and writing vocab.txt. Apart from
  * vocab_train.c, which holds the algorithm, and using only the trainer's public functions. */
 #define _POSIX_C_SOURCE 200809L
@@ -9,7 +9,7 @@
 #include <utf8proc.h>
 
 #include "runtime/io/fsutil.h"
-#include "runtime/text/vocab_train.h"
+#include "ext/text/vocab_train.h"
 
 #define OOM() vl_fail(VL_EOOM, "train_vocab: out of memory")
 

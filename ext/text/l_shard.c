@@ -1,4 +1,4 @@
-/* bindings/l_shard.c: BERT pretraining shards (runtime/text/shard.h, pretrain.h) in v100.text.
+/* ext/text/l_shard.c: BERT pretraining shards (ext/text/shard.h, pretrain.h) in v100.text.
  *   v100.text.ShardSet(path | {paths...}) -> set   (a shard file, a directory of *.shard files, or a list)
  *     set.n, set.seq_len, set.max_predictions, set.vocab_size, set.vocab_crc, set.whole_word_mask,
  *     set.masked_lm_prob, set.short_seq_prob, set.seed, set.dupe_factor, set.closed
@@ -25,8 +25,8 @@
 #include "bindings/vl_lua.h"
 #include "runtime/io/tfevents.h"
 #include "runtime/ops/ops.h"
-#include "runtime/text/pretrain.h"
-#include "runtime/text/shard.h"
+#include "ext/text/pretrain.h"
+#include "ext/text/shard.h"
 
 #define SET_MT "v100.text.ShardSet"
 #define WRITER_MT "v100.text.ShardWriter"

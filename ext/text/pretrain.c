@@ -1,7 +1,7 @@
-/* runtime/text/pretrain.c: text -> tokenized documents -> NSP pairs with masked tokens -> shards
+/* ext/text/pretrain.c: text -> tokenized documents -> NSP pairs with masked tokens -> shards
  * (see pretrain.h for the algorithm and its random numbers). */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/text/pretrain.h"
+#include "ext/text/pretrain.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -15,8 +15,8 @@
 
 #include "runtime/io/fsutil.h"
 #include "runtime/io/tfevents.h"
-#include "runtime/text/shard.h"
-#include "runtime/text/wordpiece.h"
+#include "ext/text/shard.h"
+#include "ext/text/wordpiece.h"
 
 /* ---- the random numbers (documented in pretrain.h) ---- */
 

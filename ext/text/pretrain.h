@@ -1,4 +1,4 @@
-/* runtime/text/pretrain.h: BERT pretraining samples from text, as Google's
+/* ext/text/pretrain.h: BERT pretraining samples from text, as Google's
  * create_pretraining_data.py (google-research/bert) makes them, written as shards (shard.h).
  *
  * Input: text files, one sentence per line, a blank line between documents (a new file also

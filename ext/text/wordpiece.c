@@ -1,8 +1,8 @@
-/* runtime/text/wordpiece.c: see wordpiece.h. The vocab is an open-addressing hash table over
+/* ext/text/wordpiece.c: see wordpiece.h. The vocab is an open-addressing hash table over
  * the token bytes; the text pipeline works on one codepoint array per segment between special
  * tokens, in the order of HF's BertNormalizer, BertPreTokenizer and WordPiece model. */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/text/wordpiece.h"
+#include "ext/text/wordpiece.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* runtime/text/shard.h: BERT pretraining shards (format version 1): a writer and a zero-copy
+/* ext/text/shard.h: BERT pretraining shards (format version 1): a writer and a zero-copy
  * reader over a read-only mmap of one file or of a set of files seen as one data set.
  *
  * A shard is a 128-byte header followed by n_samples fixed-size records (docs/BERT.md, "The shard

@@ -1,6 +1,6 @@
-/* runtime/text/shard.c: BERT pretraining shards, the writer and the mmap reader (see shard.h). */
+/* ext/text/shard.c: BERT pretraining shards, the writer and the mmap reader (see shard.h). */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/text/shard.h"
+#include "ext/text/shard.h"
 
 #include <errno.h>
 #include <fcntl.h>

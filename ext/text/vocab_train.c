@@ -1,10 +1,10 @@
-/* runtime/text/vocab_train.c: see vocab_train.h. The structure is HF's BpeTrainer::do_train:
+/* ext/text/vocab_train.c: see vocab_train.h. The structure is HF's BpeTrainer::do_train:
  * words as arrays of symbol ids, pair counts in a hash map, a max-heap of (count, pair, the words
  * that hold it) whose entries are re-pushed with the current count when they come up stale, and
  * per merge the count changes of the touched words, after which every pair that gained
  * occurrences is pushed again with those words. */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/text/vocab_train.h"
+#include "ext/text/vocab_train.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -13,7 +13,7 @@
 #include <utf8proc.h>
 
 #include "runtime/io/fsutil.h"
-#include "runtime/text/wordpiece.h"
+#include "ext/text/wordpiece.h"
 
 #define OOM() vl_fail(VL_EOOM, "train_vocab: out of memory")
 

@@ -1,4 +1,4 @@
-/* runtime/text/wordpiece.h: the BERT WordPiece tokenizer, compatible with Hugging Face's
+/* ext/text/wordpiece.h: the BERT WordPiece tokenizer, compatible with Hugging Face's
  * BertTokenizerFast (the `tokenizers` library's BertNormalizer + BertPreTokenizer + WordPiece)
  * for a given vocab.txt.
  *

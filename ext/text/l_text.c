@@ -1,4 +1,4 @@
-/* bindings/l_text.c: v100.text, the WordPiece tokenizer (runtime/text/wordpiece.h) for Lua.
+/* ext/text/l_text.c: v100.text, the WordPiece tokenizer (ext/text/wordpiece.h) for Lua.
  *   v100.text.WordPiece(vocab_path[, {lower = true, strip_accents = nil (follows lower), max_chars = 100}]) -> tok
  *   tok:tokenize(text) -> {tokens}
  *   tok:encode(text[, pair][, {max_length =, truncation = true, padding = 'max_length' | false,
@@ -8,7 +8,7 @@
  *   tok:token_to_id(s) -> id or nil, tok:id_to_token(id) -> string or nil, tok.vocab_size
  *   v100.text.train_vocab(files[, {vocab_size = 30522, min_frequency = 2, limit_alphabet = 1000, lower = true,
  *              strip_accents = nil, special = {'[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'},
- *              continuation_order = nil}]) -> {tokens in id order} (runtime/text/vocab_train.h)
+ *              continuation_order = nil}]) -> {tokens in id order} (ext/text/vocab_train.h)
  *   v100.text.save_vocab(tokens, path)  (vocab.txt, replaced atomically)
  * Ids count from 0, as in vocab.txt and Hugging Face. */
 #include <lauxlib.h>
@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "bindings/vl_lua.h"
-#include "runtime/text/vocab_train.h"
-#include "runtime/text/wordpiece.h"
+#include "ext/text/vocab_train.h"
+#include "ext/text/wordpiece.h"
 
 #define WORDPIECE_MT "v100.text.WordPiece"
 
@@ -400,7 +400,7 @@ static const luaL_Reg text_funcs[] = {
     {NULL, NULL},
 };
 
-void vl_lua_open_shard(lua_State *L); /* bindings/l_shard.c: ShardSet, ShardWriter, make_pretraining_shards */
+void vl_lua_open_shard(lua_State *L); /* ext/text/l_shard.c: ShardSet, ShardWriter, make_pretraining_shards */
 
 int luaopen_v100_text(lua_State *L) {
   vl_lua_class(L, WORDPIECE_MT, tok_methods, t_index, t_gc, t_gc, t_tostring);

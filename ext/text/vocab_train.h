@@ -1,4 +1,4 @@
-/* runtime/text/vocab_train.h: the WordPiece vocabulary trainer, Hugging Face tokenizers'
+/* ext/text/vocab_train.h: the WordPiece vocabulary trainer, Hugging Face tokenizers'
  * WordPieceTrainer (its BPE trainer with the continuing-subword prefix "##") over the words of
  * our basic tokenization (vl_wordpiece_basic_words: BertNormalizer + BertPreTokenizer).
  *
