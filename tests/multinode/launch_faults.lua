@@ -27,69 +27,39 @@ T.test('a Lua error on rank 1 (host ' .. b .. ') ends every rank on both hosts',
 end)
 
 T.test('host ' .. b .. ' dies (SIGKILL to all its processes) while the job all-reduces', function()
-  local dir = mn.shared_dir('kill')
-  local marker, log = dir .. '/running', dir .. '/out.txt'
   local timeout = 20
   local t0 = v100.io.time()
-  -- mpirun in the background, its exit code into a file
-  local cmd = string.format('(env V100LUA_MN_UNFORWARDED=inherited timeout 120 %s --allow-run-as-root -np 4 --hostfile %s ' ..
-    '--map-by node -x LUA_PATH -x V100LUA_DIST_TIMEOUT=%d %s %s %s 200 > %s 2>&1; echo $? > %s) &', mn.q(mn.mpiexec),
-    mn.q(mn.hostfile), timeout, mn.q(mn.exe), mn.q(mn.here .. '/job_loop.lua'), mn.q(marker), mn.q(log), mn.q(dir .. '/rc'))
-  os.execute(cmd)
-  local running = false
-  for _ = 1, 600 do
-    if v100.io.exists(marker) then running = true break end
-    os.execute('sleep 0.05')
-  end
-  T.ok(running, 'the job started: ' .. (io.open(log) and T.read_file(log) or ''))
+  local job = mn.loop_job('kill', timeout)
+  T.ok(job.started, 'the job started: ' .. select(3, job.finish(0)))
   local t_kill = v100.io.time()
   local kout, kcode = mn.sh('bash ' .. mn.q(mn.tool) .. ' kill ' .. b)
   T.eq(kcode, 0, 'kill ' .. b .. ': ' .. kout)
-  local ended = false
-  for _ = 1, 1200 do
-    if v100.io.exists(dir .. '/rc') then ended = true break end
-    os.execute('sleep 0.05')
-  end
+  local ended, rc, out = job.finish(60)
   local secs = v100.io.time() - t_kill
-  local out = T.read_file(log)
   T.ok(ended, 'mpirun ended (' .. secs .. ' s after the kill):\n' .. out)
-  local rc = tonumber(T.read_file(dir .. '/rc'))
-  T.ok(rc ~= 0 and rc ~= 124, 'non-zero and no hang, code ' .. tostring(rc) .. ':\n' .. out)
+  T.ok(rc and rc ~= 0 and rc ~= 124, 'non-zero and no hang, code ' .. tostring(rc) .. ':\n' .. out)
   T.ok(secs < timeout + 10, string.format('ended %.1f s after the kill (V100LUA_DIST_TIMEOUT %d s)', secs, timeout))
   T.ok(not out:find('ended by itself', 1, true), out)
-  print(string.format('      host %s killed: mpirun ended after %.1f s, exit %d (job ran %.1f s before)', b, secs, rc, t_kill - t0))
+  print(string.format('      host %s killed: mpirun ended after %.1f s, exit %s (job ran %.1f s before)', b, secs, tostring(rc),
+    t_kill - t0))
   -- host b again, for what follows (its sshd died with it)
   local rout, rcode = mn.sh('bash ' .. mn.q(mn.tool) .. ' restart ' .. b)
   T.eq(rcode, 0, 'restart ' .. b .. ': ' .. rout)
   local hout, hcode = mn.sh('ssh -F ' .. mn.q(os.getenv('V100LUA_MN_STATE') .. '/ssh_config') .. ' ' .. b .. ' hostname')
   T.eq(hcode, 0, hout)
   T.eq(hout, b .. '\n', 'host ' .. b .. ' answers again')
-  os.execute('rm -rf ' .. mn.q(dir))
+  os.execute('rm -rf ' .. mn.q(job.dir))
 end)
 
 T.test('host ' .. b .. ' cut off the network (its link down) while the job all-reduces: ended within the keepalives', function()
   T.eq(os.getenv('OMPI_MCA_oob_tcp_keepalive_time'), '10', 'the keepalives of multinode.sh env and entrypoint.sh')
-  local dir = mn.shared_dir('cut')
-  local marker, log = dir .. '/running', dir .. '/out.txt'
-  local cmd = string.format('(timeout 200 %s --allow-run-as-root -np 4 --hostfile %s --map-by node -x LUA_PATH ' ..
-    '-x V100LUA_DIST_TIMEOUT=60 %s %s %s 300 > %s 2>&1; echo $? > %s) &', mn.q(mn.mpiexec), mn.q(mn.hostfile), mn.q(mn.exe),
-    mn.q(mn.here .. '/job_loop.lua'), mn.q(marker), mn.q(log), mn.q(dir .. '/rc'))
-  os.execute(cmd)
-  for _ = 1, 600 do
-    if v100.io.exists(marker) then break end
-    os.execute('sleep 0.05')
-  end
-  T.ok(v100.io.exists(marker), 'the job started')
+  local job = mn.loop_job('cut', 60)
+  T.ok(job.started, 'the job started')
   local t_cut = v100.io.time()
   local cout, ccode = mn.sh('bash ' .. mn.q(mn.tool) .. ' cut ' .. b)
   T.eq(ccode, 0, cout)
-  for _ = 1, 1200 do
-    if v100.io.exists(dir .. '/rc') then break end
-    os.execute('sleep 0.05')
-  end
+  local _, rc, out = job.finish(60)
   local secs = v100.io.time() - t_cut
-  local out = T.read_file(log)
-  local rc = tonumber(io.open(dir .. '/rc') and T.read_file(dir .. '/rc') or '')
   -- the processes left on b once mpirun is gone: Open MPI's daemon there ends its ranks
   local left = ''
   for _ = 1, 100 do
@@ -103,7 +73,7 @@ T.test('host ' .. b .. ' cut off the network (its link down) while the job all-r
   T.ok(out:find('lost communication with a remote daemon', 1, true), 'Open MPI says which host it lost:\n' .. out)
   T.eq(left, '', 'no rank or daemon left on ' .. b .. ' (they end when they lose mpirun)')
   print(string.format('      host %s cut off: mpirun ended after %.1f s, exit %s', b, secs, tostring(rc)))
-  os.execute('rm -rf ' .. mn.q(dir))
+  os.execute('rm -rf ' .. mn.q(job.dir))
 end)
 
 -- whatever the test above left running when it failed (its ranks and mpirun: one pid namespace)

@@ -56,6 +56,40 @@ function M.mpirun(o)
   return M.sh(table.concat(parts, ' '))
 end
 
+-- Waits (polling every 50 ms, at most `secs`) until the file at path exists; returns whether it does.
+function M.wait_for(path, secs)
+  local io_ = require('v100').io
+  for _ = 1, math.floor(secs * 20) do
+    if io_.exists(path) then return true end
+    os.execute('sleep 0.05')
+  end
+  return io_.exists(path)
+end
+
+-- tests/multinode/job_loop.lua as 4 ranks over the hosts in the background (a job in its steady
+-- state for a fault to hit), with V100LUA_DIST_TIMEOUT=dist_timeout. Returns {dir, started (the
+-- first collective crossed the hosts within 30 s), finish(secs) -> ended, exit code (nil: still
+-- running), output}.
+function M.loop_job(name, dist_timeout)
+  local dir = M.shared_dir(name)
+  local marker, log, rcf = dir .. '/running', dir .. '/out.txt', dir .. '/rc'
+  os.execute(string.format('(env V100LUA_MN_UNFORWARDED=inherited timeout 200 %s --allow-run-as-root -np 4 --hostfile %s ' ..
+    '--map-by node -x LUA_PATH -x V100LUA_DIST_TIMEOUT=%d %s %s %s 300 > %s 2>&1; echo $? > %s) &', q(M.mpiexec),
+    q(M.hostfile), dist_timeout, q(M.exe), q(M.here .. '/job_loop.lua'), q(marker), q(log), q(rcf)))
+  local job = { dir = dir, started = M.wait_for(marker, 30) }
+  function job.finish(secs)
+    local ended = M.wait_for(rcf, secs)
+    local f = io.open(log, 'rb')
+    local out = f and f:read('a') or ''
+    if f then f:close() end
+    local r = io.open(rcf, 'rb')
+    local rc = r and tonumber(r:read('a')) or nil
+    if r then r:close() end
+    return ended, rc, out
+  end
+  return job
+end
+
 -- The lines of rank r (after its "[rank r host] " prefix): a list of {host =, text =}.
 function M.lines_of(out, r)
   local l = {}
