@@ -115,8 +115,14 @@ T.test('two uids (setpriv): a victim writing its metrics into a 1777 folder neve
   assert(sh('chown 65533:65533 ' .. q(keys) .. ' && chmod 600 ' .. q(keys)))
   local prom = shared .. '/v100lua_rank0.prom'
   assert(sh(string.format(as, 65534, 65534) .. 'ln -s ' .. q(keys) .. ' ' .. q(prom)))
+  -- the victim's Lua library as uid 65533 can read it: a checkout in a 0700 folder (mktemp -d, as
+  -- CI clones) is not, and then the host falls back to LUA_PATH, here a copy beside the test's files
+  local scripts = assert(package.searchpath('v100.base', package.path)):match('^(.*)/v100/base%.lua$')
+  local lib = dir .. '/lib'
+  assert(sh(string.format('cp -r %s %s && chmod -R a+rX %s', q(scripts), q(lib), q(lib))))
+  local env = 'env ' .. q('LUA_PATH=' .. lib .. '/?.lua;' .. lib .. '/?/init.lua;;') .. ' '
   local code = string.format("local ok, e = pcall(require('v100.prometheus').write_textfile, %q, 'v100lua_up 1\\n') print(ok, e)", prom)
-  local p = io.popen(string.format(as, 65533, 65533) .. q(T.binary()) .. ' -e ' .. q(code) .. ' 2>&1')
+  local p = io.popen(env .. string.format(as, 65533, 65533) .. q(T.binary()) .. ' -e ' .. q(code) .. ' 2>&1')
   local out = p:read('a')
   p:close()
   T.eq(T.read_file(keys), SECRET, "the victim's file is untouched (" .. out:gsub('\n', ' ') .. ')')
