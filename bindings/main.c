@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -440,10 +441,32 @@ static bool is_dir(const char *p) {
  *      /usr/share/lua/5.4, ...) that 2 left out: the library needs Debian's lua-argparse, found
  *      there, even when LUA_PATH names only a test folder;
  *   4. <binary's folder>/../lua when it exists: pure-Lua modules packed with a binary for a machine
- *      without Lua (tools/device-pack.sh puts argparse.lua in .dev/lua beside .dev/run). */
+ *      without Lua (tools/device-pack.sh puts argparse.lua in .dev/lua beside .dev/run).
+ * An extension keeps its Lua next to its C (ext/<feature>/lua/v100/...): installed, those folders
+ * are merged into the one library folder (CMakeLists.txt); from the source tree each
+ * ext/<feature>/lua comes right after the scripts directory, in name order (add_ext_paths). */
+#ifdef VL_SOURCE_EXT_DIR
+static int ext_filter(const struct dirent *e) { return e->d_name[0] != '.'; }
+
+static void add_ext_paths(luaL_Buffer *b) {
+  struct dirent **names;
+  int n = scandir(VL_SOURCE_EXT_DIR, &names, ext_filter, alphasort);
+  if (n < 0) return;
+  for (int i = 0; i < n; i++) {
+    char lua[PATH_MAX];
+    int len = snprintf(lua, sizeof lua, "%s/%s/lua", VL_SOURCE_EXT_DIR, names[i]->d_name);
+    if (len > 0 && (size_t)len < sizeof lua && is_dir(lua))
+      lua_pushfstring(b->L, "%s/?.lua;%s/?/init.lua;", lua, lua), luaL_addvalue(b);
+    free(names[i]);
+  }
+  free(names);
+}
+#endif
+
 static void set_package_path(lua_State *L) {
   char exe[PATH_MAX], dir[PATH_MAX + 64], mods[PATH_MAX + 16];
   const char *scripts = NULL, *packed = NULL;
+  bool source_tree = false; /* the scripts are the source tree's: add the extensions' folders */
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n > 0) {
     exe[n] = '\0';
@@ -455,7 +478,7 @@ static void set_package_path(lua_State *L) {
     if (is_dir(mods)) packed = mods;
   }
 #ifdef VL_SOURCE_SCRIPTS_DIR
-  if (!scripts && is_dir(VL_SOURCE_SCRIPTS_DIR)) scripts = VL_SOURCE_SCRIPTS_DIR;
+  if (!scripts && is_dir(VL_SOURCE_SCRIPTS_DIR)) scripts = VL_SOURCE_SCRIPTS_DIR, source_tree = true;
 #endif
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
@@ -463,6 +486,10 @@ static void set_package_path(lua_State *L) {
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   if (scripts) lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", scripts, scripts), luaL_addvalue(&b);
+#ifdef VL_SOURCE_EXT_DIR
+  if (source_tree) add_ext_paths(&b);
+#endif
+  (void)source_tree;
   luaL_addstring(&b, path);
   size_t plen = strlen(path);
   bool sep = plen > 0 && path[plen - 1] != ';'; /* whether an entry added next needs a ';' first */

@@ -1,4 +1,4 @@
--- scripts/v100/bert_data.lua: BERT pretraining data from shards made by tools/make_bert_shards.lua
+-- ext/text/lua/v100/bert_data.lua: BERT pretraining data from shards made by tools/make_bert_shards.lua
 -- (format: ext/text/shard.h, docs/BERT.md).
 --
 --   local bd = require 'v100.bert_data'
