@@ -79,6 +79,21 @@ static vl_status set_device(int dev) {
   return VL_OK;
 }
 
+vl_status vl_cuda_device_enter(int dev, int *prev) {
+  int cur = -1;
+  *prev = -1;
+  VL_CUDA_CHECK(cudaGetDevice(&cur));
+  if (cur != dev) {
+    VL_CUDA_CHECK(cudaSetDevice(dev));
+    *prev = cur;
+  }
+  return VL_OK;
+}
+
+void vl_cuda_device_leave(int prev) {
+  if (prev >= 0) VL_CUDA_NOTE(cudaSetDevice(prev));
+}
+
 vl_status vl_cuda_device_info(int dev, vl_device_info *info) {
   if (!info) return vl_fail(VL_EINVAL, "vl_cuda_device_info: NULL output");
   VL_TRY(check_dev("vl_cuda_device_info", dev));
@@ -509,6 +524,12 @@ void vl_get_versions(vl_versions *v) {
   memset(v, 0, sizeof *v);
   mpi_version(v->mpi, sizeof v->mpi);
 }
+
+vl_status vl_cuda_device_enter(int dev, int *prev) {
+  *prev = -1;
+  return VL_NO_CUDA("vl_cuda_device_enter");
+}
+void vl_cuda_device_leave(int prev) {}
 
 vl_status vl_cuda_alloc(int dev, vl_alloc **out) { return VL_NO_CUDA("vl_cuda_alloc"); }
 vl_status vl_host_alloc(vl_alloc **out) { return VL_NO_CUDA("vl_host_alloc"); }

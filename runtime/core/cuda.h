@@ -46,6 +46,12 @@ vl_status vl_cuda_alloc(int dev, vl_alloc **out);
 /* The pinned host pool, created on first use. */
 vl_status vl_host_alloc(vl_alloc **out);
 
+/* Makes `dev` the calling thread's current device for a while: *prev is what to give back to
+ * vl_cuda_device_leave (-1 when `dev` was current already, so the leave does nothing). C's form
+ * of a scoped device guard, for the runtime's C files that call the CUDA runtime (dist/nccl.c). */
+vl_status vl_cuda_device_enter(int dev, int *prev);
+void vl_cuda_device_leave(int prev);
+
 /* Current stream of a device (its default stream until set). */
 vl_status vl_cuda_current_stream(int dev, void **stream);
 vl_status vl_cuda_set_current_stream(int dev, void *stream); /* NULL restores the default */

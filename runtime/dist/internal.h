@@ -1,5 +1,5 @@
 /* runtime/dist/internal.h: the backend interface behind runtime/dist/comm.h (comm.c is the front
- * end, mpi.c the MPI backend, local.c the world-size-1 one, kernels/cuda/cuda_nccl.cu the NCCL one
+ * end, mpi.c the MPI backend, local.c the world-size-1 one, nccl.c the NCCL one
  * filling the VL_CUDA slot).
  *
  * A backend receives contiguous buffers on its own device, of a dtype it declared it reduces
@@ -103,7 +103,7 @@ vl_status vl_dist_mpi_leave(vl_comm *c);
 bool vl_dist_mpi_finalized(void);
 void vl_dist_mpi_abort(int code);
 
-/* kernels/cuda/cuda_nccl.cu (builds with CUDA): the backend; the unique id rank 0 makes and MPI
+/* nccl.c (builds with CUDA): the backend; the unique id rank 0 makes and MPI
  * broadcasts; the communicator of (rank, size) on `device`; its end (abort: without waiting);
  * the watchdog's check (true: an operation is overdue or NCCL failed asynchronously; msg says
  * which, and the communicator is aborted). */

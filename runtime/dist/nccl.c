@@ -1,4 +1,4 @@
-/* kernels/cuda/cuda_nccl.cu: the NCCL backend of runtime/dist (internal.h): collectives on CUDA
+/* runtime/dist/nccl.c: the NCCL backend of runtime/dist (internal.h): collectives on CUDA
  * tensors, one communicator per process on this rank's device, made by runtime/dist/comm.c from
  * an ncclUniqueId that rank 0 broadcasts over MPI.
  *
@@ -20,7 +20,14 @@
  * order. Every NCCL and CUDA call is checked, with ncclGetLastError's detail.
  *
  * The watchdog (vl_nccl_watch) reads the issue time and `done` event of every operation in flight
- * from a list under a mutex, and ncclCommGetAsyncError: the host's thread (bindings) asks it. */
+ * from a list under a mutex, and ncclCommGetAsyncError: the host's thread (bindings) asks it.
+ *
+ * Plain C over the CUDA runtime and NCCL host APIs (no kernel of ours): it sits with the other
+ * communicator backends, not in kernels/cuda, and compiles to nothing without CUDA. */
+#ifdef VL_HAVE_CUDA
+#define _POSIX_C_SOURCE 200809L
+#include <assert.h>
+#include <cuda_runtime.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -28,8 +35,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cuda/cuda_common.cuh"
 #include "runtime/core/cuda.h"
+#include "runtime/core/cuda_check.h"
 #include "runtime/dist/internal.h"
 
 static vl_status nccl_fail(ncclResult_t r, const char *what, const char *call, const char *file, int line) {
@@ -41,6 +48,17 @@ static vl_status nccl_fail(ncclResult_t r, const char *what, const char *call, c
   do {                                                                                 \
     ncclResult_t nccl_rc_ = (call);                                                    \
     if (nccl_rc_ != ncclSuccess) return nccl_fail(nccl_rc_, what, #call, __FILE__, __LINE__); \
+  } while (0)
+
+/* Runs `call` (a vl_status expression) with `dev` as the current device and returns its status,
+ * the previous device restored on every path: C's scoped device guard. */
+#define ON_DEVICE(dev, call)                           \
+  do {                                                 \
+    int on_prev_;                                      \
+    VL_TRY(vl_cuda_device_enter((dev), &on_prev_));    \
+    vl_status on_s_ = (call);                          \
+    vl_cuda_device_leave(on_prev_);                    \
+    return on_s_;                                      \
   } while (0)
 
 #define VL_NCCL_MAX_GROUP 256 /* operations of one group whose done events wait for group_end */
@@ -112,17 +130,8 @@ typedef struct nccl_call {
   ncclDataType_t ty;
 } nccl_call;
 
-static vl_status begin(vl_comm *c, vl_tensor *t, vl_dtype dt, vl_dist_work *w, nccl_call *k) {
-  VL_TRY(nccl_type(w->op, dt, &k->ty));
-  vl_nccl *n = nc_of(c);
-  if (n->aborted) return vl_fail(VL_ENCCL, "%s: the NCCL communicator was aborted", w->op);
-  if (t && t->storage->device.index != n->device) {
-    char d[256];
-    return vl_fail(VL_EDEVICE, "%s: %s is not on this rank's device cuda:%d (its NCCL communicator's; v100.device() "
-                   "names it)", w->op, vl_tensor_desc(t, d, sizeof d), n->device);
-  }
-  vl_device_guard guard;
-  VL_TRY(guard.set(n->device));
+/* begin's part on the communicator's device. */
+static vl_status enqueue(vl_nccl *n, vl_dist_work *w, nccl_call *k) {
   void *cur = NULL;
   VL_TRY(vl_cuda_current_stream(n->device, &cur));
   VL_CUDA_CHECK(cudaEventRecord(n->ready, (cudaStream_t)cur));
@@ -148,6 +157,24 @@ static vl_status begin(vl_comm *c, vl_tensor *t, vl_dtype dt, vl_dist_work *w, n
   return VL_OK;
 }
 
+static vl_status begin(vl_comm *c, vl_tensor *t, vl_dtype dt, vl_dist_work *w, nccl_call *k) {
+  VL_TRY(nccl_type(w->op, dt, &k->ty));
+  vl_nccl *n = nc_of(c);
+  if (n->aborted) return vl_fail(VL_ENCCL, "%s: the NCCL communicator was aborted", w->op);
+  if (t && t->storage->device.index != n->device) {
+    char d[256];
+    return vl_fail(VL_EDEVICE, "%s: %s is not on this rank's device cuda:%d (its NCCL communicator's; v100.device() "
+                   "names it)", w->op, vl_tensor_desc(t, d, sizeof d), n->device);
+  }
+  ON_DEVICE(n->device, enqueue(n, w, k));
+}
+
+static vl_status record_done(nccl_req *r) {
+  VL_CUDA_CHECK(cudaEventRecord(r->done, r->n->stream));
+  r->recorded = true;
+  return VL_OK;
+}
+
 /* After the NCCL call: `done` is recorded now, or at group_end inside a group. */
 static vl_status end(const nccl_call *k, vl_dist_work *w) {
   vl_nccl *n = k->n;
@@ -158,11 +185,7 @@ static vl_status end(const nccl_call *k, vl_dist_work *w) {
     n->grouped[n->ngrouped++] = r;
     return VL_OK;
   }
-  vl_device_guard guard;
-  VL_TRY(guard.set(n->device));
-  VL_CUDA_CHECK(cudaEventRecord(r->done, n->stream));
-  r->recorded = true;
-  return VL_OK;
+  ON_DEVICE(n->device, record_done(r));
 }
 
 static vl_status n_all_reduce(vl_comm *c, vl_tensor *buf, vl_dist_op op, vl_dist_work *w) {
@@ -238,17 +261,18 @@ static vl_status n_check(vl_comm *c, const int64_t *sig, int64_t *lo, int64_t *h
   return cpu->check(c, sig, lo, hi);
 }
 
+static vl_status wait_done(nccl_req *r) {
+  void *cur = NULL;
+  VL_TRY(vl_cuda_current_stream(r->n->device, &cur));
+  VL_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)cur, r->done, 0));
+  return VL_OK;
+}
+
 static vl_status n_wait(vl_dist_work *w) {
   nccl_req *r = (nccl_req *)w->impl;
   if (!r) return VL_OK;
-  vl_nccl *n = r->n;
   if (!r->recorded) return vl_fail(VL_EINVAL, "%s: waited on inside its group (wait after the group ends)", w->op);
-  vl_device_guard guard;
-  VL_TRY(guard.set(n->device));
-  void *cur = NULL;
-  VL_TRY(vl_cuda_current_stream(n->device, &cur));
-  VL_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)cur, r->done, 0));
-  return VL_OK;
+  ON_DEVICE(r->n->device, wait_done(r));
 }
 
 static vl_status n_test(vl_dist_work *w, bool *done) {
@@ -256,9 +280,10 @@ static vl_status n_test(vl_dist_work *w, bool *done) {
   *done = true;
   if (!r) return VL_OK;
   if (!r->recorded) return *done = false, VL_OK;
-  vl_device_guard guard;
-  VL_TRY(guard.set(r->n->device));
+  int prev;
+  VL_TRY(vl_cuda_device_enter(r->n->device, &prev));
   cudaError_t e = cudaEventQuery(r->done);
+  vl_cuda_device_leave(prev);
   if (e == cudaErrorNotReady) {
     (void)cudaGetLastError(); /* not an error: clear it */
     *done = false;
@@ -282,9 +307,13 @@ static void n_release(vl_dist_work *w) {
     if (n->grouped[i] == r) n->grouped[i] = NULL;
   /* The event may still be pending on the device: destroying it then is allowed (CUDA releases
    * it when it completes). */
-  vl_device_guard guard;
-  if (guard.set(n->device) == VL_OK) (void)cudaEventDestroy(r->done);
-  else vl_errclear();
+  int prev;
+  if (vl_cuda_device_enter(n->device, &prev) == VL_OK) {
+    (void)cudaEventDestroy(r->done);
+    vl_cuda_device_leave(prev);
+  } else {
+    vl_errclear();
+  }
   free(r);
   w->impl = NULL;
 }
@@ -296,14 +325,8 @@ static vl_status n_group_start(vl_comm *c) {
   return VL_OK;
 }
 
-static vl_status n_group_end(vl_comm *c) {
-  vl_nccl *n = nc_of(c);
-  if (n->group_depth <= 0) return vl_fail(VL_EINTERNAL, "group: NCCL group_end without group_start");
-  n->group_depth--;
-  NCCL_TRY("group", ncclGroupEnd());
-  if (n->group_depth > 0) return VL_OK;
-  vl_device_guard guard;
-  VL_TRY(guard.set(n->device));
+/* group_end's part on the device: every queued operation's `done`, recorded now. */
+static vl_status record_group(vl_nccl *n) {
   vl_status s = VL_OK;
   for (int i = 0; i < n->ngrouped; i++) {
     nccl_req *r = n->grouped[i];
@@ -316,10 +339,15 @@ static vl_status n_group_end(vl_comm *c) {
   return s;
 }
 
-/* A host-side table, left out of Clang's device pass (tools/build-sm70.sh): Clang would emit a
- * const table of host function addresses on the GPU too, which ptxas refuses. nvcc keeps it in
- * both passes, as before, and emits nothing of it on the device. */
-#if !(defined(__clang__) && defined(__CUDA_ARCH__))
+static vl_status n_group_end(vl_comm *c) {
+  vl_nccl *n = nc_of(c);
+  if (n->group_depth <= 0) return vl_fail(VL_EINTERNAL, "group: NCCL group_end without group_start");
+  n->group_depth--;
+  NCCL_TRY("group", ncclGroupEnd());
+  if (n->group_depth > 0) return VL_OK;
+  ON_DEVICE(n->device, record_group(n));
+}
+
 static const vl_comm_backend nccl_backend = {
     .name = "nccl",
     .native_half = true,
@@ -340,10 +368,9 @@ static const vl_comm_backend nccl_backend = {
     .group_end = n_group_end,
 };
 
-extern "C" const vl_comm_backend *vl_dist_nccl_backend(void) { return &nccl_backend; }
-#endif
+const vl_comm_backend *vl_dist_nccl_backend(void) { return &nccl_backend; }
 
-extern "C" vl_status vl_nccl_unique_id(uint8_t id[VL_NCCL_ID_BYTES]) {
+vl_status vl_nccl_unique_id(uint8_t id[VL_NCCL_ID_BYTES]) {
   static_assert(sizeof(ncclUniqueId) == VL_NCCL_ID_BYTES, "ncclUniqueId size");
   ncclUniqueId u;
   NCCL_TRY("dist.init", ncclGetUniqueId(&u));
@@ -351,10 +378,7 @@ extern "C" vl_status vl_nccl_unique_id(uint8_t id[VL_NCCL_ID_BYTES]) {
   return VL_OK;
 }
 
-extern "C" vl_status vl_nccl_create(int rank, int size, const uint8_t id[VL_NCCL_ID_BYTES], int device, void **impl) {
-  *impl = NULL;
-  vl_device_guard guard;
-  VL_TRY(guard.set(device));
+static vl_status create_on(int rank, int size, const uint8_t id[VL_NCCL_ID_BYTES], int device, void **impl) {
   vl_nccl *n = (vl_nccl *)calloc(1, sizeof *n);
   if (!n) return vl_fail(VL_EOOM, "dist: out of host memory");
   n->device = device, n->rank = rank, n->size = size;
@@ -382,13 +406,18 @@ extern "C" vl_status vl_nccl_create(int rank, int size, const uint8_t id[VL_NCCL
   return VL_OK;
 }
 
+vl_status vl_nccl_create(int rank, int size, const uint8_t id[VL_NCCL_ID_BYTES], int device, void **impl) {
+  *impl = NULL;
+  ON_DEVICE(device, create_on(rank, size, id, device, impl));
+}
+
 /* Finishes what is in flight (or aborts it), then frees the communicator. */
-extern "C" vl_status vl_nccl_destroy(void *impl, bool abort) {
+vl_status vl_nccl_destroy(void *impl, bool abort) {
   vl_nccl *n = (vl_nccl *)impl;
   if (!n) return VL_OK;
   vl_status s = VL_OK;
-  vl_device_guard guard;
-  if (guard.set(n->device) != VL_OK) vl_errclear();
+  int prev = -1;
+  if (vl_cuda_device_enter(n->device, &prev) != VL_OK) vl_errclear();
   if (abort || n->aborted) {
     if (!n->aborted) (void)ncclCommAbort(n->comm);
   } else {
@@ -401,6 +430,7 @@ extern "C" vl_status vl_nccl_destroy(void *impl, bool abort) {
   (void)cudaStreamDestroy(n->stream);
   pthread_mutex_destroy(&n->lock);
   free(n);
+  vl_cuda_device_leave(prev);
   return s;
 }
 
@@ -410,7 +440,7 @@ extern "C" vl_status vl_nccl_destroy(void *impl, bool abort) {
  * every kernel of the device, and the kernel that is stuck need not be NCCL's (measured on the
  * H200: behind a 6 s compute kernel the report came 6 s late). The caller ends the process, which
  * ends its kernels with it. */
-extern "C" bool vl_nccl_watch(void *impl, double timeout_s, char *msg, size_t msg_size) {
+bool vl_nccl_watch(void *impl, double timeout_s, char *msg, size_t msg_size) {
   vl_nccl *n = (vl_nccl *)impl;
   if (!n || n->aborted || n->reported) return false;
   ncclResult_t async = ncclSuccess;
@@ -441,3 +471,5 @@ extern "C" bool vl_nccl_watch(void *impl, double timeout_s, char *msg, size_t ms
   if (bad) n->reported = true;
   return bad;
 }
+
+#endif /* VL_HAVE_CUDA */
