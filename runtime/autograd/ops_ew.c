@@ -301,16 +301,12 @@ vl_status vl_ag_binary_scalar_(vl_binary_op op, vl_tensor *a, double k) {
 
 /* Saved: cond. */
 static vl_status where_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  vl_tensor *cond, *nc = NULL, *gr[2] = {0};
+  vl_tensor *cond, *gr[2] = {0};
   VL_TRY(vl_node_saved(n, 0, &cond));
-  vl_status s = VL_OK;
-  if (vl_ag_wants(n, 0)) {
-    s = vl_unary(VL_UN_LOGICAL_NOT, cond, &nc);
-    if (s == VL_OK) s = vl_masked_fill(go[0], nc, 0.0, &gr[0]);
-  }
-  if (s == VL_OK && vl_ag_wants(n, 1)) s = vl_masked_fill(go[0], cond, 0.0, &gr[1]);
-  vl_tensor_release(nc);
-  return vl_ag_give_n(n, s, 2, gr, gi);
+  VL_FS(f);
+  if (vl_ag_wants(n, 0)) gr[0] = F_MASKED_FILL(go[0], F_UN(LOGICAL_NOT, cond), 0.0);
+  if (vl_ag_wants(n, 1)) gr[1] = F_MASKED_FILL(go[0], cond, 0.0);
+  return vl_fs_give(f, n, 2, gr, gi);
 }
 
 vl_status vl_ag_where(vl_tensor *cond, vl_tensor *a, vl_tensor *b, vl_tensor **out) {

@@ -299,6 +299,8 @@ vl_status vl_ag_stack(int n, vl_tensor *const *ts, int dim, vl_tensor **out) { r
 
 /* ---- split / chunk: one node, one output per piece ---- */
 
+/* Each piece's gradient into its place in zeros of the input's shape. Threaded by hand, not in a
+ * formula scope: one view per piece, as many as the split made (more than VL_FS_MAX). */
 static vl_status split_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   int dim = VL_AG_CTX(n, dim_ctx)->dim;
   vl_tensor *z;
