@@ -40,7 +40,7 @@
 extern "C" {
 #endif
 
-#define VL_FS_MAX 24 /* temporaries of one scope: the longest rule (prod) needs 16 */
+#define VL_FS_MAX 24 /* temporaries of one scope: the longest rule (prod) needs 15 */
 typedef struct vl_fs {
   vl_status s;
   int n;
