@@ -7,6 +7,7 @@
 #include "runtime/autograd/layout.h"
 
 #include "runtime/autograd/autograd.h"
+#include "runtime/autograd/formula.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/core/layout.h"
 
@@ -15,11 +16,9 @@ vl_status vl_ag_to_channels_last(vl_tensor *t, vl_tensor **out) {
    * record: the raw conversion (which returns t itself when there is nothing to do). */
   if (t->ndim != 4 || vl_is_channels_last(t) || !vl_ag_needs(1, &t)) return vl_to_channels_last(t, out);
   static const int to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
-  vl_tensor *a = NULL, *b = NULL;
-  vl_status s = vl_ag_permute(t, 4, to_nhwc, &a);
-  if (s == VL_OK) s = vl_ag_clone(a, &b);
-  if (s == VL_OK) s = vl_ag_permute(b, 4, to_nchw, out);
-  vl_tensor_release(a);
-  vl_tensor_release(b);
-  return s;
+  VL_FS(f); /* recorded ops: the scope only owns their results */
+  vl_tensor *a = F_RUN(vl_ag_permute(t, 4, to_nhwc, F_OUT));
+  vl_tensor *b = F_RUN(vl_ag_clone(a, F_OUT));
+  vl_tensor *r = F_RUN(vl_ag_permute(b, 4, to_nchw, F_OUT));
+  return vl_fs_end(f, r, out);
 }

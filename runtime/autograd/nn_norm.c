@@ -5,6 +5,7 @@
  * Saved: x, weight (when given), then the statistics the raw forward returned. Backward formulas
  * call the raw ops only, so they record nothing. */
 #include "runtime/amp/autocast.h"
+#include "runtime/autograd/formula.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops.h"
@@ -12,43 +13,30 @@
 /* ======================= batch norm ======================= */
 
 /* Eval mode: the statistics are constants, so y = x * scale + shift per channel:
- * dx = dy * w * invstd, dweight = sum(dy * (x - mean) * invstd), dbias = sum(dy). */
-static vl_status bn_eval_backward(vl_tensor *x, vl_tensor *dy, vl_tensor *w, vl_tensor *mean, vl_tensor *invstd,
-                                  vl_tensor **dx, vl_tensor **dw, vl_tensor **db) {
+ * dx = dy * w * invstd, dweight = sum(dy * (x - mean) * invstd), dbias = sum(dy); g[i] is set
+ * when want[i] (dx, dweight, dbias). */
+static void bn_eval_backward(vl_fs *f, vl_tensor *x, vl_tensor *dy, vl_tensor *w, vl_tensor *mean, vl_tensor *invstd,
+                             const bool *want, vl_tensor **g) {
   int nd = x->ndim, dims[VL_MAX_DIMS], nred = 0;
   int64_t bshape[VL_MAX_DIMS];
   for (int i = 0; i < nd; i++) {
     bshape[i] = i == 1 ? x->size[1] : 1;
     if (i != 1) dims[nred++] = i;
   }
-  vl_dtype pdt = invstd->dtype;
-  /* 0 mean_b, 1 invstd_b, 2 dy_p, 3 scale, 4 scale_b, 5 t, 6 t2 */
-  vl_tensor *t[7] = {0};
-  vl_status s = vl_view(mean, nd, bshape, &t[0]);
-  if (s == VL_OK) s = vl_view(invstd, nd, bshape, &t[1]);
-  if (s == VL_OK) s = vl_to(dy, pdt, dy->storage->device, &t[2]);
-  if (s == VL_OK && dx) {
-    if (w) s = vl_binary(VL_BIN_MUL, w, invstd, 1.0, &t[3]);
-    else t[3] = vl_tensor_retain(invstd);
-    if (s == VL_OK) s = vl_view(t[3], nd, bshape, &t[4]);
-    if (s == VL_OK) s = vl_binary(VL_BIN_MUL, t[2], t[4], 1.0, &t[5]);
-    if (s == VL_OK) s = vl_to(t[5], x->dtype, x->storage->device, dx);
+  vl_tensor *mean_b = F_RUN(vl_view(mean, nd, bshape, F_OUT));
+  vl_tensor *invstd_b = F_RUN(vl_view(invstd, nd, bshape, F_OUT));
+  vl_tensor *dyp = F_TO(dy, invstd->dtype); /* in the statistics' dtype */
+  if (want[0]) {
+    vl_tensor *scale = w ? F_MUL(w, invstd) : invstd;
+    vl_tensor *scale_b = F_RUN(vl_view(scale, nd, bshape, F_OUT));
+    vl_tensor *dxp = F_MUL(dyp, scale_b);
+    g[0] = F_RUN(vl_to(dxp, x->dtype, x->storage->device, F_OUT));
   }
-  if (s == VL_OK && db) s = vl_reduce(VL_RED_SUM, t[2], nred, dims, false, 0, db, NULL);
-  if (s == VL_OK && dw) {
-    vl_tensor_release(t[5]);
-    t[5] = NULL;
-    s = vl_binary(VL_BIN_SUB, x, t[0], 1.0, &t[5]);
-    if (s == VL_OK) s = vl_binary(VL_BIN_MUL, t[5], t[1], 1.0, &t[6]);
-    if (s == VL_OK) {
-      vl_tensor_release(t[5]);
-      t[5] = NULL;
-      s = vl_binary(VL_BIN_MUL, t[6], t[2], 1.0, &t[5]);
-    }
-    if (s == VL_OK) s = vl_reduce(VL_RED_SUM, t[5], nred, dims, false, 0, dw, NULL);
+  if (want[2]) g[2] = F_RUN(vl_reduce(VL_RED_SUM, dyp, nred, dims, false, 0, F_OUT, NULL));
+  if (want[1]) {
+    vl_tensor *p = F_MUL(F_MUL(F_SUB(x, mean_b), invstd_b), dyp);
+    g[1] = F_RUN(vl_reduce(VL_RED_SUM, p, nred, dims, false, 0, F_OUT, NULL));
   }
-  for (int i = 0; i < 7; i++) vl_tensor_release(t[i]);
-  return s;
 }
 
 typedef struct bn_ctx {
@@ -65,22 +53,19 @@ static vl_status bn_backward(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   const bn_ctx *c = VL_AG_CTX(n, bn_ctx);
   vl_tensor *sv[6], *g[4] = {0}, *dy = go[0];
   VL_TRY(vl_node_saved_n(n, 6, sv)); /* x, weight, mean, invstd, bias, y */
-  vl_tensor **dx = vl_ag_wants(n, 0) ? &g[0] : NULL, **dw = vl_ag_wants(n, 1) ? &g[1] : NULL,
-            **db = vl_ag_wants(n, 2) ? &g[2] : NULL, **dr = c->residual && vl_ag_wants(n, 3) ? &g[3] : NULL;
-  vl_status s = VL_OK;
-  if (c->training) {
-    s = vl_batch_norm_fused_backward(sv[0], dy, sv[1], sv[4], sv[2], sv[3], c->eps, c->act, c->residual, sv[5], dx,
-                                     dw, db, dr);
-  } else {
-    /* Eval: the mask from the saved output, then the affine map's backward. */
-    vl_tensor *m = NULL;
-    if (c->act == VL_BN_ACT_RELU) s = vl_binary(VL_BIN_RELU_BACKWARD, dy, sv[5], 1.0, &m);
-    else m = vl_tensor_retain(dy);
-    if (s == VL_OK) s = bn_eval_backward(sv[0], m, sv[1], sv[2], sv[3], dx, dw, db);
-    if (s == VL_OK && dr) *dr = vl_tensor_retain(m);
-    vl_tensor_release(m);
+  bool want[4] = {vl_ag_wants(n, 0), vl_ag_wants(n, 1), vl_ag_wants(n, 2), c->residual && vl_ag_wants(n, 3)};
+  if (c->training) { /* one raw op writes all four */
+    vl_status s = vl_batch_norm_fused_backward(sv[0], dy, sv[1], sv[4], sv[2], sv[3], c->eps, c->act, c->residual,
+                                               sv[5], want[0] ? &g[0] : NULL, want[1] ? &g[1] : NULL,
+                                               want[2] ? &g[2] : NULL, want[3] ? &g[3] : NULL);
+    return vl_ag_give_n(n, s, 4, g, gi); /* converts dweight/dbias to the parameters' dtypes */
   }
-  return vl_ag_give_n(n, s, 4, g, gi); /* converts dweight/dbias to the parameters' dtypes */
+  /* Eval: the mask from the saved output, then the affine map's backward. */
+  VL_FS(f);
+  vl_tensor *m = c->act == VL_BN_ACT_RELU ? F_BIN(RELU_BACKWARD, dy, sv[5]) : dy;
+  bn_eval_backward(f, sv[0], m, sv[1], sv[2], sv[3], want, g);
+  if (want[3]) g[3] = m;
+  return vl_fs_give(f, n, 4, g, gi); /* converts dweight/dbias to the parameters' dtypes */
 }
 
 static const char *bn_node_name(vl_bn_act act, bool residual) {

@@ -90,18 +90,18 @@ vl_status vl_ag_clone(vl_tensor *t, vl_tensor **out);
 /* ---- helpers for writing recorded ops (also used by runtime/autograd/nn_*.c) ----
  * A recorded op is the raw op, one VL_AG_RECORD (runtime/autograd/autograd.h) declaring the
  * node, and vl_ag_out; its backward reads VL_AG_CTX and vl_node_saved and hands each gradient
- * to vl_ag_give / vl_ag_give_n. For example (y = x^k, k a scalar):
+ * to vl_ag_give / vl_ag_give_n, most simply through the formula scope of
+ * runtime/autograd/formula.h (its temporaries released and its first failure kept for it). For
+ * example (y = x^k, k a scalar):
  *
  *   typedef struct powk_ctx { double k; } powk_ctx;
  *   static vl_status powk_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
  *     double k = VL_AG_CTX(n, powk_ctx)->k;
- *     vl_tensor *x, *t[2] = {0}, *r = NULL;
+ *     vl_tensor *x;
  *     VL_TRY(vl_node_saved(n, 0, &x));
- *     vl_status s = vl_binary_scalar(VL_BIN_POW, x, k - 1, false, &t[0]);       // x^(k-1)
- *     if (s == VL_OK) s = vl_binary_scalar(VL_BIN_MUL, t[0], k, false, &t[1]);  // k x^(k-1)
- *     if (s == VL_OK) s = vl_binary(VL_BIN_MUL, go[0], t[1], 1.0, &r);
- *     vl_ag_drop(2, t);
- *     return vl_ag_give_n(n, s, 1, &r, gi);   // consumes r, on failure too
+ *     VL_FS(f);
+ *     vl_tensor *r = F_MUL(go[0], F_MULS(F_POWS(x, k - 1), k));   // g k x^(k-1)
+ *     return vl_fs_give(f, n, 1, &r, gi);
  *   }
  *   vl_status vl_ag_powk(vl_tensor *x, double k, vl_tensor **out) {
  *     vl_tensor *r;
@@ -111,13 +111,6 @@ vl_status vl_ag_clone(vl_tensor *t, vl_tensor **out);
  *                                   .out = &r, .save = {x}, VL_AG_CTX_OF(c)), r, out);
  *   }
  */
-/* Releases the temporaries t[0..k) of a formula. */
-static inline void vl_ag_drop(int k, vl_tensor **t) {
-  for (int i = 0; i < k; i++) {
-    vl_tensor_release(t[i]);
-    t[i] = NULL;
-  }
-}
 /* Whether backward must produce a gradient for input j of n. */
 static inline bool vl_ag_wants(const vl_node *n, int j) { return n->next[j].node != NULL; }
 /* The end of a recorded op: *out = r when s is VL_OK, else r is released (out untouched). */

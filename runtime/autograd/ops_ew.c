@@ -59,7 +59,7 @@ static vl_status unary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   const unary_ctx *c = VL_AG_CTX(n, unary_ctx);
   vl_tensor *g = go[0], *v, *r = NULL;
   VL_TRY(vl_node_saved(n, 0, &v));
-  vl_fs f = VL_FS_INIT;
+  VL_FS(f);
   switch (c->op) {
     case VL_UN_NEG: r = F_NEG(g); break;
     case VL_UN_ABS: r = F_MUL(g, F_UN(SIGN, v)); break;
@@ -83,7 +83,7 @@ static vl_status unary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
     case VL_UN_ERF: r = F_MUL(g, F_MULS(F_UN(EXP, F_MULS(F_MUL(v, v), -1.0)), 1.12837916709551257390)); break; /* 2/sqrt(pi) e^-x^2 */
     default: r = F_ZEROS_LIKE(g); break; /* sign, floor, ceil, round: zero almost everywhere */
   }
-  return vl_fs_give(&f, n, 1, &r, gi);
+  return vl_fs_give(f, n, 1, &r, gi);
 }
 
 /* Records y = op(a) where a_val holds a's values as they were (a itself unless overwritten). */
@@ -135,13 +135,11 @@ static bool bin_saves(vl_binary_op op) { return op >= VL_BIN_MUL && op <= VL_BIN
 
 /* Weight of a in d maximum(a, b) / d a: 1 where a wins, 1/2 on ties (as PyTorch), else 0 (b NULL:
  * the number s). */
-static vl_tensor *minmax_weight(vl_fs *fs, vl_binary_op op, vl_tensor *a, vl_tensor *b, double s, vl_dtype dt) {
-  vl_fs f = *fs;
+static vl_tensor *minmax_weight(vl_fs *f, vl_binary_op op, vl_tensor *a, vl_tensor *b, double s, vl_dtype dt) {
   vl_binary_op cmp = op == VL_BIN_MAXIMUM ? VL_BIN_GT : VL_BIN_LT;
-  vl_tensor *win = b ? vl_fs_binary(&f, cmp, a, b, 1.0) : vl_fs_scalar(&f, cmp, a, s);
+  vl_tensor *win = b ? vl_fs_binary(f, cmp, a, b, 1.0) : vl_fs_scalar(f, cmp, a, s);
   vl_tensor *tie = b ? F_BIN(EQ, a, b) : F_SCALAR(EQ, a, s);
-  vl_tensor *w = vl_fs_binary(&f, VL_BIN_ADD, F_TO(win, dt), F_TO(tie, dt), 0.5);
-  *fs = f;
+  vl_tensor *w = vl_fs_binary(f, VL_BIN_ADD, F_TO(win, dt), F_TO(tie, dt), 0.5);
   return w;
 }
 
@@ -158,7 +156,7 @@ static vl_status binary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   VL_TRY(vl_node_saved_n(n, 3, sv));
   vl_tensor *a = sv[0], *b = sv[1], *y = sv[2];
   bool wa = vl_ag_wants(n, 0), wb = vl_ag_wants(n, 1);
-  vl_fs f = VL_FS_INIT;
+  VL_FS(f);
   switch (op) {
     case VL_BIN_ADD:
     case VL_BIN_SUB: {
@@ -181,15 +179,15 @@ static vl_status binary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
       break;
     case VL_BIN_MAXIMUM:
     case VL_BIN_MINIMUM:
-      gr[0] = F_MUL(g, minmax_weight(&f, op, a, b, 0, g->dtype));
+      gr[0] = F_MUL(g, minmax_weight(f, op, a, b, 0, g->dtype));
       gr[1] = wb ? F_SUB(g, gr[0]) : NULL;
       break;
     default:
-      f.s = vl_fail(VL_EINTERNAL, "%s: op %d is not differentiable", n->name, (int)op);
+      f->s = vl_fail(VL_EINTERNAL, "%s: op %d is not differentiable", n->name, (int)op);
       break;
   }
   if (!wa) gr[0] = NULL; /* div and min/max compute it for gb */
-  return vl_fs_give(&f, n, 2, gr, gi);
+  return vl_fs_give(f, n, 2, gr, gi);
 }
 
 static vl_status rec_binary(vl_binary_op op, vl_tensor *a, vl_tensor *av, vl_tensor *b, vl_tensor *bv, vl_tensor *y,
@@ -249,7 +247,7 @@ static vl_status scalar_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   vl_tensor *g = go[0], *sv[2], *r = NULL;
   VL_TRY(vl_node_saved_n(n, 2, sv));
   vl_tensor *a = sv[0], *y = sv[1];
-  vl_fs f = VL_FS_INIT;
+  VL_FS(f);
   switch (op) {
     case VL_BIN_ADD: r = g; break;
     case VL_BIN_SUB: r = rev ? F_MULS(g, -1.0) : g; break;
@@ -261,10 +259,10 @@ static vl_status scalar_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
       else r = F_MUL(g, F_MULS(y, log(k)));                        /* d k^a = k^a log k */
       break;
     case VL_BIN_MAXIMUM:
-    case VL_BIN_MINIMUM: r = F_MUL(g, minmax_weight(&f, op, a, NULL, k, g->dtype)); break;
-    default: f.s = vl_fail(VL_EINTERNAL, "%s: op %d is not differentiable", n->name, (int)op); break;
+    case VL_BIN_MINIMUM: r = F_MUL(g, minmax_weight(f, op, a, NULL, k, g->dtype)); break;
+    default: f->s = vl_fail(VL_EINTERNAL, "%s: op %d is not differentiable", n->name, (int)op); break;
   }
-  return vl_fs_give(&f, n, 1, &r, gi);
+  return vl_fs_give(f, n, 1, &r, gi);
 }
 
 static vl_status rec_scalar(vl_binary_op op, vl_tensor *a, vl_tensor *av, double k, bool rev, vl_tensor *y) {
@@ -303,16 +301,12 @@ vl_status vl_ag_binary_scalar_(vl_binary_op op, vl_tensor *a, double k) {
 
 /* Saved: cond. */
 static vl_status where_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  vl_tensor *cond, *nc = NULL, *gr[2] = {0};
+  vl_tensor *cond, *gr[2] = {0};
   VL_TRY(vl_node_saved(n, 0, &cond));
-  vl_status s = VL_OK;
-  if (vl_ag_wants(n, 0)) {
-    s = vl_unary(VL_UN_LOGICAL_NOT, cond, &nc);
-    if (s == VL_OK) s = vl_masked_fill(go[0], nc, 0.0, &gr[0]);
-  }
-  if (s == VL_OK && vl_ag_wants(n, 1)) s = vl_masked_fill(go[0], cond, 0.0, &gr[1]);
-  vl_tensor_release(nc);
-  return vl_ag_give_n(n, s, 2, gr, gi);
+  VL_FS(f);
+  if (vl_ag_wants(n, 0)) gr[0] = F_MASKED_FILL(go[0], F_UN(LOGICAL_NOT, cond), 0.0);
+  if (vl_ag_wants(n, 1)) gr[1] = F_MASKED_FILL(go[0], cond, 0.0);
+  return vl_fs_give(f, n, 2, gr, gi);
 }
 
 vl_status vl_ag_where(vl_tensor *cond, vl_tensor *a, vl_tensor *b, vl_tensor **out) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "runtime/amp/autocast.h"
+#include "runtime/autograd/formula.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/ops/ops_internal.h"
 
@@ -14,7 +15,8 @@ static bool same_dims(const vl_tensor *t, int ndim, const int64_t *size) {
   return true;
 }
 
-static vl_status tr(vl_tensor *t, vl_tensor **o) { return vl_transpose(t, -1, -2, o); }
+static vl_tensor *tr(vl_fs *f, vl_tensor *t) { return F_RUN(vl_transpose(t, -1, -2, F_OUT)); }
+static vl_tensor *mm(vl_fs *f, vl_tensor *a, vl_tensor *b) { return F_RUN(vl_matmul(a, b, F_OUT)); }
 
 /* ---- matmul ---- */
 
@@ -29,77 +31,59 @@ static bool col_major(const vl_tensor *t) {
  * that layout, (b g^T)^T or (g^T a)^T: the transpose's backward then hands the weight a contiguous
  * gradient instead of a transposed view that the accumulation copies (six strided copies per
  * BERT layer, 3 ms a BERT-Large step). */
-static vl_status mm_grad(bool left, vl_tensor *g, vl_tensor *other, const vl_tensor *self, double alpha,
-                         vl_tensor **out) {
-  vl_tensor *t = NULL, *r = NULL;
-  vl_status s;
+static vl_tensor *mm_grad(vl_fs *f, bool left, vl_tensor *g, vl_tensor *other, const vl_tensor *self, double alpha) {
+  vl_tensor *r;
   if (col_major(self)) {
-    vl_tensor *rt = NULL;
-    s = tr(g, &t);
-    if (s == VL_OK) s = left ? vl_matmul(other, t, &rt) : vl_matmul(t, other, &rt);
-    if (s == VL_OK) s = tr(rt, &r);
-    vl_tensor_release(rt);
+    vl_tensor *gt = tr(f, g);
+    vl_tensor *rt = left ? mm(f, other, gt) : mm(f, gt, other);
+    r = tr(f, rt);
   } else {
-    s = tr(other, &t);
-    if (s == VL_OK) s = left ? vl_matmul(g, t, &r) : vl_matmul(t, g, &r);
+    vl_tensor *ot = tr(f, other);
+    r = left ? mm(f, g, ot) : mm(f, ot, g);
   }
-  vl_tensor_release(t);
-  t = NULL;
-  if (s == VL_OK && alpha != 1.0) {
-    s = vl_binary_scalar(VL_BIN_MUL, r, alpha, false, &t);
-    vl_tensor_release(r);
-    r = t;
-  }
-  return vl_ag_out(s, r, out);
+  return alpha != 1.0 ? F_MULS(r, alpha) : r;
 }
 
 /* ga = g @ b^T, gb = a^T @ g for inputs ja, jb (batch dims broadcast: vl_ag_give sums them). */
-static vl_status mm_grads(vl_node *n, int ja, int jb, vl_tensor *g, vl_tensor *a, vl_tensor *b, double alpha,
-                          vl_tensor **ga, vl_tensor **gb) {
-  if (vl_ag_wants(n, ja)) VL_TRY(mm_grad(true, g, b, a, alpha, ga));
-  if (vl_ag_wants(n, jb)) VL_TRY(mm_grad(false, g, a, b, alpha, gb));
-  return VL_OK;
+static void mm_grads(vl_fs *f, vl_node *n, int ja, int jb, vl_tensor *g, vl_tensor *a, vl_tensor *b, double alpha,
+                     vl_tensor **ga, vl_tensor **gb) {
+  if (vl_ag_wants(n, ja)) *ga = mm_grad(f, true, g, b, a, alpha);
+  if (vl_ag_wants(n, jb)) *gb = mm_grad(f, false, g, a, b, alpha);
 }
 
-/* g (shape [..., rows, cols] of the 2-D promoted operand) back to the shape of the 1-D input j:
- * the batch dims summed first, then the added dim (-2: a row, -1: a column) dropped. Replaces
- * *g (consumed; NULL on failure). */
-static vl_status unpromote(vl_node *n, int j, int added_dim, vl_tensor **g) {
-  if (!*g) return VL_OK;
+/* g (shape [..., rows, cols] of the 2-D promoted operand; NULL: none) back to the shape of the
+ * 1-D input j: the batch dims summed first, then the added dim (-2: a row, -1: a column) dropped. */
+static vl_tensor *unpromote(vl_fs *f, vl_node *n, int j, int added_dim, vl_tensor *g) {
+  if (!g) return NULL;
   int nd;
   int64_t k = vl_ag_in_shape(n, j, &nd)[0];
   int64_t sz[2] = {added_dim == -2 ? 1 : k, added_dim == -2 ? k : 1};
-  vl_tensor *t = NULL, *r = NULL;
-  vl_status s = vl_sum_to_size(*g, 2, sz, &t);
-  if (s == VL_OK) s = vl_reshape(t, 1, &k, &r);
-  vl_tensor_release(t);
-  vl_tensor_release(*g);
-  *g = r;
-  return s;
+  vl_tensor *t = F_RUN(vl_sum_to_size(g, 2, sz, F_OUT));
+  return F_RUN(vl_reshape(t, 1, &k, F_OUT));
 }
+
+static vl_tensor *unsqueeze(vl_fs *f, vl_tensor *t, int dim) { return F_RUN(vl_unsqueeze(t, dim, F_OUT)); }
 
 /* Saved: a, b (also for mm, which shares this formula). */
 static vl_status matmul_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  vl_tensor *sv[2], *g = go[0];
+  vl_tensor *sv[2], *g = go[0], *gr[2] = {0};
   VL_TRY(vl_node_saved_n(n, 2, sv));
-  vl_tensor *a = sv[0], *b = sv[1], *a2 = NULL, *b2 = NULL, *g2 = NULL, *t = NULL, *gr[2] = {0};
-  vl_status s = VL_OK;
+  vl_tensor *a = sv[0], *b = sv[1];
+  VL_FS(f);
   if (a->ndim == 1 && b->ndim == 1) { /* dot: g is 0-dim */
-    if (vl_ag_wants(n, 0)) s = vl_binary(VL_BIN_MUL, b, g, 1.0, &gr[0]);
-    if (s == VL_OK && vl_ag_wants(n, 1)) s = vl_binary(VL_BIN_MUL, a, g, 1.0, &gr[1]);
-    return vl_ag_give_n(n, s, 2, gr, gi);
+    if (vl_ag_wants(n, 0)) gr[0] = F_MUL(b, g);
+    if (vl_ag_wants(n, 1)) gr[1] = F_MUL(a, g);
+    return vl_fs_give(f, n, 2, gr, gi);
   }
   /* 1-D operands as 1 x k / k x 1 matrices; g gets the removed dims back. */
-  s = a->ndim == 1 ? vl_unsqueeze(a, 0, &a2) : (a2 = vl_tensor_retain(a), VL_OK);
-  if (s == VL_OK) s = b->ndim == 1 ? vl_unsqueeze(b, 1, &b2) : (b2 = vl_tensor_retain(b), VL_OK);
-  if (s == VL_OK) s = a->ndim == 1 ? vl_unsqueeze(g, g->ndim - (b->ndim == 1 ? 0 : 1), &t) : (t = vl_tensor_retain(g), VL_OK);
-  if (s == VL_OK) s = b->ndim == 1 ? vl_unsqueeze(t, t->ndim, &g2) : (g2 = vl_tensor_retain(t), VL_OK);
-  if (s == VL_OK) s = mm_grads(n, 0, 1, g2, a2, b2, 1.0, &gr[0], &gr[1]);
-  if (s == VL_OK && a->ndim == 1) s = unpromote(n, 0, -2, &gr[0]);
-  if (s == VL_OK && b->ndim == 1) s = unpromote(n, 1, -1, &gr[1]);
-  vl_tensor *tmp[4] = {a2, b2, g2, t};
-  vl_ag_drop(4, tmp);
-  return vl_ag_give_n(n, s, 2, gr, gi);
+  vl_tensor *a2 = a->ndim == 1 ? unsqueeze(f, a, 0) : a;
+  vl_tensor *b2 = b->ndim == 1 ? unsqueeze(f, b, 1) : b;
+  vl_tensor *g1 = a->ndim == 1 ? unsqueeze(f, g, g->ndim - (b->ndim == 1 ? 0 : 1)) : g;
+  vl_tensor *g2 = b->ndim == 1 ? unsqueeze(f, g1, g->ndim + (a->ndim == 1)) : g1; /* at g1's end */
+  mm_grads(f, n, 0, 1, g2, a2, b2, 1.0, &gr[0], &gr[1]);
+  if (a->ndim == 1) gr[0] = unpromote(f, n, 0, -2, gr[0]);
+  if (b->ndim == 1) gr[1] = unpromote(f, n, 1, -1, gr[1]);
+  return vl_fs_give(f, n, 2, gr, gi);
 }
 
 static vl_status rec_mm(const char *name, vl_backward_fn fn, vl_tensor *a, vl_tensor *b, vl_tensor *r, vl_tensor **out) {
@@ -124,7 +108,9 @@ vl_status vl_ag_mm(vl_tensor *a, vl_tensor *b, vl_tensor **out) {
 static vl_status bmm_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   vl_tensor *sv[2], *gr[2] = {0};
   VL_TRY(vl_node_saved_n(n, 2, sv));
-  return vl_ag_give_n(n, mm_grads(n, 0, 1, go[0], sv[0], sv[1], 1.0, &gr[0], &gr[1]), 2, gr, gi);
+  VL_FS(f);
+  mm_grads(f, n, 0, 1, go[0], sv[0], sv[1], 1.0, &gr[0], &gr[1]);
+  return vl_fs_give(f, n, 2, gr, gi);
 }
 
 vl_status vl_ag_bmm(vl_tensor *a, vl_tensor *b, vl_tensor **out) {
@@ -143,12 +129,10 @@ static vl_status addmm_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   const addmm_ctx *c = VL_AG_CTX(n, addmm_ctx);
   vl_tensor *sv[2], *gr[3] = {0};
   VL_TRY(vl_node_saved_n(n, 2, sv));
-  vl_status s = VL_OK;
-  if (vl_ag_wants(n, 0))
-    s = c->beta == 1.0 ? (gr[0] = vl_tensor_retain(go[0]), VL_OK)
-                       : vl_binary_scalar(VL_BIN_MUL, go[0], c->beta, false, &gr[0]);
-  if (s == VL_OK) s = mm_grads(n, 1, 2, go[0], sv[0], sv[1], c->alpha, &gr[1], &gr[2]);
-  return vl_ag_give_n(n, s, 3, gr, gi);
+  VL_FS(f);
+  if (vl_ag_wants(n, 0)) gr[0] = c->beta == 1.0 ? go[0] : F_MULS(go[0], c->beta);
+  mm_grads(f, n, 1, 2, go[0], sv[0], sv[1], c->alpha, &gr[1], &gr[2]);
+  return vl_fs_give(f, n, 3, gr, gi);
 }
 
 vl_status vl_ag_addmm(vl_tensor *bias, vl_tensor *a, vl_tensor *b, double beta, double alpha, vl_tensor **out) {
@@ -168,20 +152,21 @@ typedef struct dim_ctx {
 } dim_ctx;
 
 /* zeros of input j's shape with g scattered (added) at index along dim. */
-static vl_status scatter_into_zeros(vl_node *n, int j, int dim, vl_tensor *index, vl_tensor *g, vl_tensor **out) {
+static vl_tensor *scatter_into_zeros(vl_fs *f, vl_node *n, int j, int dim, vl_tensor *index, vl_tensor *g) {
   int nd;
   const int64_t *size = vl_ag_in_shape(n, j, &nd);
-  vl_tensor *z;
-  VL_TRY(vl_zeros(nd, size, g->dtype, g->storage->device, &z));
-  return vl_ag_out(vl_scatter_add_(z, dim, index, g), z, out);
+  vl_tensor *z = F_RUN(vl_zeros(nd, size, g->dtype, g->storage->device, F_OUT));
+  F_DO(vl_scatter_add_(z, dim, index, g));
+  return z;
 }
 
 /* Saved: index. */
 static vl_status gather_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  vl_tensor *index, *r = NULL;
+  vl_tensor *index;
   VL_TRY(vl_node_saved(n, 0, &index));
-  VL_TRY(scatter_into_zeros(n, 0, VL_AG_CTX(n, dim_ctx)->dim, index, go[0], &r));
-  return vl_ag_give(n, 0, r, gi);
+  VL_FS(f);
+  vl_tensor *r = scatter_into_zeros(f, n, 0, VL_AG_CTX(n, dim_ctx)->dim, index, go[0]);
+  return vl_fs_give(f, n, 1, &r, gi);
 }
 
 vl_status vl_ag_gather(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
@@ -200,30 +185,21 @@ vl_status vl_ag_gather_as(const char *op, vl_tensor *src, int dim, vl_tensor *in
 /* Inputs: 0 self, 1 src. Saved: index. The gradient of src is g gathered at index, zero where
  * index does not reach (index may be smaller than src). */
 static vl_status scatter_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  vl_tensor *index, *t = NULL, *z = NULL;
+  vl_tensor *index;
   VL_TRY(vl_node_saved(n, 0, &index));
   if (vl_ag_wants(n, 0)) VL_TRY(vl_ag_give(n, 0, vl_tensor_retain(go[0]), gi));
   if (!vl_ag_wants(n, 1)) return VL_OK;
-  VL_TRY(vl_gather(go[0], VL_AG_CTX(n, dim_ctx)->dim, index, &t));
+  VL_FS(f);
+  vl_tensor *t = F_RUN(vl_gather(go[0], VL_AG_CTX(n, dim_ctx)->dim, index, F_OUT)), *gr[2] = {NULL, t};
   int nd;
   const int64_t *size = vl_ag_in_shape(n, 1, &nd);
-  if (same_dims(t, nd, size)) return vl_ag_give(n, 1, t, gi);
-  vl_status s = vl_zeros(nd, size, t->dtype, t->storage->device, &z);
-  vl_tensor *v = s == VL_OK ? vl_tensor_retain(z) : NULL;
-  for (int d = 0; d < t->ndim && s == VL_OK; d++) {
-    vl_tensor *w;
-    s = vl_narrow(v, d, 0, t->size[d], &w);
-    vl_tensor_release(v);
-    v = s == VL_OK ? w : NULL;
+  if (t && !same_dims(t, nd, size)) { /* t copied into the leading corner of zeros of src's shape */
+    vl_tensor *z = F_RUN(vl_zeros(nd, size, t->dtype, t->storage->device, F_OUT)), *v = z;
+    for (int d = 0; d < t->ndim; d++) v = F_RUN(vl_narrow(v, d, 0, t->size[d], F_OUT));
+    F_DO(vl_copy_(v, t));
+    gr[1] = z;
   }
-  if (s == VL_OK) s = vl_copy_(v, t);
-  vl_tensor_release(v);
-  vl_tensor_release(t);
-  if (s != VL_OK) {
-    vl_tensor_release(z);
-    return s;
-  }
-  return vl_ag_give(n, 1, z, gi);
+  return vl_fs_give(f, n, 2, gr, gi); /* input 0 had its gradient above */
 }
 
 static vl_status rec_scatter(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor *y) {
@@ -249,16 +225,16 @@ vl_status vl_ag_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tens
 
 /* Saved: index. index_add into zeros: the 1-D index viewed along dim and expanded over g. */
 static vl_status index_select_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  vl_tensor *index, *g = go[0], *t[2] = {0}, *r = NULL;
+  vl_tensor *index, *g = go[0];
   VL_TRY(vl_node_saved(n, 0, &index));
   int dim = VL_AG_CTX(n, dim_ctx)->dim;
   int64_t shape[VL_MAX_DIMS];
   for (int i = 0; i < g->ndim; i++) shape[i] = i == dim ? g->size[i] : 1;
-  vl_status s = vl_reshape(index, g->ndim, shape, &t[0]);
-  if (s == VL_OK) s = vl_expand(t[0], g->ndim, g->size, &t[1]);
-  if (s == VL_OK) s = scatter_into_zeros(n, 0, dim, t[1], g, &r);
-  vl_ag_drop(2, t);
-  return vl_ag_give_n(n, s, 1, &r, gi);
+  VL_FS(f);
+  vl_tensor *iv = F_RUN(vl_reshape(index, g->ndim, shape, F_OUT));
+  vl_tensor *ix = F_RUN(vl_expand(iv, g->ndim, g->size, F_OUT));
+  vl_tensor *r = scatter_into_zeros(f, n, 0, dim, ix, g);
+  return vl_fs_give(f, n, 1, &r, gi);
 }
 
 vl_status vl_ag_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
@@ -323,6 +299,8 @@ vl_status vl_ag_stack(int n, vl_tensor *const *ts, int dim, vl_tensor **out) { r
 
 /* ---- split / chunk: one node, one output per piece ---- */
 
+/* Each piece's gradient into its place in zeros of the input's shape. Threaded by hand, not in a
+ * formula scope: one view per piece, as many as the split made (more than VL_FS_MAX). */
 static vl_status split_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   int dim = VL_AG_CTX(n, dim_ctx)->dim;
   vl_tensor *z;

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "runtime/amp/autocast.h"
+#include "runtime/autograd/formula.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/nn/nn.h"
 #include "runtime/ops/ops_internal.h"
@@ -44,91 +45,52 @@ static void info_of(const vl_tensor *a, int ndims, const int *dims, red_info *r)
 }
 
 /* A reduced-shape tensor (keepdim or not) viewed with the reduced dims kept as size 1. */
-static vl_status keep(vl_tensor *t, const red_info *r, vl_tensor **out) { return vl_reshape(t, r->ndim, r->ksize, out); }
-
-/* ... and expanded back over the input's shape. */
-static vl_status expand_back(vl_tensor *t, const red_info *r, vl_tensor **out) {
-  vl_tensor *k;
-  VL_TRY(keep(t, r, &k));
-  vl_status s = vl_expand(k, r->ndim, r->size, out);
-  vl_tensor_release(k);
-  return s;
+static vl_tensor *keep_dims(vl_fs *f, vl_tensor *t, const red_info *r) {
+  return F_RUN(vl_reshape(t, r->ndim, r->ksize, F_OUT));
 }
 
-static vl_status mul(vl_tensor *a, vl_tensor *b, vl_tensor **o) { return vl_binary(VL_BIN_MUL, a, b, 1.0, o); }
+/* ... and expanded back over the input's shape. */
+static vl_tensor *expand_back(vl_fs *f, vl_tensor *t, const red_info *r) {
+  vl_tensor *k = keep_dims(f, t, r);
+  return F_RUN(vl_expand(k, r->ndim, r->size, F_OUT));
+}
+
+/* t reduced (op) over the reduced dims, kept as size 1. */
+static vl_tensor *reduce_kept(vl_fs *f, vl_reduce_op op, vl_tensor *t, const red_info *r) {
+  return F_RUN(vl_reduce(op, t, r->nred, r->dims, true, 0, F_OUT, NULL));
+}
+
+static vl_tensor *cast(vl_fs *f, vl_tensor *t, vl_dtype dt) { return F_RUN(vl_cast(t, dt, F_OUT)); }
 
 /* Gradient spread evenly over the positions where `val` (|x| for the inf-norm, x otherwise)
  * equals the result y: ties share it, as PyTorch does for max/min without a dim. */
-static vl_status even_ties(vl_tensor *val, vl_tensor *y, vl_tensor *g, const red_info *r, vl_tensor **out) {
-  vl_tensor *t[6] = {0};
-  vl_status s = expand_back(y, r, &t[0]);
-  if (s == VL_OK) s = vl_binary(VL_BIN_EQ, val, t[0], 1.0, &t[1]);
-  if (s == VL_OK) s = vl_to(t[1], g->dtype, g->storage->device, &t[2]);
-  if (s == VL_OK) s = vl_reduce(VL_RED_SUM, t[2], r->nred, r->dims, true, 0, &t[3], NULL);
-  if (s == VL_OK) s = keep(g, r, &t[4]);
-  if (s == VL_OK) s = vl_binary(VL_BIN_DIV, t[4], t[3], 1.0, &t[5]);
-  if (s == VL_OK) s = mul(t[2], t[5], out);
-  for (int i = 0; i < 6; i++) vl_tensor_release(t[i]);
-  return s;
+static vl_tensor *even_ties(vl_fs *f, vl_tensor *val, vl_tensor *y, vl_tensor *g, const red_info *r) {
+  vl_tensor *hit = F_TO(F_BIN(EQ, val, expand_back(f, y, r)), g->dtype);
+  vl_tensor *count = reduce_kept(f, VL_RED_SUM, hit, r);
+  return F_MUL(hit, F_DIV(keep_dims(f, g, r), count));
 }
 
-static vl_status norm_grad(double p, vl_tensor *x, vl_tensor *y, vl_tensor *g, const red_info *r, vl_tensor **out) {
-  vl_tensor *t[8] = {0};
-  vl_status s = VL_OK;
-  if (p == 1) {
-    s = vl_unary(VL_UN_SIGN, x, &t[0]);
-    if (s == VL_OK) s = expand_back(g, r, &t[1]);
-    if (s == VL_OK) s = mul(t[0], t[1], out);
-  } else if (isinf(p)) {
-    s = vl_unary(VL_UN_ABS, x, &t[0]);
-    if (s == VL_OK) s = even_ties(t[0], y, g, r, &t[1]);
-    if (s == VL_OK) s = vl_unary(VL_UN_SIGN, x, &t[2]);
-    if (s == VL_OK) s = mul(t[1], t[2], out);
-  } else {
-    /* d ||x||_p / dx = sign(x) |x|^(p-1) / y^(p-1); zero where y == 0. */
-    s = vl_binary_scalar(VL_BIN_POW, y, p - 1, false, &t[0]);
-    if (s == VL_OK) s = vl_binary(VL_BIN_DIV, g, t[0], 1.0, &t[1]);
-    if (s == VL_OK) s = vl_binary_scalar(VL_BIN_EQ, y, 0.0, false, &t[2]);
-    if (s == VL_OK) s = vl_masked_fill(t[1], t[2], 0.0, &t[3]);
-    if (s == VL_OK) s = expand_back(t[3], r, &t[4]);
-    if (p == 2) {
-      if (s == VL_OK) s = mul(x, t[4], out);
-    } else {
-      if (s == VL_OK) s = vl_unary(VL_UN_ABS, x, &t[5]);
-      if (s == VL_OK) s = vl_binary_scalar(VL_BIN_POW, t[5], p - 1, false, &t[6]);
-      if (s == VL_OK) s = vl_unary(VL_UN_SIGN, x, &t[7]);
-      vl_tensor_release(t[5]);
-      t[5] = NULL;
-      if (s == VL_OK) s = mul(t[6], t[7], &t[5]);
-      if (s == VL_OK) s = mul(t[5], t[4], out);
-    }
-  }
-  for (int i = 0; i < 8; i++) vl_tensor_release(t[i]);
-  return s;
+static vl_tensor *norm_grad(vl_fs *f, double p, vl_tensor *x, vl_tensor *y, vl_tensor *g, const red_info *r) {
+  if (p == 1) return F_MUL(F_UN(SIGN, x), expand_back(f, g, r));
+  if (isinf(p)) return F_MUL(even_ties(f, F_UN(ABS, x), y, g, r), F_UN(SIGN, x));
+  /* d ||x||_p / dx = sign(x) |x|^(p-1) / y^(p-1); zero where y == 0. */
+  vl_tensor *gy = expand_back(f, F_MASKED_FILL(F_DIV(g, F_POWS(y, p - 1)), F_SCALAR(EQ, y, 0.0), 0.0), r);
+  if (p == 2) return F_MUL(x, gy);
+  return F_MUL(F_MUL(F_POWS(F_UN(ABS, x), p - 1), F_UN(SIGN, x)), gy);
 }
 
 /* d prod / dx_i = prod_{j != i} x_j, without dividing by x (which fails at zeros): with x' = x
  * where x != 0 and 1 where x == 0, P' = prod x' and nz the count of zeros in the reduced slice,
  * the gradient is g P' / x' when nz == 0, g P' at the zero when nz == 1, and 0 when nz >= 2. */
-static vl_status prod_grad(vl_tensor *x, vl_tensor *g, const red_info *r, vl_tensor **out) {
-  vl_tensor *t[14] = {0};
-  vl_status s = vl_binary_scalar(VL_BIN_EQ, x, 0.0, false, &t[0]);
-  if (s == VL_OK) s = vl_masked_fill(x, t[0], 1.0, &t[1]);                          /* x' */
-  if (s == VL_OK) s = vl_reduce(VL_RED_PROD, t[1], r->nred, r->dims, true, 0, &t[2], NULL); /* P' */
-  if (s == VL_OK) s = vl_cast(t[0], x->dtype, &t[3]);                                 /* zero mask */
-  if (s == VL_OK) s = vl_reduce(VL_RED_SUM, t[3], r->nred, r->dims, true, 0, &t[4], NULL);  /* nz */
-  if (s == VL_OK) s = vl_binary_scalar(VL_BIN_EQ, t[4], 0.0, false, &t[5]);
-  if (s == VL_OK) s = vl_cast(t[5], x->dtype, &t[6]);
-  if (s == VL_OK) s = vl_binary_scalar(VL_BIN_EQ, t[4], 1.0, false, &t[7]);
-  if (s == VL_OK) s = vl_cast(t[7], x->dtype, &t[8]);
-  if (s == VL_OK) s = vl_binary(VL_BIN_DIV, t[6], t[1], 1.0, &t[9]);                 /* [nz == 0] / x' */
-  if (s == VL_OK) s = mul(t[3], t[8], &t[10]);                                        /* [nz == 1] at the zero */
-  if (s == VL_OK) s = vl_binary(VL_BIN_ADD, t[9], t[10], 1.0, &t[11]);
-  if (s == VL_OK) s = keep(g, r, &t[12]);
-  if (s == VL_OK) s = mul(t[12], t[2], &t[13]);
-  if (s == VL_OK) s = mul(t[11], t[13], out);
-  for (int i = 0; i < 14; i++) vl_tensor_release(t[i]);
-  return s;
+static vl_tensor *prod_grad(vl_fs *f, vl_tensor *x, vl_tensor *g, const red_info *r) {
+  vl_tensor *zero = F_SCALAR(EQ, x, 0.0);
+  vl_tensor *x1 = F_MASKED_FILL(x, zero, 1.0);         /* x' */
+  vl_tensor *p1 = reduce_kept(f, VL_RED_PROD, x1, r);   /* P' */
+  vl_tensor *zmask = cast(f, zero, x->dtype);
+  vl_tensor *nz = reduce_kept(f, VL_RED_SUM, zmask, r);
+  vl_tensor *none = F_DIV(cast(f, F_SCALAR(EQ, nz, 0.0), x->dtype), x1);   /* [nz == 0] / x' */
+  vl_tensor *one = F_MUL(zmask, cast(f, F_SCALAR(EQ, nz, 1.0), x->dtype)); /* [nz == 1] at the zero */
+  return F_MUL(F_ADD(none, one), F_MUL(keep_dims(f, g, r), p1));
 }
 
 /* Saved: x (prod, var, norm, max/min over everything), y (norm, max/min: the result; the
@@ -137,41 +99,32 @@ static vl_status reduce_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   const reduce_ctx *c = VL_AG_CTX(n, reduce_ctx);
   double param = c->param;
   red_info r = c->r;
-  vl_tensor *g = go[0], *sv[2], *t[5] = {0}, *res = NULL;
+  vl_tensor *g = go[0], *sv[2], *res = NULL;
   VL_TRY(vl_node_saved_n(n, 2, sv));
   vl_tensor *x = sv[0], *y = sv[1];
-  vl_status s = VL_OK;
+  VL_FS(f);
   switch (c->op) {
-    case VL_RED_SUM: s = expand_back(g, &r, &res); break;
-    case VL_RED_MEAN:
-      s = vl_binary_scalar(VL_BIN_DIV, g, (double)r.len, false, &t[0]);
-      if (s == VL_OK) s = expand_back(t[0], &r, &res);
-      break;
-    case VL_RED_PROD: s = prod_grad(x, g, &r, &res); break;
+    case VL_RED_SUM: res = expand_back(f, g, &r); break;
+    case VL_RED_MEAN: res = expand_back(f, F_DIVS(g, (double)r.len), &r); break;
+    case VL_RED_PROD: res = prod_grad(f, x, g, &r); break;
     case VL_RED_MAX:
     case VL_RED_MIN:
-      if (c->by_index) { /* with a dim: into the positions the indices name */
-        s = vl_zeros(r.ndim, r.size, g->dtype, g->storage->device, &res);
-        if (s == VL_OK) s = keep(y, &r, &t[0]); /* y holds the indices here */
-        if (s == VL_OK) s = keep(g, &r, &t[1]);
-        if (s == VL_OK) s = vl_scatter_add_(res, r.dims[0], t[0], t[1]);
+      if (c->by_index) { /* with a dim: into the positions the indices name (y holds them) */
+        res = F_RUN(vl_zeros(r.ndim, r.size, g->dtype, g->storage->device, F_OUT));
+        vl_tensor *ix = keep_dims(f, y, &r), *gk = keep_dims(f, g, &r);
+        F_DO(vl_scatter_add_(res, r.dims[0], ix, gk));
       } else {
-        s = even_ties(x, y, g, &r, &res);
+        res = even_ties(f, x, y, g, &r);
       }
       break;
-    case VL_RED_VAR: { /* 2 (x - mean) / (N - correction) */
-      s = vl_reduce(VL_RED_MEAN, x, r.nred, r.dims, true, 0, &t[0], NULL);
-      if (s == VL_OK) s = vl_binary(VL_BIN_SUB, x, t[0], 1.0, &t[1]);
-      if (s == VL_OK) s = keep(g, &r, &t[2]);
-      if (s == VL_OK) s = mul(t[1], t[2], &t[3]);
-      if (s == VL_OK) s = vl_binary_scalar(VL_BIN_MUL, t[3], 2.0 / ((double)r.len - param), false, &res);
+    case VL_RED_VAR: /* 2 (x - mean) / (N - correction) */
+      res = F_MULS(F_MUL(F_SUB(x, reduce_kept(f, VL_RED_MEAN, x, &r)), keep_dims(f, g, &r)),
+                   2.0 / ((double)r.len - param));
       break;
-    }
-    case VL_RED_NORM: s = norm_grad(param, x, y, g, &r, &res); break;
-    default: s = vl_fail(VL_EINTERNAL, "%s: unknown reduction %d", n->name, (int)c->op); break;
+    case VL_RED_NORM: res = norm_grad(f, param, x, y, g, &r); break;
+    default: f->s = vl_fail(VL_EINTERNAL, "%s: unknown reduction %d", n->name, (int)c->op); break;
   }
-  vl_ag_drop(5, t);
-  return vl_ag_give_n(n, s, 1, &res, gi);
+  return vl_fs_give(f, n, 1, &res, gi);
 }
 
 vl_status vl_ag_reduce(vl_reduce_op op, vl_tensor *a, int ndims, const int *dims, bool keepdim, double param,

@@ -2,6 +2,7 @@
  * expand, squeeze, unsqueeze), copies (contiguous, clone) and conversions (to). Outputs of view
  * ops that share the input's storage are marked as views: in-place ops on them are refused while
  * they require grad. */
+#include "runtime/autograd/formula.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/ops/ops_internal.h"
 
@@ -36,12 +37,12 @@ typedef struct narrow_ctx {
 
 static vl_status narrow_select_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   const narrow_ctx *c = VL_AG_CTX(n, narrow_ctx);
-  vl_tensor *z, *v = NULL;
-  VL_TRY(vl_ag_zeros_in(n, 0, &z));
-  vl_status s = c->select ? vl_select(z, c->dim, c->start, &v) : vl_narrow(z, c->dim, c->start, go[0]->size[c->dim], &v);
-  if (s == VL_OK) s = vl_copy_(v, go[0]);
-  vl_tensor_release(v);
-  return vl_ag_give_n(n, s, 1, &z, gi);
+  VL_FS(f);
+  vl_tensor *z = F_RUN(vl_ag_zeros_in(n, 0, F_OUT));
+  vl_tensor *v = c->select ? F_RUN(vl_select(z, c->dim, c->start, F_OUT))
+                           : F_RUN(vl_narrow(z, c->dim, c->start, go[0]->size[c->dim], F_OUT));
+  F_DO(vl_copy_(v, go[0])); /* g into its place in zeros of the input's shape */
+  return vl_fs_give(f, n, 1, &z, gi);
 }
 
 typedef struct transpose_ctx {
