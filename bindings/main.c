@@ -401,11 +401,87 @@ static int loadline(lua_State *L) {
   return status;
 }
 
+/* The prompt's helpers (scripts/v100/repl.lua): loaded when the REPL starts and kept in the
+ * registry; without them (a library that fails to load) the prompt is Lua's plain one. */
+#define REPL_KEY "v100lua.repl"
+
+static void repl_load(lua_State *L) {
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "v100.repl");
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    l_message(progname, lua_pushfstring(L, "the prompt's helpers (v100.repl) did not load: %s", lua_tostring(L, -2)));
+    lua_pop(L, 2);
+    return;
+  }
+  if (lua_getfield(L, -1, "setup") == LUA_TFUNCTION && lua_pcall(L, 0, 0, 0) != LUA_OK) {
+    l_message(progname, lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  lua_setfield(L, LUA_REGISTRYINDEX, REPL_KEY);
+}
+
+/* Pushes repl[name] (a function) and returns true, or pushes nothing. */
+static bool repl_fn(lua_State *L, const char *name) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, REPL_KEY) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return false;
+  }
+  bool ok = lua_getfield(L, -1, name) == LUA_TFUNCTION;
+  lua_remove(L, -2);
+  if (!ok) lua_pop(L, 1);
+  return ok;
+}
+
+#ifdef VL_HAVE_READLINE
+/* Tab completion through readline: repl.complete(line before the cursor, word) gives the
+ * candidates; readline shows them or completes their common prefix. */
+static lua_State *repl_state;
+static char **repl_matches;
+static int repl_nmatches, repl_next;
+
+static char *repl_generator(const char *text, int state) {
+  (void)text;
+  if (state == 0) repl_next = 0;
+  return repl_next < repl_nmatches ? strdup(repl_matches[repl_next++]) : NULL;
+}
+
+static void repl_free_matches(void) {
+  for (int i = 0; i < repl_nmatches; i++) free(repl_matches[i]);
+  free(repl_matches);
+  repl_matches = NULL;
+  repl_nmatches = 0;
+}
+
+static char **repl_completion(const char *text, int start, int end) {
+  (void)start;
+  lua_State *L = repl_state;
+  rl_attempted_completion_over = 1; /* never fall back to file names */
+  repl_free_matches();
+  int top = lua_gettop(L);
+  if (!repl_fn(L, "complete")) return NULL;
+  lua_pushlstring(L, rl_line_buffer, (size_t)end);
+  lua_pushstring(L, text);
+  if (lua_pcall(L, 2, 1, 0) == LUA_OK && lua_istable(L, -1)) {
+    lua_Integer n = luaL_len(L, -1);
+    repl_matches = n > 0 ? calloc((size_t)n, sizeof *repl_matches) : NULL;
+    for (lua_Integer i = 1; repl_matches && i <= n; i++) {
+      lua_geti(L, -1, i);
+      const char *m = lua_tostring(L, -1);
+      if (m && (repl_matches[repl_nmatches] = strdup(m))) repl_nmatches++;
+      lua_pop(L, 1);
+    }
+  }
+  lua_settop(L, top);
+  rl_completion_append_character = '\0';
+  return repl_nmatches > 0 ? rl_completion_matches(text, repl_generator) : NULL;
+}
+#endif
+
 static void l_print(lua_State *L) {
   int n = lua_gettop(L);
   if (n > 0) {
     luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
-    lua_getglobal(L, "print");
+    if (!repl_fn(L, "show")) lua_getglobal(L, "print");
     lua_insert(L, 1);
     if (lua_pcall(L, n, 0, 0) != LUA_OK)
       l_message(progname, lua_pushfstring(L, "error calling 'print' (%s)", lua_tostring(L, -1)));
@@ -416,12 +492,23 @@ static void doREPL(lua_State *L) {
   const char *oldprogname = progname;
   progname = NULL;
   int status;
+  repl_load(L);
+#ifdef VL_HAVE_READLINE
+  repl_state = L;
+  rl_readline_name = "v100lua";
+  rl_basic_word_break_characters = " \t\n\"\\'`@$><=;|&{(+-*/%^~,[]#)";
+  rl_attempted_completion_function = repl_completion;
+#endif
   while ((status = loadline(L)) != -1) {
     if (status == LUA_OK) status = docall(L, 0, LUA_MULTRET);
     if (status == LUA_OK) l_print(L);
     else report(L, status);
   }
   lua_settop(L, 0);
+#ifdef VL_HAVE_READLINE
+  repl_free_matches();
+  rl_attempted_completion_function = NULL;
+#endif
   fputs("\n", stdout);
   fflush(stdout);
   progname = oldprogname;

@@ -13,6 +13,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config liblua5.4-dev libopenblas
           dataset-fashion-mnist wordnet-base)
 # tests/lua/test_prometheus.lua parses the metrics with the reference Python client's parser.
 PACKAGES+=(python3-prometheus-client)
+# tests/tools/test_repl.sh types at the interactive prompt through a terminal multiplexer.
+PACKAGES+=(tmux)
 # Groups named on the command line: multinode = the test hosts of tools/multinode.sh (network
 # namespaces, an sshd in each, ssh between them; procps for the tests' pkill). Not in the
 # default list: installing openssh-server starts an sshd on port 22 on most machines.
