@@ -10,6 +10,8 @@
  *   _dist.send(t, peer, tag, async), _dist.recv(t, peer, tag, async), _dist.barrier(async)
  *   _dist.group_start(), _dist.group_end()
  *   h:wait(), h:is_completed() -> bool, h:close() (also __gc and __close: completes, then frees)
+ *   _dist.permutation(n, seed) -> i64 CPU tensor; _dist.sampler_indices(order or nil, n, rank, size,
+ *     num_samples) -> i64 CPU tensor (runtime/dist/sampler.h: the loaders' epoch orders)
  * A Work userdata is born closed (NULL) and filled once the op started, as liolib's files are.
  *
  * The NCCL watchdog is a host thread started by the first init on a machine with a GPU: every
@@ -30,6 +32,7 @@
 #include "bindings/l_priv.h"
 #include "runtime/core/cuda.h"
 #include "runtime/dist/comm.h"
+#include "runtime/dist/sampler.h"
 
 #define WORK_MT "v100.dist.Work"
 
@@ -285,6 +288,26 @@ static const luaL_Reg work_methods[] = {
     {"wait", w_wait}, {"is_completed", w_is_completed}, {"close", w_close}, {NULL, NULL},
 };
 
+static int d_permutation(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1), seed = luaL_checkinteger(L, 2);
+  vl_tensor *t = NULL;
+  vl_status s = vl_permutation(n, seed, &t);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  vl_lua_pushtensor(L, t);
+  return 1;
+}
+
+static int d_sampler_indices(lua_State *L) {
+  vl_tensor *order = lua_isnil(L, 1) ? NULL : vl_lua_checktensor(L, 1);
+  lua_Integer n = luaL_checkinteger(L, 2), rank = luaL_checkinteger(L, 3), size = luaL_checkinteger(L, 4);
+  lua_Integer num = luaL_checkinteger(L, 5);
+  vl_tensor *t = NULL;
+  vl_status s = vl_sampler_indices(order, n, rank, size, num, &t);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  vl_lua_pushtensor(L, t);
+  return 1;
+}
+
 static const luaL_Reg dist_funcs[] = {
     {"init", d_init},
     {"info", d_info},
@@ -300,6 +323,8 @@ static const luaL_Reg dist_funcs[] = {
     {"barrier", d_barrier},
     {"group_start", d_group_start},
     {"group_end", d_group_end},
+    {"permutation", d_permutation},
+    {"sampler_indices", d_sampler_indices},
     {NULL, NULL},
 };
 

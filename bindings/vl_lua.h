@@ -32,5 +32,7 @@ void vl_lua_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFu
 int luaopen_v100_io(lua_State *L);
 /* ext/text/l_text.c: the `v100.text` module table (the WordPiece tokenizer). */
 int luaopen_v100_text(lua_State *L);
+/* ext/data/l_data.c: `v100.core._data`, the primitives of v100.data's image pipeline. */
+int luaopen_v100_data(lua_State *L);
 
 #endif

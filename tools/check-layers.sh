@@ -7,9 +7,10 @@
 #      in runtime/core/context.h (vl_core_hooks), installed by the layers above.
 #   2. No file under runtime/ includes a kernel header ("kernels/..."): kernels implement the
 #      interface of runtime/backend/, the runtime never reaches into them.
-#   3. No file under runtime/ includes an extension's header ("ext/..."): extensions (ext/text,
-#      issue 29) are built over the core's C API as libraries of their own, so the core builds
-#      and links without them.
+#   3. No file under runtime/ or kernels/ includes an extension's header ("ext/..."): extensions
+#      (ext/text, ext/data; issue 29) are built over the core's C API as libraries of their own,
+#      so the core builds and links without them. (Rules 1 and 2 are the runtime's only: kernels
+#      include kernel headers.)
 # Only the include lines are read (a path named in a comment is no dependency). Prints one
 # "file:line: ..." per broken rule and exits 1; exits 0 with "check-layers: ok" otherwise.
 # CI runs it (.ci/run); tests/tools/test_check_layers.sh plants a bad include in a copy of the
@@ -28,14 +29,19 @@ report() { echo "$1: $2"; bad=$((bad + 1)); }
 
 while IFS= read -r -d '' f; do
   files=$((files + 1))
-  core=false
+  core=false kern=false
   [[ $f == runtime/core/* ]] && core=true
+  [[ $f == kernels/* ]] && kern=true
   n=0
   while IFS= read -r line || [ -n "$line" ]; do
     n=$((n + 1))
     [[ $line =~ $include_re ]] || continue
     path=${BASH_REMATCH[1]}
-    if [[ $path =~ ^(\.\./)*kernels/ ]]; then
+    if $kern; then
+      if [[ $path =~ ^(\.\./)*ext/ ]]; then
+        report "$f:$n" "includes \"$path\": the kernels include no extension header (ext/ sits on top of the core)"
+      fi
+    elif [[ $path =~ ^(\.\./)*kernels/ ]]; then
       report "$f:$n" "includes \"$path\": the runtime includes no kernel header (kernels implement runtime/backend/'s interface)"
     elif [[ $path =~ ^(\.\./)*ext/ ]]; then
       report "$f:$n" "includes \"$path\": the runtime includes no extension header (ext/ sits on top of the core)"
@@ -45,10 +51,10 @@ while IFS= read -r -d '' f; do
       report "$f:$n" "includes \"$path\": a path climbing out of runtime/core/ (includes are relative to the repository root)"
     fi
   done < "$f"
-done < <(find runtime -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) -print0 | sort -z)
+done < <(find runtime $([ -d kernels ] && echo kernels) -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.inc' \) -print0 | sort -z)
 
 if [ "$bad" -gt 0 ]; then
   echo "check-layers: $bad include(s) break the layer rules (docs/ARCHITECTURE.md)"
   exit 1
 fi
-echo "check-layers: ok ($files files under runtime/)"
+echo "check-layers: ok ($files files under runtime/ and kernels/)"

@@ -1,4 +1,4 @@
-/* tests/c/test_image.c: runtime/data (JPEG decode/encode, DCT scale choice, the torchvision
+/* tests/c/test_image.c: ext/data (JPEG decode/encode, DCT scale choice, the torchvision
  * transforms' geometry, resampling, the ImageFolder scan) on generated images. */
 #define _DEFAULT_SOURCE
 #include "vl_test.h"
@@ -7,9 +7,9 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
-#include "runtime/data/folder.h"
-#include "runtime/data/image.h"
-#include "runtime/data/transform.h"
+#include "ext/data/folder.h"
+#include "ext/data/image.h"
+#include "ext/data/transform.h"
 
 static char dir[512];
 

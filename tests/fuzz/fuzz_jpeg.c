@@ -1,7 +1,7 @@
 /* tests/fuzz/fuzz_jpeg.c: the image decode entry point (libjpeg-turbo through
- * runtime/data/image.c) on arbitrary bytes, as gray and as RGB. */
+ * ext/data/image.c) on arbitrary bytes, as gray and as RGB. */
 #include "fuzz_common.h"
-#include "runtime/data/image.h"
+#include "ext/data/image.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int channels = 1; channels <= 3; channels += 2) {

@@ -1,4 +1,4 @@
--- tests/lua/test_sampler.lua: the loaders' epoch orders in C (runtime/data/sampler.c) against the
+-- tests/lua/test_sampler.lua: the loaders' epoch orders in C (runtime/dist/sampler.c) against the
 -- Lua they replaced, kept here as the reference: data.permutation (Fisher-Yates with xorshift64*)
 -- gives the very same orders, so resumed runs and documented results keep their batches, and
 -- DistributedSampler:indices the same shares, for every rank count, padding and drop_last.

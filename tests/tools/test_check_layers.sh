@@ -3,7 +3,7 @@
 # tree, and fails, naming file:line, when a bad include is planted in a copy of runtime/: core
 # reaching up to ops (issue 29: core as the bottom layer), core reaching the allocator's old
 # folder, core climbing out with "..", a runtime file including a kernel header, and a runtime
-# file including an extension's header (ext/ sits on top of the core).
+# file including an extension's header (ext/ sits on top of the core), and a kernel including one.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${1:?usage: test_check_layers.sh BUILD_DIR}" # the checker reads sources only
@@ -39,6 +39,12 @@ where=$(plant kernel runtime/nn/conv.c '#include "kernels/cpu/cpu_vmath.h"')
 check 'the runtime including a kernel header' 1 "$where: includes \"kernels/cpu/cpu_vmath.h\"" "$tmp/kernel"
 where=$(plant ext runtime/io/tfevents.c '#include "ext/text/shard.h"')
 check 'the runtime including an extension header' 1 "$where: includes \"ext/text/shard.h\"" "$tmp/ext"
+# A kernel including an extension's header (kernels/ copied beside runtime/).
+where=$(plant kernel-ext runtime/core/tensor.c '/* unchanged */')
+cp -R "$ROOT/kernels" "$tmp/kernel-ext/"
+printf '%s\n' '#include "ext/data/nvjpeg.h"' >> "$tmp/kernel-ext/kernels/cuda/cuda_copy.cu"
+check 'a kernel including an extension header' 1 \
+  "kernels/cuda/cuda_copy.cu:$(wc -l < "$tmp/kernel-ext/kernels/cuda/cuda_copy.cu"): includes \"ext/data/nvjpeg.h\"" "$tmp/kernel-ext"
 # What stays allowed: core including core, a folder above core including another, comments.
 plant fine runtime/core/tensor.c '#include "runtime/core/status.h"' >/dev/null
 printf '%s\n' '#include "runtime/ops/ops.h"' >> "$tmp/fine/runtime/nn/conv.c"

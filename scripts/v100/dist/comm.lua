@@ -228,11 +228,11 @@ end
 function Sampler:set_epoch(e) self.epoch = e end
 function Sampler:__len() return self.num_samples end
 
--- (In C, runtime/data/sampler.c: an epoch of tens of millions of samples as Lua tables took
+-- (In C, runtime/dist/sampler.c: an epoch of tens of millions of samples as Lua tables took
 -- seconds and made every full collection of the heap slower.)
 function Sampler:indices()
-  local order = self.shuffle and core._data.permutation(self.n, self.seed + self.epoch) or nil
-  return core._data.sampler_indices(order, self.n, self.rank, self.size, self.num_samples)
+  local order = self.shuffle and core._dist.permutation(self.n, self.seed + self.epoch) or nil
+  return core._dist.sampler_indices(order, self.n, self.rank, self.size, self.num_samples)
 end
 
 -- dist.epoch_indices(n, epoch, {shuffle =, seed =, rank =, size =}) -> this rank's 0-based i64

@@ -1,5 +1,5 @@
-/* runtime/data/sampler.c: see sampler.h. */
-#include "runtime/data/sampler.h"
+/* runtime/dist/sampler.c: see sampler.h. */
+#include "runtime/dist/sampler.h"
 
 #include "runtime/core/device.h"
 

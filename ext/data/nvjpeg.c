@@ -1,5 +1,5 @@
-/* runtime/data/nvjpeg.c: nvJPEG batched decode + the crop kernel (runtime/data/nvjpeg.h). */
-#include "runtime/data/nvjpeg.h"
+/* ext/data/nvjpeg.c: nvJPEG batched decode + the crop kernel (ext/data/nvjpeg.h). */
+#include "ext/data/nvjpeg.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
-/* bindings/l_data.c: v100._data, the C primitives of v100.data's image pipeline
- * (scripts/v100/data.lua builds the documented API on them).
+/* ext/data/l_data.c: v100._data, the C primitives of v100.data's image pipeline
+ * (ext/data/lua/v100/image_data.lua builds the documented API on them).
  *   folder(root) -> Folder: f:n(), f:classes() -> {names}, f:path(i), f:label(i) (i 1-based)
  *   decode(bytes_or_path, is_bytes, channels) -> u8 H x W x C tensor
  *   encode(u8 HxWxC tensor, path, quality)
@@ -8,8 +8,6 @@
  *     l:next_to(device) -> x, y | nil (new tensors on device; async copy on CUDA),
  *     l:cpu_fallbacks(), l:nvjpeg_backend() (decoder 'nvjpeg': images decoded on the CPU instead; backend)
  *   have_nvjpeg() -> boolean (built with nvJPEG)
- *   permutation(n, seed) -> i64 CPU tensor; sampler_indices(order or nil, n, rank, size, num_samples)
- *     -> i64 CPU tensor (runtime/data/sampler.h: the loaders' epoch orders)
  *     l:batches(n), l:skipped(), l:skip_message(i), l:workers(), l:close() (also __gc, __close)
  * Options arrive checked for type by data.lua; the runtime checks their values. */
 #include <lauxlib.h>
@@ -17,13 +15,12 @@
 #include <string.h>
 
 #include "bindings/vl_lua.h"
+#include "ext/data/folder.h"
+#include "ext/data/image.h"
+#include "ext/data/loader.h"
+#include "ext/data/nvjpeg.h"
+#include "ext/data/transform.h"
 #include "runtime/core/device.h"
-#include "runtime/data/folder.h"
-#include "runtime/data/image.h"
-#include "runtime/data/sampler.h"
-#include "runtime/data/loader.h"
-#include "runtime/data/nvjpeg.h"
-#include "runtime/data/transform.h"
 #include "runtime/ops/ops.h"
 
 #define FOLDER_MT "v100.data.Folder"
@@ -316,30 +313,9 @@ static const luaL_Reg loader_methods[] = {{"epoch", loader_epoch},     {"next", 
                                           {"skip_message", loader_skip_message}, {"workers", loader_workers},
                                           {"close", loader_close},     {NULL, NULL}};
 
-static int l_permutation(lua_State *L) {
-  lua_Integer n = luaL_checkinteger(L, 1), seed = luaL_checkinteger(L, 2);
-  vl_tensor *t = NULL;
-  vl_status s = vl_permutation(n, seed, &t);
-  if (s != VL_OK) return vl_lua_error(L, s);
-  vl_lua_pushtensor(L, t);
-  return 1;
-}
-
-static int l_sampler_indices(lua_State *L) {
-  vl_tensor *order = lua_isnil(L, 1) ? NULL : vl_lua_checktensor(L, 1);
-  lua_Integer n = luaL_checkinteger(L, 2), rank = luaL_checkinteger(L, 3), size = luaL_checkinteger(L, 4);
-  lua_Integer num = luaL_checkinteger(L, 5);
-  vl_tensor *t = NULL;
-  vl_status s = vl_sampler_indices(order, n, rank, size, num, &t);
-  if (s != VL_OK) return vl_lua_error(L, s);
-  vl_lua_pushtensor(L, t);
-  return 1;
-}
-
 static const luaL_Reg data_funcs[] = {{"folder", l_folder}, {"decode", l_decode}, {"encode", l_encode},
                                       {"resize", l_resize}, {"loader", l_loader_new},
-                                      {"have_nvjpeg", l_have_nvjpeg}, {"permutation", l_permutation},
-                                      {"sampler_indices", l_sampler_indices}, {NULL, NULL}};
+                                      {"have_nvjpeg", l_have_nvjpeg}, {NULL, NULL}};
 
 static void new_mt(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc) {
   luaL_newmetatable(L, name);

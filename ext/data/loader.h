@@ -1,4 +1,4 @@
-/* runtime/data/loader.h: the batch loader behind v100.data.ImageLoader: a pool of pthread
+/* ext/data/loader.h: the batch loader behind v100.data.ImageLoader: a pool of pthread
  * workers decoding and transforming the images of an ImageFolder into a ring of `prefetch` batch
  * buffers, which the owning (main) thread hands out in order as CPU tensors.
  *
@@ -32,8 +32,8 @@
 
 #include "runtime/core/status.h"
 #include "runtime/core/tensor.h"
-#include "runtime/data/folder.h"
-#include "runtime/data/transform.h"
+#include "ext/data/folder.h"
+#include "ext/data/transform.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,7 +53,7 @@ typedef struct vl_loader_opts {
 
 /* Decoders. NVJPEG: the workers only read the files and their headers and compute the crop
  * boxes (the same Philox draws); vl_loader_next_to(cuda) decodes the batch with nvJPEG and crops
- * it on the GPU (runtime/data/nvjpeg.h), an image nvJPEG does not take through the CPU path on
+ * it on the GPU (ext/data/nvjpeg.h), an image nvJPEG does not take through the CPU path on
  * the owning thread (vl_loader_cpu_fallbacks counts them). Values differ from the CPU decoder's
  * by the IDCT and DCT scaling only; the order, labels and skipped files are the same. */
 enum { VL_DECODER_CPU = 0, VL_DECODER_NVJPEG = 1 };

@@ -1,4 +1,4 @@
-/* runtime/data/image.h: JPEG decode and encode through libjpeg-turbo's TurboJPEG API (Debian
+/* ext/data/image.h: JPEG decode and encode through libjpeg-turbo's TurboJPEG API (Debian
  * libturbojpeg0-dev), for the image pipeline behind v100.data.
  *
  * Decoding can scale in the DCT domain: libjpeg-turbo decodes straight to 1/8, 2/8, ... 8/8 of

@@ -1,4 +1,4 @@
-/* runtime/data/sampler.h: the data loaders' epoch orders, in C so that an epoch of tens of
+/* runtime/dist/sampler.h: the data loaders' epoch orders, in C so that an epoch of tens of
  * millions of samples does not go through Lua tables (v100.dist.DistributedSampler, v100.data). */
 #ifndef VL_SAMPLER_H
 #define VL_SAMPLER_H

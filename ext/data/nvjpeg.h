@@ -1,6 +1,6 @@
-/* runtime/data/nvjpeg.h: the GPU decode path of v100.data.ImageLoader (decoder = 'nvjpeg'):
+/* ext/data/nvjpeg.h: the GPU decode path of v100.data.ImageLoader (decoder = 'nvjpeg'):
  * nvJPEG's batched decoder into device RGB interleaved (or gray) buffers, then one CUDA kernel
- * of ours (kernels/cuda/cuda_data.cu) that crops, resizes, flips and normalises every image into
+ * of ours (ext/data/cuda_data.cu) that crops, resizes, flips and normalises every image into
  * the batch tensor, with the CPU path's sampling rule (transform.c's `axis`: PyTorch's bilinear,
  * align_corners = False, taps clamped to the box), on the full-size image (no DCT scaling).
  *
@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "runtime/core/status.h"
-#include "runtime/data/transform.h"
+#include "ext/data/transform.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,7 +60,7 @@ vl_status vl_nvjpeg_decode(vl_nvjpeg *nj, int n, const vl_nvjpeg_item *items, co
                            void *stream, bool *cpu);
 void vl_nvjpeg_destroy(vl_nvjpeg *nj); /* NULL is fine */
 
-/* The crop kernel (kernels/cuda/cuda_data.cu): items is a device array of n. */
+/* The crop kernel (ext/data/cuda_data.cu): items is a device array of n. */
 vl_status vl_cuda_crop_batch(const vl_crop_item *items, int n, int channels, int size, const float a[3],
                              const float b[3], int dtype, bool nhwc, void *out, void *stream);
 

@@ -1,6 +1,6 @@
-/* runtime/data/folder.c: the ImageFolder scan (see folder.h). */
+/* ext/data/folder.c: the ImageFolder scan (see folder.h). */
 #define _DEFAULT_SOURCE
-#include "runtime/data/folder.h"
+#include "ext/data/folder.h"
 
 #include <dirent.h>
 #include <errno.h>

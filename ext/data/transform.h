@@ -1,5 +1,5 @@
-/* runtime/data/transform.h: the torchvision image transforms of ImageNet training, for 8-bit
- * images in host memory (runtime/data/loader.c applies them in its worker threads).
+/* ext/data/transform.h: the torchvision image transforms of ImageNet training, for 8-bit
+ * images in host memory (ext/data/loader.c applies them in its worker threads).
  *
  *   train: RandomResizedCrop(size, scale = (0.08, 1), ratio = (3/4, 4/3)) as torchvision's
  *          get_params (10 tries of area and log-uniform aspect ratio, then the centre-crop

@@ -1,6 +1,6 @@
-/* runtime/data/image.c: JPEG decode/encode over TurboJPEG (see image.h). */
+/* ext/data/image.c: JPEG decode/encode over TurboJPEG (see image.h). */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/data/image.h"
+#include "ext/data/image.h"
 #include "runtime/io/replace.h"
 #include "runtime/ops/ops.h"
 

@@ -1,6 +1,6 @@
-/* runtime/data/transform.c: RandomResizedCrop, Resize + CenterCrop, flip and normalisation
+/* ext/data/transform.c: RandomResizedCrop, Resize + CenterCrop, flip and normalisation
  * (see transform.h). */
-#include "runtime/data/transform.h"
+#include "ext/data/transform.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,12 +1,12 @@
-/* kernels/cuda/cuda_data.cu: the crop kernel of the nvJPEG image path (runtime/data/nvjpeg.h):
+/* ext/data/cuda_data.cu: the crop kernel of the nvJPEG image path (ext/data/nvjpeg.h):
  * for every image of a batch decoded on the GPU, the box is resampled to size x size with the CPU
- * path's rule (runtime/data/transform.c: `axis` and vl_resample: bilinear, align_corners = False,
+ * path's rule (ext/data/transform.c: `axis` and vl_resample: bilinear, align_corners = False,
  * taps clamped to the box, the interpolation in float), mirrored when flipped, normalised as
  * p * a[c] + b[c] (a = 1 / (255 std), b = -mean / std) and stored as f32, f16 or bf16 in NCHW or
  * NHWC. One thread per output pixel (all channels), blockIdx.y = the image. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "runtime/core/dtype.h"
-#include "runtime/data/nvjpeg.h"
+#include "ext/data/nvjpeg.h"
 
 namespace {
 

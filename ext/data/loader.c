@@ -1,11 +1,11 @@
-/* runtime/data/loader.c: the worker pool and batch ring of v100.data.ImageLoader (see loader.h).
+/* ext/data/loader.c: the worker pool and batch ring of v100.data.ImageLoader (see loader.h).
  *
  * One mutex guards the shared state; workers copy what a sample needs under it and decode with it
  * released. The batch that a worker writes into belongs to the generation (`gen`) of its epoch:
  * starting a new epoch bumps gen, removes the queued work and waits for the samples in flight, so
  * no worker touches a buffer or the order of an abandoned epoch afterwards. */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/data/loader.h"
+#include "ext/data/loader.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "runtime/core/cuda.h"
-#include "runtime/data/image.h"
-#include "runtime/data/nvjpeg.h"
+#include "ext/data/image.h"
+#include "ext/data/nvjpeg.h"
 #include "runtime/core/context.h"
 
 enum { SLOT_IDLE, SLOT_FILLING, SLOT_FULL, SLOT_OUT };

@@ -1,4 +1,4 @@
-/* runtime/data/folder.h: torchvision's ImageFolder scan: <root>/<class>/<file>, classes are the
+/* ext/data/folder.h: torchvision's ImageFolder scan: <root>/<class>/<file>, classes are the
  * sub-directories of root in sorted (byte) order with 0-based labels in that order, files are the
  * entries of each class directory whose name ends with .jpg or .jpeg in any case (.JPEG in
  * ImageNet), sorted by name; samples are ordered by class, then file. Hidden entries (a leading
