@@ -126,22 +126,31 @@ static int t_detach_(lua_State *L) {
   return 1;
 }
 
-static bool opt_retain(lua_State *L, int idx) {
+/* {retain_graph =, create_graph =}: checked keys; create_graph = true (a differentiable backward,
+ * for double backward) is refused by name rather than ignored: the backward rules run raw ops,
+ * which record nothing. */
+static bool opt_retain(lua_State *L, int idx, const char *fn) {
+  static const char *const known[] = {"retain_graph", "create_graph", NULL};
+  l_check_opts(L, idx, fn, known);
   if (!lua_istable(L, idx)) return false;
+  if (lua_getfield(L, idx, "create_graph") != LUA_TNIL && lua_toboolean(L, -1))
+    luaL_error(L, "%s: create_graph = true (double backward) is not supported: backward rules build no graph; "
+               "compute higher derivatives with finite differences (v100.autograd.gradcheck's way) instead", fn);
+  lua_pop(L, 1);
   lua_getfield(L, idx, "retain_graph");
   bool r = lua_toboolean(L, -1);
   lua_pop(L, 1);
   return r;
 }
 
-/* t:backward([grad[, {retain_graph=}]]), also t:backward({retain_graph=}) */
+/* t:backward([grad[, {retain_graph=, create_graph=}]]), also t:backward({retain_graph=}) */
 static int t_backward(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   vl_tensor *g = NULL;
   int opts = 3;
   if (lua_istable(L, 2) && !vl_lua_testtensor(L, 2)) opts = 2;
   else if (!lua_isnoneornil(L, 2)) g = vl_lua_checktensor(L, 2);
-  bool retain = opt_retain(L, opts);
+  bool retain = opt_retain(L, opts, "backward");
   lua_State *prev = cur_L;
   cur_L = L;
   vl_status s = vl_backward(1, &t, &g, retain);
@@ -231,7 +240,7 @@ static int a_live_nodes(lua_State *L) {
   return 1;
 }
 
-/* ---- autograd.grad(outputs, inputs[, grad_outputs[, {retain_graph=}]]) ---- */
+/* ---- autograd.grad(outputs, inputs[, grad_outputs[, {retain_graph=, create_graph=}]]) ---- */
 
 /* A tensor or a list of tensors at idx into a userdata array (pushed); returns the count. */
 static int tensor_list(lua_State *L, int idx, vl_tensor ***arr, const char *what, bool allow_nil) {
@@ -264,7 +273,7 @@ static int a_grad(lua_State *L) {
     if (ng != no && !vl_lua_testtensor(L, 3))
       return luaL_error(L, "autograd.grad: %d grad_outputs for %d outputs", ng, no);
   }
-  bool retain = opt_retain(L, 4);
+  bool retain = opt_retain(L, 4, "autograd.grad");
   vl_tensor **res = (vl_tensor **)lua_newuserdatauv(L, sizeof(vl_tensor *) * (size_t)(ni ? ni : 1), 0);
   memset(res, 0, sizeof(vl_tensor *) * (size_t)(ni ? ni : 1));
   lua_State *prev = cur_L;
@@ -330,7 +339,14 @@ static int fn_backward_tramp(lua_State *L) {
       lua_pushnil(L);
     }
   }
-  lua_call(L, 1 + n->nout, n->nin);
+  int base = lua_gettop(L) - (2 + n->nout); /* below the function and its arguments */
+  lua_call(L, 1 + n->nout, LUA_MULTRET);
+  int got = lua_gettop(L) - base;
+  /* One gradient per argument of forward (nil for one that has none), as PyTorch asks: a count
+   * that differs is a mistake in the Function, never padded or cut silently. */
+  if (got != n->nin)
+    return luaL_error(L, "returned %d gradient%s, expected %d (one per argument of forward, nil where there is none)",
+                      got, got == 1 ? "" : "s", n->nin);
   for (int j = 0; j < n->nin; j++) {
     int idx = j + 1;
     if (lua_isnil(L, idx)) continue;

@@ -41,6 +41,10 @@ int l_checkdimlist(lua_State *L, int arg, int dims[VL_MAX_DIMS], bool varargs);
 
 vl_dtype l_checkdtype(lua_State *L, int arg);
 vl_device l_parsedevice(lua_State *L, const char *s);
+/* An options table at idx: nil or none passes; anything but a table, a key that is not a string
+ * and a key not in `known` (NULL-terminated) raise "<fn>: unknown option 'k' (a, b, c)", the
+ * valid names listed. Every binding that takes options checks them with this first. */
+void l_check_opts(lua_State *L, int idx, const char *fn, const char *const known[]);
 /* opts {dtype=, device=} at idx (nil or absent: defaults kept). */
 void l_opts(lua_State *L, int idx, vl_dtype *dt, vl_device *dev);
 /* A CUDA device from an optional argument: nil (current), an ordinal, "cuda" or "cuda:N".

@@ -233,6 +233,33 @@ vl_device l_parsedevice(lua_State *L, const char *str) {
   return d;
 }
 
+void l_check_opts(lua_State *L, int idx, const char *fn, const char *const known[]) {
+  if (lua_isnoneornil(L, idx)) return;
+  idx = lua_absindex(L, idx);
+  if (!lua_istable(L, idx)) luaL_error(L, "%s: options must be a table, got %s", fn, luaL_typename(L, idx));
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    bool ok = false;
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      const char *k = lua_tostring(L, -1);
+      for (int i = 0; known[i] && !ok; i++) ok = strcmp(k, known[i]) == 0;
+    }
+    if (!ok) {
+      luaL_Buffer b;
+      luaL_buffinit(L, &b);
+      for (int i = 0; known[i]; i++) {
+        if (i) luaL_addstring(&b, ", ");
+        luaL_addstring(&b, known[i]);
+      }
+      luaL_pushresult(&b);
+      if (lua_type(L, -2) == LUA_TSTRING)
+        luaL_error(L, "%s: unknown option '%s' (%s)", fn, lua_tostring(L, -2), lua_tostring(L, -1));
+      luaL_error(L, "%s: option names must be strings, got a %s key (%s)", fn, luaL_typename(L, -2), lua_tostring(L, -1));
+    }
+  }
+}
+
 void l_opts(lua_State *L, int idx, vl_dtype *dt, vl_device *dev) {
   if (lua_isnoneornil(L, idx)) return;
   if (lua_type(L, idx) == LUA_TSTRING) { /* a bare dtype or device string */

@@ -2,6 +2,7 @@
 -- hook handles, autograd.Function and gradcheck. The engine and every op's backward are in C
 -- (runtime/autograd/*.c); bindings/l_autograd.c provides the primitives used here.
 local core = require 'v100.core'
+local errors = require 'v100.errors'
 
 local C = core.autograd
 local Tensor = core.Tensor
@@ -54,10 +55,13 @@ function Ctx:save_for_backward(...)
   rawset(self, '_to_save', table.pack(...))
 end
 
+local FUNCTION_KEYS = { 'name', 'forward', 'backward' }
+
 function autograd.Function(def)
   if type(def) ~= 'table' or type(def.forward) ~= 'function' or type(def.backward) ~= 'function' then
     error('autograd.Function: expected a table with forward and backward functions', 2)
   end
+  errors.check_opts('autograd.Function', def, FUNCTION_KEYS)
   local name = def.name or 'Function'
   local F = { name = name }
   function F.apply(...)
@@ -107,8 +111,10 @@ local function tensor_outputs(res)
   return outs
 end
 
+local GRADCHECK_KEYS = { 'eps', 'atol', 'rtol' }
+
 function autograd.gradcheck(fn, inputs, opts)
-  opts = opts or {}
+  opts = errors.check_opts('gradcheck', opts, GRADCHECK_KEYS)
   local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
   if core.is_tensor(inputs) then inputs = { inputs } end
   local nin = #inputs

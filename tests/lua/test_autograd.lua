@@ -403,4 +403,37 @@ T.test('the graph is freed when the loss goes out of scope', function()
   T.eq(ag.live_nodes(), before)
 end)
 
+T.test('options are checked; create_graph is refused by name; a Function returns one gradient per argument', function()
+  local x = leaf{3}
+  local y = (x * x):sum()
+  T.raises(function() ag.grad(y, x, nil, { create_graph = true }) end,
+    { 'autograd.grad: create_graph = true (double backward) is not supported' })
+  T.raises(function() ag.grad(y, x, nil, { retain_grap = true }) end,
+    "autograd.grad: unknown option 'retain_grap' (retain_graph, create_graph)")
+  T.raises(function() y:backward { retian_graph = true } end, "backward: unknown option 'retian_graph'")
+  T.raises(function() y:backward(nil, 'yes') end, 'backward: options must be a table, got string')
+  local g = ag.grad(y, x, nil, { retain_graph = true, create_graph = false })
+  close(g[1], x:detach() * 2)
+  -- one gradient per argument of forward: too few and too many are errors, nil marks "none"
+  local function fn(nret)
+    return ag.Function {
+      name = 'Scale',
+      forward = function(_, a, k) return a * k end,
+      backward = function(_, go)
+        local r = { go * 3, nil, go }
+        return table.unpack(r, 1, nret)
+      end,
+    }
+  end
+  T.raises(function() fn(1)(x, 3):sum():backward() end, 'Scale.backward: returned 1 gradient, expected 2')
+  T.raises(function() fn(3)(x, 3):sum():backward() end, 'Scale.backward: returned 3 gradients, expected 2')
+  x.grad = nil
+  fn(2)(x, 3):sum():backward()
+  close(x.grad, v100.full({3}, 3, { dtype = 'f64' }))
+  T.raises(function() ag.Function { forward = print, backward = print, forwrd = 1 } end,
+    "autograd.Function: unknown option 'forwrd' (name, forward, backward)")
+  T.raises(function() ag.gradcheck(function(a) return a * a end, { x }, { epss = 1 }) end,
+    "gradcheck: unknown option 'epss' (eps, atol, rtol)")
+end)
+
 T.run()
