@@ -100,12 +100,24 @@ function recipe.number(range)
   }
 end
 
--- A device name: cpu, cuda or cuda:N (whether that device exists is the runtime's to say).
+-- A device name: cpu, cuda or cuda:N, of a device this machine has: a missing GPU is a usage
+-- error when the options are parsed, before any data is read (docs/RECIPES.md).
 recipe.device = {
   argname = '<DEV>',
   convert = function(s)
-    if s == 'cpu' or s == 'cuda' or s:match('^cuda:%d+$') then return s end
-    return nil, 'is cpu, cuda or cuda:N, got ' .. quote(s)
+    if s == 'cpu' then return s end
+    local n = s == 'cuda' and 0 or tonumber(s:match('^cuda:(%d+)$'))
+    if not n then return nil, 'is cpu, cuda or cuda:N, got ' .. quote(s) end
+    local count = v100.cuda.device_count()
+    if count == 0 then
+      return nil, string.format('is %s, but there is no CUDA device here (%s); use cpu', quote(s),
+        v100.versions().built_with_cuda and 'no GPU found' or 'v100lua was built without CUDA')
+    end
+    if n >= count then
+      return nil, string.format('is %s, but this machine has %d CUDA device%s (cuda:0..cuda:%d)', quote(s), count,
+        count == 1 and '' or 's', count - 1)
+    end
+    return s
   end,
 }
 

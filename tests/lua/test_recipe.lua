@@ -167,8 +167,8 @@ T.test('recipe.options: flags (default false) and auto values', function()
   }
   local o = recipe.options(spec, {})
   T.eq({ o.resume, o.epochs, o.wd, o.device }, { false, 'auto', 'auto', 'auto' }, 'defaults')
-  o = recipe.options(spec, { '--resume', '--epochs', '3', '--wd', '0.5', '--device', 'cuda:1' })
-  T.eq({ o.resume, o.epochs, o.wd, o.device }, { true, 3, 0.5, 'cuda:1' }, 'given')
+  o = recipe.options(spec, { '--resume', '--epochs', '3', '--wd', '0.5', '--device', 'cpu' })
+  T.eq({ o.resume, o.epochs, o.wd, o.device }, { true, 3, 0.5, 'cpu' }, 'given')
   local p = recipe.parser(spec)
   local ok, err = p:pparse({ '--epochs', 'many' })
   T.ok(not ok and err:find("option '--epochs' needs a positive integer, got 'many'", 1, true), tostring(err))
@@ -200,9 +200,9 @@ T.test('recipe.options: one row per option gives the default, the type and the c
   T.eq(o.train_subset, 0, "'-' becomes '_' in the key")
   T.eq(o.device, nil, 'no default: nil')
   T.eq(o.root, nil)
-  o = recipe.options(spec, { '--epochs=7', '--lr', '1e-3', '--mode', 'b', '--device', 'cuda:1', '--root', '/d',
+  o = recipe.options(spec, { '--epochs=7', '--lr', '1e-3', '--mode', 'b', '--device', 'cpu', '--root', '/d',
     '--train-subset', '100' })
-  T.eq({ o.epochs, o.lr, o.mode, o.device, o.root, o.train_subset }, { 7, 1e-3, 'b', 'cuda:1', '/d', 100 })
+  T.eq({ o.epochs, o.lr, o.mode, o.device, o.root, o.train_subset }, { 7, 1e-3, 'b', 'cpu', '/d', 100 })
   local p = recipe.parser(spec)
   local function err(argv)
     local ok, e = p:pparse(argv)
@@ -216,6 +216,18 @@ T.test('recipe.options: one row per option gives the default, the type and the c
   T.eq(err{ '--lr=-0.1' }, "option '--lr' needs a finite number > 0, got '-0.1'")
   T.eq(err{ '--train-subset', '101' }, "option '--train-subset' needs an integer in [0, 100], got '101'")
   T.eq(err{ '--device', 'cuda:x' }, "option '--device' is cpu, cuda or cuda:N, got 'cuda:x'")
+  -- a device this machine lacks is a usage error at parse time, before any data is read
+  local ngpu = v100.cuda.device_count()
+  if ngpu == 0 then
+    T.ok(err{ '--device', 'cuda' }:find("option '--device' is 'cuda', but there is no CUDA device here", 1, true))
+  else
+    T.eq(recipe.options(spec, { '--device', 'cuda' }).device, 'cuda')
+  end
+  T.eq(err{ '--device', 'cuda:' .. ngpu }, ngpu == 0
+    and string.format("option '--device' is 'cuda:0', but there is no CUDA device here (%s); use cpu",
+      v100.versions().built_with_cuda and 'no GPU found' or 'v100lua was built without CUDA')
+    or string.format("option '--device' is 'cuda:%d', but this machine has %d CUDA device%s (cuda:0..cuda:%d)", ngpu,
+      ngpu, ngpu == 1 and '' or 's', ngpu - 1))
   T.eq(err{ '--mode', 'c' }, "argument for option '--mode' must be one of 'a', 'b'")
   local help = p:get_help()
   T.ok(help:find('--epochs <N>%s+epochs %(default: 2%)'), help)
