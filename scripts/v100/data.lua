@@ -12,6 +12,7 @@
 --   local loader = data.ImageLoader(ds, {batch_size = 256, transform = 'train', device = 'cuda'})
 --   for k, x, y in loader:epoch(e) do ... end                  -- x f32 256x3x224x224, y i64 labels
 local v100 = require 'v100.base'
+local errors = require 'v100.errors'
 local image_data = require 'v100.image_data'
 local _dist = v100._dist
 
@@ -35,8 +36,10 @@ end
 --   split: 'train' (60000) or 'test' (10000; 't10k' is accepted too)
 --   opts.root: folder holding {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
 --              (default data.FASHION_MNIST_ROOT, the dataset-fashion-mnist package's folder)
+local FASHION_KEYS = { 'root' }
+
 function data.fashion_mnist(split, opts)
-  opts = opts or {}
+  opts = errors.check_opts('fashion_mnist', opts, FASHION_KEYS)
   split = split or 'train'
   local prefix = ({train = 'train', test = 't10k', t10k = 't10k'})[split]
   if not prefix then
@@ -81,8 +84,15 @@ end
 --     pass a different seed per epoch). Shuffled batches are gathered with index_select on the
 --     tensors' device; unshuffled ones are views (narrow).
 --   opts.drop_last (default false): skip a last batch shorter than batch_size.
+-- Batches are views or gathers of tensors already in memory: there are no worker threads here
+-- (ImageLoader has them), so `workers` is refused with the rest of the unknown options.
+local BATCHES_KEYS = { 'shuffle', 'seed', 'drop_last' }
+
 function data.batches(x, y, batch_size, opts)
-  opts = opts or {}
+  opts = errors.check_opts('batches', opts, BATCHES_KEYS)
+  if opts.seed ~= nil and not math.tointeger(opts.seed) then
+    error('batches: seed must be an integer, got ' .. tostring(opts.seed), 2)
+  end
   local n = x.shape[1]
   if y and y.shape[1] ~= n then
     error(string.format('batches: x has %d rows but y has %d', n, y.shape[1]), 2)
