@@ -395,8 +395,9 @@ int luaopen_v100_graph(lua_State *L); /* bindings/l_graph.c */
 int luaopen_v100_rtc(lua_State *L); /* bindings/l_kernel.c */
 int luaopen_v100_dist(lua_State *L); /* bindings/l_dist.c */
 int luaopen_v100_ckpt(lua_State *L); /* bindings/l_ckpt.c */
-int luaopen_v100_onnx(lua_State *L); /* bindings/l_onnx.c */
-int luaopen_v100_telemetry(lua_State *L); /* bindings/l_telemetry.c */
+int luaopen_v100_onnx(lua_State *L); /* ext/onnx/l_onnx.c */
+int luaopen_v100_telemetry(lua_State *L); /* ext/telemetry/l_telemetry.c */
+int luaopen_v100_nvtx(lua_State *L); /* bindings/l_nvtx.c */
 
 static void set_submodule(lua_State *L, lua_CFunction open, const char *name) {
   lua_pushcfunction(L, open);
@@ -434,7 +435,8 @@ int luaopen_v100_core(lua_State *L) {
   set_submodule(L, luaopen_v100_dist, "_dist"); /* bindings/l_dist.c: v100.dist's primitives */
   set_submodule(L, luaopen_v100_ckpt, "_ckpt"); /* bindings/l_ckpt.c: v100.checkpoint's primitives */
   set_submodule(L, luaopen_v100_data, "_data"); /* ext/data/l_data.c: v100.data's image pipeline */
-  set_submodule(L, luaopen_v100_onnx, "_onnx"); /* bindings/l_onnx.c: v100.onnx's model writer */
-  set_submodule(L, luaopen_v100_telemetry, "_telemetry"); /* bindings/l_telemetry.c: telemetry, NVTX, HTTP */
+  set_submodule(L, luaopen_v100_onnx, "_onnx"); /* ext/onnx/l_onnx.c: v100.onnx's model writer */
+  set_submodule(L, luaopen_v100_telemetry, "_telemetry"); /* ext/telemetry/l_telemetry.c: samplers, HTTP */
+  set_submodule(L, luaopen_v100_nvtx, "_nvtx"); /* bindings/l_nvtx.c: v100.nvtx's primitives */
   return 1;
 }

@@ -8,9 +8,9 @@
 #   2. No file under runtime/ includes a kernel header ("kernels/..."): kernels implement the
 #      interface of runtime/backend/, the runtime never reaches into them.
 #   3. No file under runtime/ or kernels/ includes an extension's header ("ext/..."): extensions
-#      (ext/text, ext/data; issue 29) are built over the core's C API as libraries of their own,
-#      so the core builds and links without them. (Rules 1 and 2 are the runtime's only: kernels
-#      include kernel headers.)
+#      (ext/text, ext/data, ext/telemetry, ext/onnx; issue 29) are built over the core's C API as
+#      libraries of their own, so the core builds and links without them. (Rules 1 and 2 are the
+#      runtime's only: kernels include kernel headers.)
 # Only the include lines are read (a path named in a comment is no dependency). Prints one
 # "file:line: ..." per broken rule and exits 1; exits 0 with "check-layers: ok" otherwise.
 # CI runs it (.ci/run); tests/tools/test_check_layers.sh plants a bad include in a copy of the

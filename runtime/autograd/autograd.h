@@ -84,7 +84,7 @@ struct vl_node {
   vl_hook *hooks;             /* tensor hooks of outputs (non-leaf tensors) */
   uint64_t seq;               /* creation order; among ready nodes, the newest runs first */
   const struct vl_nvtx_scope *scope; /* the layer it was recorded in, while NVTX ranges are on
-                                        (runtime/telemetry/nvtx.h); NULL otherwise */
+                                        (runtime/trace/nvtx.h); NULL otherwise */
 };
 
 /* Autograd state of one tensor object (vl_tensor.autograd). Created on demand. */

@@ -10,7 +10,7 @@
 #include "runtime/core/context.h"
 #include "runtime/ops/ops.h"
 #include "runtime/ops/ops_internal.h"
-#include "runtime/telemetry/nvtx.h"
+#include "runtime/trace/nvtx.h"
 
 typedef struct eng_item {
   vl_node *n;
@@ -363,7 +363,7 @@ static vl_status eng_exec(engine *e, int nroots, const vl_edge *roots, vl_tensor
     return s;
   }
   /* NVTX on: each node in a range of its name, inside the backward ranges of the layers it was
-   * recorded in (runtime/telemetry/nvtx.h). */
+   * recorded in (runtime/trace/nvtx.h). */
   vl_nvtx_bw bw;
   memset(&bw, 0, sizeof bw);
   while (s == VL_OK && e->nheap) {

@@ -14,7 +14,7 @@
 #include "runtime/core/context.h"
 #include "runtime/ops/ops.h"
 #include "runtime/ops/ops_internal.h"
-#include "runtime/telemetry/nvtx.h"
+#include "runtime/trace/nvtx.h"
 
 /* ---- grad mode ---- */
 

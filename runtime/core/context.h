@@ -52,7 +52,7 @@ typedef struct vl_context {
   struct vl_autograd_state *autograd;        /* runtime/autograd/node.c: grad mode, node counts */
   struct vl_autocast *autocast;              /* runtime/amp/autocast.c: O1 state; NULL reads as off */
   struct vl_dist *dist;                      /* runtime/dist/comm.c: the world; NULL until vl_dist_init */
-  struct vl_nvtx *nvtx;                      /* runtime/telemetry/nvtx.c: NVTX ranges; NULL until enabled */
+  struct vl_nvtx *nvtx;                      /* runtime/trace/nvtx.c: NVTX ranges; NULL until enabled */
   vl_core_hooks hooks;                       /* installed from above; they survive vl_shutdown */
 } vl_context;
 

@@ -15,7 +15,7 @@
 #include "runtime/core/cuda.h"
 #include "runtime/dist/internal.h"
 #include "runtime/ops/ops_internal.h"
-#include "runtime/telemetry/nvtx.h"
+#include "runtime/trace/nvtx.h"
 
 typedef struct vl_dist {
   vl_comm world;
@@ -469,7 +469,7 @@ static vl_status new_work(const char *op, vl_comm *c, const vl_comm_backend *be,
   w->expect = -1;
   w->seq = c->seq_next; /* set by vl_dist_agree for a collective; 0 for send/recv */
   c->seq_next = 0;
-  /* NVTX (runtime/telemetry/nvtx.h): the collective's start, and its completion when blocking. */
+  /* NVTX (runtime/trace/nvtx.h): the collective's start, and its completion when blocking. */
   w->nvtx = vl_nvtx_enabled();
   if (w->nvtx) vl_nvtx_push(op);
   *out = w;

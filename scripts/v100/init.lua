@@ -8,7 +8,8 @@ local onnx = require 'v100.export.onnx'
 -- Distributed runs (scripts/v100/dist/): dist.init(), collectives, DistributedSampler, DataParallel.
 v100.dist = dist
 
--- ONNX export for inference stacks (scripts/v100/export/onnx.lua): v100.onnx.export(model, inputs, path).
+-- ONNX export for inference stacks (the extension ext/onnx: lua/v100/export/onnx.lua):
+-- v100.onnx.export(model, inputs, path).
 v100.onnx = onnx
 
 return v100

@@ -24,7 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/telemetry/http.h"
+#include "ext/telemetry/http.h"
 #include "vl_test.h"
 
 #define BODY "# TYPE v100_train_running gauge\nv100_train_running 1\n"

@@ -1,4 +1,4 @@
-/* tests/c/test_onnx.c: the ONNX model writer (runtime/io/onnx.c). A model built through the
+/* tests/c/test_onnx.c: the ONNX model writer (ext/onnx/onnx.c). A model built through the
  * writer is packed, and read back with protobuf-c's own unpack of the same schema
  * (onnx__model_proto__unpack): every field the writer sets is checked there, initializer bytes
  * included (a strided view comes out in logical order, an f32 tensor asked as f16 as IEEE half
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "onnx.pb-c.h"
-#include "runtime/io/onnx.h"
+#include "ext/onnx/onnx.h"
 #include "tests/c/vl_test.h"
 
 static vl_tensor *f32_tensor(int ndim, const int64_t *size, const float *vals) {

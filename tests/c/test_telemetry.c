@@ -9,9 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "runtime/telemetry/http.h"
-#include "runtime/telemetry/nvtx.h"
-#include "runtime/telemetry/telemetry.h"
+#include "ext/telemetry/http.h"
+#include "ext/telemetry/telemetry.h"
+#include "runtime/trace/nvtx.h"
 #include "vl_test.h"
 
 #define ALL ((1u << VL_TM_NFIELDS) - 1)

@@ -1,4 +1,4 @@
--- tests/lua/test_onnx.lua: v100.onnx.export (scripts/v100/export/onnx.lua, runtime/io/onnx.c).
+-- tests/lua/test_onnx.lua: v100.onnx.export (ext/onnx/lua/v100/export/onnx.lua, ext/onnx/onnx.c).
 --
 -- Here: the errors (bad arguments, unsupported modules, unwritable paths, an old file kept
 -- when an export fails), the file's shape (inputs with dynamic dims, names of the state dict,

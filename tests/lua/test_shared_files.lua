@@ -117,9 +117,11 @@ T.test('two uids (setpriv): a victim writing its metrics into a 1777 folder neve
   assert(sh(string.format(as, 65534, 65534) .. 'ln -s ' .. q(keys) .. ' ' .. q(prom)))
   -- the victim's Lua library as uid 65533 can read it: a checkout in a 0700 folder (mktemp -d, as
   -- CI clones) is not, and then the host falls back to LUA_PATH, here a copy beside the test's files
+  -- (v100.prometheus is the extension ext/telemetry's: its Lua folder is merged into the copy)
   local scripts = assert(package.searchpath('v100.base', package.path)):match('^(.*)/v100/base%.lua$')
+  local ext = assert(package.searchpath('v100.obs.prometheus', package.path)):match('^(.*)/v100/obs/prometheus%.lua$')
   local lib = dir .. '/lib'
-  assert(sh(string.format('cp -r %s %s && chmod -R a+rX %s', q(scripts), q(lib), q(lib))))
+  assert(sh(string.format('cp -r %s %s && cp -r %s/. %s && chmod -R a+rX %s', q(scripts), q(lib), q(ext), q(lib), q(lib))))
   local env = 'env ' .. q('LUA_PATH=' .. lib .. '/?.lua;' .. lib .. '/?/init.lua;;') .. ' '
   local code = string.format("local ok, e = pcall(require('v100.prometheus').write_textfile, %q, 'v100lua_up 1\\n') print(ok, e)", prom)
   local p = io.popen(env .. string.format(as, 65533, 65533) .. q(T.binary()) .. ' -e ' .. q(code) .. ' 2>&1')

@@ -7,7 +7,7 @@ local v100 = require 'v100'
 local telemetry = require 'v100.telemetry'
 local T = require 'testlib'
 
--- The fake device d's power at read k (runtime/telemetry/fake.c) and the energy between reads
+-- The fake device d's power at read k (ext/telemetry/fake.c) and the energy between reads
 -- a and b (the trapezoids of those straight lines).
 local function fake_power(cfg, d, k) return cfg.base_w + 10 * d + cfg.step_w * (k % cfg.period) end
 local function fake_energy(cfg, d, a, b)

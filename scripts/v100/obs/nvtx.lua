@@ -11,8 +11,8 @@
 -- "v100lua". Under `nsys profile --trace=cuda,nvtx v100lua script.lua` the timeline then reads
 -- like the model. Off by default, and off costs one boolean test per module call. Builds without
 -- CUDA keep the bookkeeping (nvtx.stats()) but emit nothing (nvtx.available is false).
--- docs/OPERATIONS.md ("NVTX"); the C side is runtime/telemetry/nvtx.c.
-local C = require('v100.core')._telemetry.nvtx
+-- docs/OPERATIONS.md ("NVTX"); the C side is runtime/trace/nvtx.c.
+local C = require('v100.core')._nvtx
 
 local nvtx = {}
 -- read by scripts/v100/nn/module.lua on every call: keep it in step with the runtime's flag

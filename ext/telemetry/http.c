@@ -1,4 +1,4 @@
-/* runtime/telemetry/http.c: the scrape endpoint of http.h.
+/* ext/telemetry/http.c: the scrape endpoint of http.h.
  *
  * One thread multiplexes the listening socket and up to VL_HTTP_MAX_CONN non-blocking client
  * connections with poll(), so no client can hold another's scrape (issue 27: one trickling client
@@ -15,7 +15,7 @@
  * taken, so idle connections cannot keep a scraper out. close() writes to a pipe the thread polls:
  * it never waits on a client. */
 #define _GNU_SOURCE /* accept4 */
-#include "runtime/telemetry/http.h"
+#include "ext/telemetry/http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
--- scripts/v100/export/onnx.lua: `v100.onnx`, ONNX export of models for inference stacks (onnxruntime,
+-- ext/onnx/lua/v100/export/onnx.lua: `v100.onnx`, ONNX export of models for inference stacks (onnxruntime,
 -- TensorRT). docs/OPERATIONS.md ("Export (ONNX, TensorRT)") has the user's side.
 --
 --   local onnx = require 'v100.onnx'                  -- also v100.onnx
@@ -27,8 +27,8 @@
 -- graph); weights are written in their logical order.
 --
 -- This file drives the export and holds the generic layers; the model families (ResNet, BERT)
--- are in scripts/v100/export/onnx_models.lua, the helpers both use in export/common.lua. The bytes are written by runtime/io/onnx.c through
--- protobuf-c (bindings/l_onnx.c: v100.core._onnx).
+-- are in export/onnx_models.lua, the helpers both use in export/common.lua. The bytes are written by ext/onnx/onnx.c through
+-- protobuf-c (ext/onnx/l_onnx.c: v100.core._onnx).
 local v100 = require 'v100.base'
 local core = require 'v100.core'
 local nn = require 'v100.nn'

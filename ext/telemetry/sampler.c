@@ -1,9 +1,9 @@
-/* runtime/telemetry/sampler.c: the sampler of telemetry.h: the aggregation of samples, and the
+/* ext/telemetry/sampler.c: the sampler of telemetry.h: the aggregation of samples, and the
  * thread that takes them every interval. One mutex serialises the source's reads and the
  * aggregates, so a read from the main thread (vl_telemetry_sample before an epoch's figures) and
  * the thread's never interleave, and samples reach the aggregates in time order. */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/telemetry/telemetry.h"
+#include "ext/telemetry/telemetry.h"
 
 #include <errno.h>
 #include <math.h>

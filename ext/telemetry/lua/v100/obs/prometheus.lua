@@ -1,4 +1,4 @@
--- scripts/v100/obs/prometheus.lua: `require 'v100.prometheus'`: metrics in the Prometheus text
+-- ext/telemetry/lua/v100/obs/prometheus.lua: `require 'v100.prometheus'`: metrics in the Prometheus text
 -- exposition format (version 0.0.4), as a textfile for node-exporter's textfile collector and/or
 -- from a small HTTP endpoint.
 --

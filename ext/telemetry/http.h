@@ -1,4 +1,4 @@
-/* runtime/telemetry/http.h: a tiny HTTP/1.1 server for Prometheus scrapes: one thread polling
+/* ext/telemetry/http.h: a tiny HTTP/1.1 server for Prometheus scrapes: one thread polling
  * up to VL_HTTP_MAX_CONN non-blocking connections, GET (or HEAD) of one path answered with the
  * body last set, everything else 404/405, one request per connection. The body is replaced by the
  * training loop (vl_http_set_body) and served by the thread; a scraper never sees half an update.

@@ -1,4 +1,4 @@
-/* runtime/telemetry/telemetry.h: GPU power, energy, clocks and the rest, sampled by a background
+/* ext/telemetry/telemetry.h: GPU power, energy, clocks and the rest, sampled by a background
  * thread; read-only (nothing on a device is ever set).
  *
  * A source is a table of functions that reads devices: NVML (nvml.c, loaded with dlopen at run

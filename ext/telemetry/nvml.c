@@ -1,4 +1,4 @@
-/* runtime/telemetry/nvml.c: the NVML source of telemetry.h. libnvidia-ml.so.1 (installed with the
+/* ext/telemetry/nvml.c: the NVML source of telemetry.h. libnvidia-ml.so.1 (installed with the
  * driver) is opened with dlopen, so that a machine without a driver runs everything else: the
  * source then fails to open with the reason, and the telemetry reports itself unavailable.
  * Only NVML's reading functions are looked up (nvml_api.h): nothing on a device is ever set. */
@@ -9,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/telemetry/nvml_api.h"
-#include "runtime/telemetry/telemetry.h"
+#include "ext/telemetry/nvml_api.h"
+#include "ext/telemetry/telemetry.h"
 
 #ifdef VL_HAVE_CUDA
 #include <cuda_runtime.h>

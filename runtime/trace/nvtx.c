@@ -1,8 +1,8 @@
-/* runtime/telemetry/nvtx.c: NVTX ranges of layers, backward and collectives (nvtx.h). The state
+/* runtime/trace/nvtx.c: NVTX ranges of layers, backward and collectives (nvtx.h). The state
  * hangs off the context (vl_ctx()->nvtx), made on first use and kept for the process: scopes
  * must outlive every node that points at them. */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/telemetry/nvtx.h"
+#include "runtime/trace/nvtx.h"
 
 #include <stdio.h>
 #include <stdlib.h>

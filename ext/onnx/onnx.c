@@ -1,4 +1,4 @@
-/* runtime/io/onnx.c: the ONNX model writer (runtime/io/onnx.h).
+/* ext/onnx/onnx.c: the ONNX model writer (ext/onnx/onnx.h).
  *
  * The model is kept as the protobuf-c structures of the compiled ONNX schema (onnx.pb-c.h,
  * generated from third_party/onnx/onnx.proto at build time), each piece malloc'd on its own, so
@@ -7,7 +7,7 @@
  * Every add_* function builds its piece completely, checks it, reserves the room it needs and
  * only then links it in, so a failed call leaves the model as it was. */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/io/onnx.h"
+#include "ext/onnx/onnx.h"
 
 #include <errno.h>
 #include <stdbool.h>

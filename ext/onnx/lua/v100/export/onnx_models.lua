@@ -1,5 +1,5 @@
--- scripts/v100/export/onnx_models.lua: the ONNX exporters of the model families of
--- scripts/v100/models (ResNet, BERT), for scripts/v100/export/onnx.lua, which explains the scheme: each exporter writes
+-- ext/onnx/lua/v100/export/onnx_models.lua: the ONNX exporters of the model families of
+-- scripts/v100/models (ResNet, BERT), for export/onnx.lua, which explains the scheme: each exporter writes
 -- the nodes of its module's forward, mirroring it line by line (keep the two in step: the
 -- export checks output shapes against the forward, and tests/lua/test_onnx.lua compares
 -- onnxruntime's numbers with the forward's).

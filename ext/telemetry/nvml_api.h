@@ -1,4 +1,4 @@
-/* runtime/telemetry/nvml_api.h: the few NVML declarations runtime/telemetry/nvml.c uses.
+/* ext/telemetry/nvml_api.h: the few NVML declarations ext/telemetry/nvml.c uses.
  *
  * NVML is loaded at run time (dlopen("libnvidia-ml.so.1"), the driver's library), so that the
  * binary runs and CI passes where there is no driver, and nvml.h (not part of the CUDA toolkit's

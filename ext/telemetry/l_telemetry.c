@@ -1,5 +1,6 @@
-/* bindings/l_telemetry.c: v100.core._telemetry, the primitives of v100.telemetry, v100.nvtx and
- * v100.prometheus (scripts/v100/telemetry.lua, nvtx.lua, prometheus.lua; runtime/telemetry/):
+/* ext/telemetry/l_telemetry.c: v100.core._telemetry, the primitives of v100.telemetry and
+ * v100.prometheus (ext/telemetry/lua/v100/obs/telemetry.lua, prometheus.lua; the C of ext/telemetry/),
+ * compiled into the host; the NVTX primitives, v100.core._nvtx, are bindings/l_nvtx.c:
  *
  *   open{source = 'nvml' | 'fake', devices = {nvml indices}, cuda = {cuda indices},
  *        fake = {ndevices =, dt =, base_w =, step_w =, energy0_j =, period =, energy_counter =}}
@@ -8,8 +9,6 @@
  *   s:ndevices(), s:info(i), s:latest(i), s:totals(i), s:window(i[, reset]), s:errors() -> n, msg
  *   s.source, s.running, s.interval
  *   fields -> {'power_w', 'energy_j', ...} (the field names, in the runtime's order)
- *   nvtx: enable(on), enabled(), available(), push(msg), pop(), mark(msg), scope_enter(label) ->
- *         token, scope_leave(token), stats() -> {pushes, pops, depth, scopes}
  *   serve(addr, port, path, content_type) -> server; srv.port, srv:set(body), srv:requests(),
  *         srv:close() (also __gc, __close)
  * i is the sampler's device, 1-based. A sample is a table with t and the fields that were read; a
@@ -19,9 +18,8 @@
 #include <string.h>
 
 #include "bindings/vl_lua.h"
-#include "runtime/telemetry/http.h"
-#include "runtime/telemetry/nvtx.h"
-#include "runtime/telemetry/telemetry.h"
+#include "ext/telemetry/http.h"
+#include "ext/telemetry/telemetry.h"
 
 #define SAMPLER_MT "v100.telemetry.Sampler"
 #define SERVER_MT "v100.prometheus.Server"
@@ -279,45 +277,6 @@ static int s_tostring(lua_State *L) {
   return 1;
 }
 
-/* ---- nvtx ---- */
-
-static int n_enable(lua_State *L) {
-  vl_nvtx_enable(lua_toboolean(L, 1));
-  return 0;
-}
-static int n_enabled(lua_State *L) { return lua_pushboolean(L, vl_nvtx_enabled()), 1; }
-static int n_available(lua_State *L) { return lua_pushboolean(L, vl_nvtx_available()), 1; }
-static int n_push(lua_State *L) {
-  vl_nvtx_push(luaL_checkstring(L, 1));
-  return 0;
-}
-static int n_pop(lua_State *L) {
-  vl_nvtx_pop();
-  return 0;
-}
-static int n_mark(lua_State *L) {
-  vl_nvtx_mark(luaL_checkstring(L, 1));
-  return 0;
-}
-static int n_scope_enter(lua_State *L) {
-  lua_pushinteger(L, vl_nvtx_scope_enter(luaL_checkstring(L, 1)));
-  return 1;
-}
-static int n_scope_leave(lua_State *L) {
-  vl_nvtx_scope_leave((int)luaL_checkinteger(L, 1));
-  return 0;
-}
-static int n_stats(lua_State *L) {
-  vl_nvtx_stats st;
-  vl_nvtx_get_stats(&st);
-  lua_createtable(L, 0, 4);
-  lua_pushinteger(L, (lua_Integer)st.pushes), lua_setfield(L, -2, "pushes");
-  lua_pushinteger(L, (lua_Integer)st.pops), lua_setfield(L, -2, "pops");
-  lua_pushinteger(L, st.depth), lua_setfield(L, -2, "depth");
-  lua_pushinteger(L, st.scopes), lua_setfield(L, -2, "scopes");
-  return 1;
-}
-
 /* ---- the HTTP endpoint ---- */
 
 typedef struct l_server {
@@ -394,17 +353,10 @@ static const luaL_Reg server_methods[] = {
     {"set", h_set}, {"requests", h_requests}, {"close", h_close}, {NULL, NULL},
 };
 
-static const luaL_Reg nvtx_funcs[] = {
-    {"enable", n_enable}, {"enabled", n_enabled}, {"available", n_available},         {"push", n_push},
-    {"pop", n_pop},       {"mark", n_mark},       {"scope_enter", n_scope_enter},     {"scope_leave", n_scope_leave},
-    {"stats", n_stats},   {NULL, NULL},
-};
-
 int luaopen_v100_telemetry(lua_State *L) {
   vl_lua_class(L, SAMPLER_MT, sampler_methods, s_index, s_close, s_close, s_tostring);
   vl_lua_class(L, SERVER_MT, server_methods, h_index, h_close, h_close, NULL);
-  vl_nvtx_enable_from_env();
-  lua_createtable(L, 0, 4);
+  lua_createtable(L, 0, 3);
   lua_pushcfunction(L, t_open);
   lua_setfield(L, -2, "open");
   lua_pushcfunction(L, h_serve);
@@ -415,7 +367,5 @@ int luaopen_v100_telemetry(lua_State *L) {
     lua_rawseti(L, -2, f + 1);
   }
   lua_setfield(L, -2, "fields");
-  luaL_newlib(L, nvtx_funcs);
-  lua_setfield(L, -2, "nvtx");
   return 1;
 }

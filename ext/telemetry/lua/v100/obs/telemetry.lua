@@ -1,4 +1,4 @@
--- scripts/v100/obs/telemetry.lua: `require 'v100.telemetry'`: what the GPUs draw and what a result
+-- ext/telemetry/lua/v100/obs/telemetry.lua: `require 'v100.telemetry'`: what the GPUs draw and what a result
 -- cost. Read-only: NVML is only asked, nothing on a device is ever set.
 --
 --   local telemetry = require 'v100.telemetry'
@@ -19,7 +19,7 @@
 -- The recipes use telemetry.Recorder: a monitor of the rank's GPU, figures summed over the ranks,
 -- metrics for the logger and the progress bar, and the Prometheus exporter (v100.prometheus).
 -- The source can be set with V100LUA_TELEMETRY_SOURCE=fake: a synthetic GPU with deterministic
--- series (runtime/telemetry/fake.c), which is how CI runs all of this without a GPU.
+-- series (ext/telemetry/fake.c), which is how CI runs all of this without a GPU.
 local core = require 'v100.core'
 local log = require 'v100.obs.log'
 local prometheus = require 'v100.obs.prometheus'
@@ -127,7 +127,7 @@ function Monitor:latest(i)
   return self.s:latest(i or 1)
 end
 
--- mon:totals([i]) -> the aggregate since the monitor started (see runtime/telemetry/telemetry.h).
+-- mon:totals([i]) -> the aggregate since the monitor started (see ext/telemetry/telemetry.h).
 function Monitor:totals(i)
   if not self.s then return nil end
   return self.s:totals(i or 1)

@@ -1,5 +1,5 @@
-/* bindings/l_onnx.c: v100.core._onnx, the ONNX model writer (runtime/io/onnx.h) for
- * scripts/v100/onnx.lua, which walks models and says what the graph holds.
+/* ext/onnx/l_onnx.c: v100.core._onnx, the ONNX model writer (ext/onnx/onnx.h) for
+ * ext/onnx/lua/v100/export/onnx.lua, which walks models and says what the graph holds.
  *   _onnx.new(graph_name, opset, producer_version) -> w
  *   w:input(name, dtype, dims)        dims: a list of sizes (integers) and symbolic names (strings)
  *   w:output(name, dtype, dims)
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "bindings/l_priv.h"
-#include "runtime/io/onnx.h"
+#include "ext/onnx/onnx.h"
 #include "runtime/ops/ops.h"
 
 #define ONNX_MT "v100.onnx_writer"

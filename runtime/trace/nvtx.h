@@ -1,4 +1,4 @@
-/* runtime/telemetry/nvtx.h: NVTX ranges, so that an Nsight Systems timeline reads like the model.
+/* runtime/trace/nvtx.h: NVTX ranges, so that an Nsight Systems timeline reads like the model.
  *
  * Off by default; vl_nvtx_enable(true) (Lua: v100.nvtx.enable(true), or V100LUA_NVTX=1 in the
  * environment) turns them on. What gets a range when on:

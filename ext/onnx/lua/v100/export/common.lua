@@ -1,4 +1,4 @@
--- scripts/v100/export/common.lua: what the ONNX exporters of export/onnx.lua (the driver and the
+-- ext/onnx/lua/v100/export/common.lua: what the ONNX exporters of export/onnx.lua (the driver and the
 -- generic layers) and export/onnx_models.lua (ResNet, BERT) share, below both.
 local errors = require 'v100.errors'
 

@@ -1,10 +1,10 @@
-/* runtime/io/onnx.h: an ONNX model writer (the graph, its nodes, attributes and initializers),
+/* ext/onnx/onnx.h: an ONNX model writer (the graph, its nodes, attributes and initializers),
  * serialised by protobuf-c (Debian's libprotobuf-c) from the ONNX schema compiled by protoc-c at
  * build time (third_party/onnx/onnx.proto, see third_party/onnx/README.md).
  *
- * The writer knows nothing about layers: scripts/v100/onnx.lua walks a model and says which
- * inputs, initializers, nodes and outputs make its graph; this file checks that what it is told
- * forms a valid graph and writes it. What is checked, once, as each piece arrives (so that a
+ * The writer knows nothing about layers: ext/onnx/lua/v100/export/onnx.lua walks a model and
+ * says which inputs, initializers, nodes and outputs make its graph; this file checks that what
+ * it is told forms a valid graph and writes it. What is checked, once, as each piece arrives (so that a
  * broken exporter is named at the node that breaks, not by a parser later):
  *   - names are non-empty, valid UTF-8 and assigned once (ONNX graphs are single assignment):
  *     a graph input, an initializer or a node output may not reuse a name;
@@ -23,7 +23,7 @@
  * Saving is atomic and durable (runtime/io/replace.h): a failed save leaves an existing file
  * as it was. Errors are VL_EINVAL for a malformed graph and VL_EIO for the file, naming the
  * node or value and the path; the writer itself is unchanged by a failed call.
- * Internal to the runtime; bound in bindings/l_onnx.c. */
+ * Internal to the extension ext/onnx; bound in ext/onnx/l_onnx.c. */
 #ifndef VL_ONNX_H
 #define VL_ONNX_H
 

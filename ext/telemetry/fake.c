@@ -1,11 +1,11 @@
-/* runtime/telemetry/fake.c: the synthetic device of telemetry.h (vl_tm_fake_open), for tests of
+/* ext/telemetry/fake.c: the synthetic device of telemetry.h (vl_tm_fake_open), for tests of
  * the sampler and of everything above it on machines without a GPU. Its series are functions of
  * the read count alone, so a run's aggregates are the same on every machine and at every speed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/telemetry/telemetry.h"
+#include "ext/telemetry/telemetry.h"
 
 typedef struct fake_dev {
   long k;        /* reads so far */
