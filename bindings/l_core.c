@@ -395,6 +395,7 @@ int luaopen_v100_graph(lua_State *L); /* bindings/l_graph.c */
 int luaopen_v100_rtc(lua_State *L); /* bindings/l_kernel.c */
 int luaopen_v100_dist(lua_State *L); /* bindings/l_dist.c */
 int luaopen_v100_ckpt(lua_State *L); /* bindings/l_ckpt.c */
+int luaopen_v100_serial(lua_State *L); /* bindings/l_safetensors.c */
 int luaopen_v100_onnx(lua_State *L); /* ext/onnx/l_onnx.c */
 int luaopen_v100_telemetry(lua_State *L); /* ext/telemetry/l_telemetry.c */
 int luaopen_v100_nvtx(lua_State *L); /* bindings/l_nvtx.c */
@@ -434,6 +435,7 @@ int luaopen_v100_core(lua_State *L) {
   set_submodule(L, luaopen_v100_rtc, "_rtc"); /* bindings/l_kernel.c: v100.kernel's primitives */
   set_submodule(L, luaopen_v100_dist, "_dist"); /* bindings/l_dist.c: v100.dist's primitives */
   set_submodule(L, luaopen_v100_ckpt, "_ckpt"); /* bindings/l_ckpt.c: v100.checkpoint's primitives */
+  set_submodule(L, luaopen_v100_serial, "_serial"); /* bindings/l_safetensors.c: v100.serial's primitives */
   set_submodule(L, luaopen_v100_data, "_data"); /* ext/data/l_data.c: v100.data's image pipeline */
   set_submodule(L, luaopen_v100_onnx, "_onnx"); /* ext/onnx/l_onnx.c: v100.onnx's model writer */
   set_submodule(L, luaopen_v100_telemetry, "_telemetry"); /* ext/telemetry/l_telemetry.c: samplers, HTTP */

@@ -7,7 +7,15 @@
  *     written as their text). A path ending in .gz is compressed. Names, metadata and paths
  *     with a NUL byte are errors (C would see them cut at the NUL); the save is atomic and
  *     durable (runtime/io/replace.h).
- * Registered on the core module through l_safetensors_funcs (bindings/l_core.c). */
+ * Registered on the core module through l_safetensors_funcs (bindings/l_core.c).
+ *
+ * v100.core._serial: the two primitives v100.serial (scripts/v100/serial.lua) needs to save
+ * storages once and views as views:
+ *   _serial.storage(t) -> id, numel   the identity of t's storage (an integer, equal for views of
+ *     one storage while they live) and its length in elements of t's dtype
+ *   _serial.as_strided(t, size, stride, offset) -> a view of t's storage (vl_as_strided: checked
+ *     against the storage's bytes, strides >= 0); not recorded by autograd (a loaded tensor is a
+ *     leaf), so not a Tensor method. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +177,35 @@ static int l_save_safetensors(lua_State *L) {
   vl_status s = vl_safetensors_write(path, n, names, tensors, nmeta, mk, mv);
   if (s != VL_OK) return vl_lua_error(L, s);
   return 0;
+}
+
+static int l_serial_storage(lua_State *L) {
+  vl_tensor *t = vl_lua_checktensor(L, 1);
+  lua_pushinteger(L, (lua_Integer)(uintptr_t)t->storage);
+  lua_pushinteger(L, (lua_Integer)(vl_tensor_storage_nbytes(t) / vl_dtype_size(t->dtype)));
+  return 2;
+}
+
+static int l_serial_as_strided(lua_State *L) {
+  vl_tensor *t = vl_lua_checktensor(L, 1);
+  int64_t size[VL_MAX_DIMS], stride[VL_MAX_DIMS];
+  int n = l_checksizetable(L, 2, size);
+  int m = l_checksizetable(L, 3, stride);
+  if (m != n) return luaL_error(L, "as_strided: %d sizes but %d strides", n, m);
+  int64_t offset = (int64_t)luaL_checkinteger(L, 4);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_as_strided(t, n, size, stride, offset, slot));
+}
+
+static const luaL_Reg serial_funcs[] = {
+    {"storage", l_serial_storage},
+    {"as_strided", l_serial_as_strided},
+    {NULL, NULL},
+};
+
+int luaopen_v100_serial(lua_State *L) {
+  luaL_newlib(L, serial_funcs);
+  return 1;
 }
 
 const luaL_Reg l_safetensors_funcs[] = {

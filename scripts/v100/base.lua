@@ -7,6 +7,7 @@ local core = require 'v100.core'
 local autograd = require 'v100.autograd'
 local graph = require 'v100.graph'
 local kernel = require 'v100.kernel'
+local serial = require 'v100.serial'
 
 local v100 = {}
 for k, v in pairs(core) do v100[k] = v end
@@ -54,6 +55,13 @@ function core.io.exists(path)
   return f ~= nil
 end
 function core.io.join(a, b) return (a:sub(-1) == '/' and a or a .. '/') .. b end
+
+-- Saving any plain Lua value (scripts/v100/serial.lua): v100.save(path, value) and
+-- v100.load(path[, {device =}]): tables of tensors, numbers, strings and booleans, torch.save's
+-- role, in a safetensors file whose loading never runs code.
+v100.save = serial.save
+v100.load = serial.load
+v100.serial = serial
 
 -- v100.isatty(fd): whether fd (0, 1, 2) is a terminal, for progress bars (scripts/v100/obs/log.lua).
 v100.isatty = core.io.isatty

@@ -18,8 +18,14 @@
 --                         non-tensor field (param_groups, steps, master_weights, rounding_seed);
 --   <files>               the caller's extra files (files = {['config.json'] = text, ...}): with
 --                         a BERT's config.json the folder is one transformers loads;
---   meta.json             format, epoch, step, state (the caller's table), rng (v100.rng_state()
---                         at the save), world size, versions, the file list.
+--   meta.json             format, epoch, step, state (the caller's table, when JSON holds it
+--                         exactly), rng (v100.rng_state() at the save), world size, versions, the
+--                         file list;
+--   state.safetensors     the caller's state when JSON cannot hold it exactly (tensors, shared
+--                         tables or cycles, integer or boolean keys, byte strings, inf/NaN):
+--                         written by v100.save (scripts/v100/serial.lua), named by meta.json's
+--                         "state_file" (then meta.json has no "state"); loaded by v100.load, its
+--                         tensors on the CPU.
 -- and dir/latest, one line naming the newest checkpoint.
 --
 -- Why it survives a crash at any point: the files are written into a hidden directory
@@ -44,6 +50,7 @@ local core = require 'v100.core'
 local errors = require 'v100.errors'
 local dist = require 'v100.dist.comm'
 local optim = require 'v100.optim'
+local serial = require 'v100.serial'
 local fs, cio = core._ckpt, core.io
 -- meta.json and the training file's metadata: non-finite numbers raise instead of turning into
 -- null, and a table with integer keys (the caller's state) is written as an object.
@@ -54,6 +61,7 @@ local M = {}
 
 local FORMAT, VERSION = 'v100lua-checkpoint', 1
 local MODEL, TRAINING, META, LATEST = 'model.safetensors', 'training.safetensors', 'meta.json', 'latest'
+local STATE = 'state.safetensors'
 local NAME_PATTERN = '^epoch(%d+)%-step(%d+)$'
 local STATE_KEY = '^optimizer%.state%.(%d+)%.(.+)$'
 
@@ -101,7 +109,14 @@ local function check_meta(meta, op, file)
     if type(f) ~= 'string' or not f:match(FILE_NAME) or f == META then bad('files', 'entry %d is not a plain file name: %s', i, tostring(f)) end
   end
   if meta.state ~= nil and type(meta.state) ~= 'table' then bad('state', 'must be an object, got %s', type(meta.state)) end
-  local ld = meta.state and meta.state.loader
+  if meta.state_file ~= nil then
+    if meta.state_file ~= STATE then bad('state_file', 'must be %s, got %s', STATE, tostring(meta.state_file)) end
+    if meta.state ~= nil then bad('state', 'must be absent when state_file is given') end
+    local listed = false
+    for _, f in ipairs(meta.files) do listed = listed or f == STATE end
+    if not listed then bad('state_file', 'names %s, which the file list lacks', STATE) end
+  end
+  local ld = type(meta.state) == 'table' and rawget(meta.state, 'loader') or nil
   if ld ~= nil then
     if type(ld) ~= 'table' then bad('state.loader', 'must be an object, got %s', type(ld)) end
     for k, lo in pairs(LOADER_MIN) do int_at_least('state.loader.' .. k, ld[k], lo, true) end
@@ -194,8 +209,9 @@ local function check_options(o)
   if o.files ~= nil then
     if type(o.files) ~= 'table' then fail('save: files must be a table of name = contents, got %s', type(o.files)) end
     for name, text in pairs(o.files) do
-      if type(name) ~= 'string' or not name:match('^[%w][%w%._%-]*$') or name == MODEL or name == TRAINING or name == META then
-        fail("save: files: '%s' is not a plain file name other than %s, %s and %s", tostring(name), MODEL, TRAINING, META)
+      if type(name) ~= 'string' or not name:match('^[%w][%w%._%-]*$') or name == MODEL or name == TRAINING or name == META
+        or name == STATE then
+        fail("save: files: '%s' is not a plain file name other than %s, %s, %s and %s", tostring(name), MODEL, TRAINING, STATE, META)
       end
       if type(text) ~= 'string' then fail('save: files: %s must be a string, got %s', name, type(text)) end
     end
@@ -211,6 +227,35 @@ local function check_options(o)
   end
   if o.state ~= nil and type(o.state) ~= 'table' then fail('save: state must be a table, got %s', type(o.state)) end
   return m
+end
+
+-- Whether b (JSON read back) is exactly a: the same types (integer and float apart), values and
+-- keys, no table reached twice (JSON would copy a shared one).
+local function same_json(a, b, seen)
+  if type(a) ~= type(b) then return false end
+  if type(a) == 'number' then return math.type(a) == math.type(b) and a == b and (a ~= 0 or 1 / a == 1 / b) end
+  if type(a) ~= 'table' then return a == b end
+  if seen[a] then return false end
+  seen[a] = true
+  local n = 0
+  for k, v in pairs(a) do
+    n = n + 1
+    if not same_json(v, rawget(b, k), seen) then return false end
+  end
+  for _ in pairs(b) do n = n - 1 end
+  return n == 0
+end
+
+-- The caller's state for meta.json (a table JSON holds exactly), or nil and the description and
+-- storages of state.safetensors (v100.serial), whose refusals name the value ("state.fn is a function").
+local function encode_state(state)
+  if state == nil then return {} end
+  local desc, files = serial.encode(state, 'checkpoint.save', 'state')
+  if #desc.tensors == 0 then
+    local ok, text = pcall(cio.json_encode, state, JSON)
+    if ok and same_json(state, cio.json_decode(text), {}) then return state end
+  end
+  return nil, desc, files
 end
 
 -- Hidden directories of interrupted saves whose process is gone.
@@ -263,7 +308,7 @@ local function prune(dir, keep, current)
 end
 
 -- Rank 0's part of save: everything that touches the file system.
-local function write(dir, name, o, m, osd, rngs)
+local function write(dir, name, o, m, osd, rngs, json_state, state_desc, state_files)
   local fail_after = tonumber(os.getenv('V100LUA_CHECKPOINT_FAIL_AFTER') or '')
   local done = 0
   local function step_done(what)
@@ -312,6 +357,10 @@ local function write(dir, name, o, m, osd, rngs)
     -- the caller's extra files (a BERT checkpoint's config.json and vocab.txt make the folder one
     -- that transformers' from_pretrained reads), in a fixed order
     local files = { MODEL, TRAINING }
+    if state_desc then
+      serial.write(join(tmp, STATE), state_desc, state_files)
+      files[#files + 1] = STATE
+    end
     local extra = {}
     for name in pairs(o.files or {}) do extra[#extra + 1] = name end
     table.sort(extra)
@@ -320,8 +369,8 @@ local function write(dir, name, o, m, osd, rngs)
       files[#files + 1] = name
     end
 
-    local meta = { format = FORMAT, version = VERSION, epoch = o.epoch or 0, step = o.step or 0, state = o.state or {},
-      rng = rngs[1], rng_ranks = rngs, world_size = #rngs, versions = v100.versions(),
+    local meta = { format = FORMAT, version = VERSION, epoch = o.epoch or 0, step = o.step or 0, state = json_state,
+      state_file = state_desc and STATE or nil, rng = rngs[1], rng_ranks = rngs, world_size = #rngs, versions = v100.versions(),
       created = os.date('!%Y-%m-%dT%H:%M:%SZ'), files = files,
       optimizer = osd and o.optimizer.name or nil, scaler = o.scaler ~= nil }
     check_meta(meta, 'save', join(final, META))
@@ -352,6 +401,7 @@ end
 function M.save(dir, o)
   if type(dir) ~= 'string' or dir == '' then fail('save: dir must be a non-empty string, got %s', type(dir)) end
   local m = check_options(o)
+  local json_state, state_desc, state_files = encode_state(o.state)
   local rank, world = rank_world()
   -- the collective part first: every rank takes part in ZeRO-1's gather
   local osd
@@ -369,7 +419,7 @@ function M.save(dir, o)
   end
   local name = string.format('epoch%d-step%d', o.epoch or 0, o.step or 0)
   local ok, res = true, join(dir, name)
-  if rank == 0 then ok, res = pcall(write, dir, name, o, m, osd, rngs) end
+  if rank == 0 then ok, res = pcall(write, dir, name, o, m, osd, rngs, json_state, state_desc, state_files) end
   if world > 1 then
     -- the others wait for rank 0's outcome, so that nobody reads a checkpoint not yet in place
     local flag = v100.tensor({ ok and 1 or 0 }, { dtype = 'f32' })
@@ -451,7 +501,16 @@ function M.load(path)
   local model = v100.load_safetensors(join(path, MODEL)) -- its errors name the file
   local training, tmeta = v100.load_safetensors(join(path, TRAINING))
   if tmeta.format ~= 'v100lua-training' then fail('load: %s: not a v100lua training state (metadata format %s)', join(path, TRAINING), tostring(tmeta.format)) end
-  local c = { path = path, epoch = meta.epoch, step = meta.step, state = meta.state, meta = meta, model = model,
+  local state = meta.state
+  if meta.state_file then
+    local sp = join(path, STATE)
+    local ok2, st = pcall(serial.load, sp)
+    if not ok2 then fail('%s', tostring(st)) end
+    if type(st) ~= 'table' then fail('load: %s: the state is a %s, not a table', sp, type(st)) end
+    check_meta({ format = FORMAT, version = VERSION, epoch = 0, step = 0, files = {}, state = st }, 'load', sp)
+    state = st
+  end
+  local c = { path = path, epoch = meta.epoch, step = meta.step, state = state, meta = meta, model = model,
     training = training, training_meta = tmeta }
   c.optimizer_state, c.optimizer_kind = optimizer_state(c)
   c.scaler_state = nil

@@ -478,7 +478,7 @@ T.test('loading a checkpoint never runs code: Lua in its metadata and state stay
   ckpt.restore(c, { model = m2 })
   T.eq(_G.CKPT_CODE_RAN, nil, 'nothing in the checkpoint ran')
   -- and the loaders contain no way to run what they read
-  for _, f in ipairs { 'scripts/v100/checkpoint.lua', 'scripts/v100/models/bert_hf.lua', 'ext/text/lua/v100/bert_data.lua' } do
+  for _, f in ipairs { 'scripts/v100/checkpoint.lua', 'scripts/v100/serial.lua', 'scripts/v100/models/bert_hf.lua', 'ext/text/lua/v100/bert_data.lua' } do
     -- the global functions, not methods or fields named so (M.load, ds:load)
     local src = ' ' .. T.read_file(here .. '../../' .. f):gsub('%-%-[^\n]*', '')
     for _, fn in ipairs { 'load%s*%(', 'loadstring', 'loadfile', 'dofile' } do

@@ -2,7 +2,7 @@
 -- writer reachable from Lua goes through runtime/io/replace.c's rule: a symlink at the path is
 -- followed only when the link and its target are both the caller's; a link of another user is
 -- replaced itself (or the write refused), never written through. Covers write_atomic (checkpoint
--- latest/meta.json, vocab.txt), Prometheus textfiles, safetensors, ONNX's writer, JPEG export,
+-- latest/meta.json, vocab.txt), Prometheus textfiles, safetensors (and v100.save), ONNX's writer, JPEG export,
 -- WordNet corpus/task files and the logger's metrics.jsonl. The foreign link is made by root with
 -- `chown -h` (another uid's link); one case runs two real uids through setpriv(1), as in the issue.
 -- Needs root (CI runs as root); skipped with a message otherwise.
@@ -68,9 +68,12 @@ T.test('our own link to our own file is still followed', function()
   T.eq(kind(dir .. '/mine.link'), 'symbolic link')
 end)
 
-T.test('safetensors, JPEG export and WordNet files do not follow a foreign link', function()
+T.test('safetensors, v100.save, JPEG export and WordNet files do not follow a foreign link', function()
   local link, secret = plant('w.safetensors')
   v100.save_safetensors(link, { w = v100.ones { 2 } })
+  not_followed(link, secret)
+  link, secret = plant('value.safetensors')
+  v100.save(link, { w = v100.ones { 2 }, n = 1 })
   not_followed(link, secret)
   link, secret = plant('x.jpg')
   require('v100.data').encode_jpeg(v100.zeros({ 4, 4, 3 }, { dtype = 'u8' }), link)
