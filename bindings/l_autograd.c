@@ -73,7 +73,8 @@ int l_autograd_field(lua_State *L, vl_tensor *t, const char *k) {
 /* t.grad = g | nil, t.requires_grad = bool */
 int l_autograd_newindex(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
-  const char *k = luaL_checkstring(L, 2);
+  if (lua_type(L, 2) != LUA_TSTRING) return l_tensor_newindex(L, t); /* x[...] = v (l_index.c) */
+  const char *k = lua_tostring(L, 2);
   vl_status s;
   if (strcmp(k, "grad") == 0) {
     s = vl_set_grad(t, lua_isnil(L, 3) ? NULL : vl_lua_checktensor(L, 3));

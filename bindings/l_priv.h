@@ -72,6 +72,11 @@ int l_record_stream(lua_State *L);            /* l_cuda.c: t:record_stream(s) */
  * table at the top; grad-mode functions and the `autograd` subtable into the module table at the
  * top; opts.requires_grad of creation functions applied to the tensor at tidx. */
 int l_autograd_field(lua_State *L, vl_tensor *t, const char *k);
+/* bindings/l_index.c: x[key] and x[key] = v for a key that is not a string (integer, table of
+ * ranges, bool mask, index tensor) at stack index 2, the value at 3. */
+int l_tensor_index(lua_State *L, vl_tensor *t);
+int l_tensor_newindex(lua_State *L, vl_tensor *t);
+extern const luaL_Reg l_index_methods[]; /* nonzero, masked_select */
 int l_autograd_newindex(lua_State *L);
 void l_register_autograd_methods(lua_State *L);
 void l_register_autograd_module(lua_State *L);

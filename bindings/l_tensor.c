@@ -329,9 +329,9 @@ static int t_index(lua_State *L) {
   lua_pushvalue(L, 2);
   if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
   vl_tensor *t = vl_lua_checktensor(L, 1);
+  if (lua_type(L, 2) != LUA_TSTRING) return l_tensor_index(L, t); /* x[i], x[{...}], x[mask], x[idx] */
   const char *k = lua_tostring(L, 2);
   char buf[32];
-  if (lua_type(L, 2) != LUA_TSTRING) k = "";
   if (strcmp(k, "shape") == 0) push_sizes(L, t->ndim, t->size);
   else if (strcmp(k, "dtype") == 0) lua_pushstring(L, vl_dtype_name(t->dtype));
   else if (strcmp(k, "device") == 0) lua_pushstring(L, vl_device_str(tdev(t), buf, sizeof buf));
@@ -731,6 +731,7 @@ static const luaL_Reg tensor_methods[] = {
 
 void l_register_tensor_methods(lua_State *L) {
   luaL_setfuncs(L, tensor_methods, 0);
+  luaL_setfuncs(L, l_index_methods, 0);
   if (luaL_newmetatable(L, PENDING_MT)) {
     lua_pushcfunction(L, pending_gc);
     lua_setfield(L, -2, "__gc");

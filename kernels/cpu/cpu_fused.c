@@ -162,8 +162,8 @@ static void xent_fw_range(void *ctx, int64_t r0, int64_t r1) {
 }
 
 static vl_status bad_index(const vl_xent_args *a, int64_t r) {
-  return vl_fail(VL_EINVAL, "%s: index %lld is out of bounds for dim %d with size %lld", a->op,
-                 (long long)target_of(a, r), a->class_dim + 1, (long long)a->classes);
+  return vl_fail(VL_EINVAL, "%s: index %lld is out of bounds for dim %d with size %lld (index values are 0-based: 0 to %lld)",
+                 a->op, (long long)target_of(a, r), a->class_dim + 1, (long long)a->classes, (long long)a->classes - 1);
 }
 
 static int64_t rows_of(const vl_xent_args *a) { return a->outer * a->inner; }

@@ -11,8 +11,10 @@ static inline int64_t load_index(const char *p, vl_dtype dt) {
 }
 
 static vl_status bad_index(const vl_index_args *a, int64_t idx, int64_t size) {
-  return vl_fail(VL_EINVAL, "%s: index %lld is out of bounds for dim %d with size %lld",
-                 a->op ? a->op : "index", (long long)idx, a->dim + 1, (long long)size);
+  /* The dim is 1-based like every Lua dim; index values are 0-based, as stored in data files and
+   * as PyTorch has them: the message says so, since a Lua user counts from 1. */
+  return vl_fail(VL_EINVAL, "%s: index %lld is out of bounds for dim %d with size %lld (index values are 0-based: 0 to %lld)",
+                 a->op ? a->op : "index", (long long)idx, a->dim + 1, (long long)size, (long long)size - 1);
 }
 
 /* A 0-dim operand behaves as one element along "dim 0". */

@@ -96,9 +96,9 @@ vl_status vl_cuda_check_async(int dev) {
   VL_CUDA_CHECK(cudaMemset(st->flag, 0, sizeof f));
   const char *op = (f.op >= 0 && f.op < st->nopnames) ? st->opnames[f.op] : "index";
   return vl_fail(VL_EINVAL,
-                 "%s: index %lld is out of bounds for dim %d with size %lld (detected "
-                 "asynchronously on cuda:%d)",
-                 op, f.index, f.dim + 1, f.size, dev);
+                 "%s: index %lld is out of bounds for dim %d with size %lld (index values are 0-based: 0 "
+                 "to %lld; detected asynchronously on cuda:%d)",
+                 op, f.index, f.dim + 1, f.size, f.size - 1, dev);
 }
 
 void vl_cuda_shutdown(void) {

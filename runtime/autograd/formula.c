@@ -115,6 +115,11 @@ static void release_all(vl_fs *f) {
   f->n = 0;
 }
 
+vl_status vl_fs_close(vl_fs *f) {
+  release_all(f);
+  return f->s;
+}
+
 vl_status vl_fs_end(vl_fs *f, vl_tensor *r, vl_tensor **out) {
   if (f->s == VL_OK && !r) f->s = vl_fail(VL_EINTERNAL, "backward formula: no result to hand out");
   if (f->s == VL_OK) *out = vl_tensor_retain(r);

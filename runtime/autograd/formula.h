@@ -67,6 +67,8 @@ vl_status vl_fs_give(vl_fs *f, vl_node *n, int k, vl_tensor **r, vl_tensor **gra
 /* The end of a scope that makes one tensor: *out = r (a new reference; r may be a temporary or
  * an input) when every op worked, else out untouched; releases the scope, returns its status. */
 vl_status vl_fs_end(vl_fs *f, vl_tensor *r, vl_tensor **out);
+/* The end of a scope that hands nothing out (in-place work): releases it, returns its status. */
+vl_status vl_fs_close(vl_fs *f);
 /* Takes temporary t out of the scope: the caller owns it (NULL when the scope failed). */
 vl_tensor *vl_fs_keep(vl_fs *f, vl_tensor *t);
 

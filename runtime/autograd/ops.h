@@ -10,7 +10,7 @@
  *
  * Files: ops_util.c (helpers, in-place checks), ops_ew.c (elementwise),
  * ops_reduce.c (reductions, softmax), ops_linalg.c (matmul, indexing, joining),
- * ops_view.c (views, copies, conversions). */
+ * ops_view.c (views, copies, conversions), ops_index.c (x[mask], index writes). */
 #ifndef VL_AUTOGRAD_OPS_H
 #define VL_AUTOGRAD_OPS_H
 
@@ -66,6 +66,12 @@ vl_status vl_ag_index_select_as(const char *op, vl_tensor *src, int dim, vl_tens
 vl_status vl_ag_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out);
 vl_status vl_ag_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
 vl_status vl_ag_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
+/* ops_index.c, Lua's x[...] forms that are no single op: x[mask] (the selected elements, 1-D, in
+ * row-major order); x[mask] = v and x[idx] = v (rows along dim 1, each once; v one element, one
+ * per position, or for rows a shape that broadcasts to them), in place on a contiguous x. */
+vl_status vl_ag_masked_select(vl_tensor *x, vl_tensor *mask, vl_tensor **out);
+vl_status vl_ag_masked_put_(vl_tensor *x, vl_tensor *mask, vl_tensor *src);
+vl_status vl_ag_index_put_(vl_tensor *x, vl_tensor *idx, vl_tensor *src);
 vl_status vl_ag_cat(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
 vl_status vl_ag_stack(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
 vl_status vl_ag_split(vl_tensor *t, int64_t split_size, int dim, vl_tensor ***outs, int *n);

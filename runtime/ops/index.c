@@ -1,4 +1,4 @@
-/* runtime/ops/index.c: gather / scatter_add / index_select and cat / stack / split / chunk. */
+/* runtime/ops/index.c: gather / scatter_add / index_select, nonzero, and cat / stack / split / chunk. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +159,50 @@ vl_status vl_index_select_as(const char *op, vl_tensor *src, int dim, vl_tensor 
 
 vl_status vl_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {
   return vl_index_select_as("index_select", src, dim, index, out);
+}
+
+/* ---- nonzero ---- */
+
+/* The shape of the result depends on the data, so the mask is read on the host (on a GPU that is a
+ * synchronisation, as PyTorch's nonzero and masked_select are); the positions are then made on the
+ * host and copied to the mask's device. NaN counts as non-zero, as in PyTorch. */
+vl_status vl_nonzero(vl_tensor *mask, bool flat, vl_tensor **out) {
+  int64_t numel = vl_tensor_numel(mask);
+  size_t esz = vl_dtype_size(mask->dtype);
+  int nd = mask->ndim;
+  unsigned char *buf = numel > 0 ? malloc((size_t)numel * esz) : NULL;
+  if (numel > 0 && !buf) return vl_fail(VL_EOOM, "nonzero: out of host memory (%lld elements)", (long long)numel);
+  vl_status s = vl_read_host("nonzero", mask, buf);
+  int64_t n = 0;
+  for (int64_t i = 0; s == VL_OK && i < numel; i++) n += vl_load_as_f64(buf + (size_t)i * esz, mask->dtype) != 0;
+  int cols = flat ? 1 : nd;
+  int64_t *pos = NULL;
+  if (s == VL_OK && n * cols > 0) {
+    pos = malloc(sizeof(int64_t) * (size_t)(n * cols));
+    if (!pos) s = vl_fail(VL_EOOM, "nonzero: out of host memory (%lld positions)", (long long)n);
+  }
+  for (int64_t i = 0, k = 0; s == VL_OK && pos && i < numel; i++) {
+    if (vl_load_as_f64(buf + (size_t)i * esz, mask->dtype) == 0) continue;
+    if (flat) {
+      pos[k++] = i;
+      continue;
+    }
+    int64_t rest = i; /* row-major coordinates of element i */
+    for (int d = nd - 1; d >= 0; d--) {
+      pos[k * nd + d] = rest % mask->size[d];
+      rest /= mask->size[d];
+    }
+    k++;
+  }
+  free(buf);
+  if (s == VL_OK) {
+    int64_t size[2] = {n, nd};
+    vl_tensor *r = NULL;
+    s = vl_from_host(pos, flat ? 1 : 2, size, VL_I64, mask->storage->device, &r);
+    if (s == VL_OK) *out = r;
+  }
+  free(pos);
+  return s;
 }
 
 /* ---- joining and splitting ---- */

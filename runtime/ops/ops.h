@@ -123,6 +123,9 @@ vl_status vl_gather(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
 vl_status vl_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out);
 vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
 vl_status vl_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
+/* The positions of mask's non-zero elements in row-major order, i64 on mask's device (0-based):
+ * [n, ndim] coordinates, or with flat [n] offsets into a contiguous tensor of mask's shape. */
+vl_status vl_nonzero(vl_tensor *mask, bool flat, vl_tensor **out);
 /* The same, with every message (an out-of-bounds index included) naming `op`. */
 vl_status vl_gather_as(const char *op, vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
 vl_status vl_index_select_as(const char *op, vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);

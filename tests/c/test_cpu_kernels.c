@@ -303,7 +303,7 @@ static void test_gather(void) {
   bool untouched = true;
   for (int i = 0; i < 8; i++) untouched &= out2[i] == -1;
   CHECK(s == VL_EINVAL && untouched, "gather out of range: status %d", (int)s);
-  CHECK(strcmp(vl_errmsg(), "gather: index 3 is out of bounds for dim 1 with size 3") == 0,
+  CHECK(strcmp(vl_errmsg(), "gather: index 3 is out of bounds for dim 1 with size 3 (index values are 0-based: 0 to 2)") == 0,
         "gather message: %s", vl_errmsg());
 }
 
@@ -334,7 +334,7 @@ static void test_scatter_add(void) {
                       strided(ix, VL_I64, 2, is, NULL), 0, {0, NULL}};
   vl_status s = K->scatter_add(&a);
   CHECK(s == VL_EINVAL && memcmp(out, want, sizeof out) == 0, "scatter_add bad index untouched");
-  CHECK(strcmp(vl_errmsg(), "scatter_add: index -1 is out of bounds for dim 1 with size 3") == 0,
+  CHECK(strcmp(vl_errmsg(), "scatter_add: index -1 is out of bounds for dim 1 with size 3 (index values are 0-based: 0 to 2)") == 0,
         "scatter_add message: %s", vl_errmsg());
 }
 

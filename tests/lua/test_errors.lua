@@ -191,7 +191,7 @@ T.test('layer errors name the layer, not the inner op they are built on', functi
   local logits = T.make({ 2, 3 }, 'f32')
   -- a class id out of range: the loss's name, the id and the class count (was "gather: ...")
   local msg = T.raises(function() return F.cross_entropy(logits, v100.tensor({ 0, 3 }, { dtype = 'i64' })) end,
-    'cross_entropy: index 3 is out of bounds for dim 2 with size 3')
+    'cross_entropy: index 3 is out of bounds for dim 2 with size 3 (index values are 0-based: 0 to 2)')
   T.ok(not msg:find('gather', 1, true), msg)
   T.raises(function() return F.cross_entropy(logits, v100.tensor({ -1, 0 }, { dtype = 'i32' })) end,
     'cross_entropy: index -1 is out of bounds')
