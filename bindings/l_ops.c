@@ -453,12 +453,13 @@ void l_register_ops(lua_State *L) {
 }
 
 /* ops() -> the op list as Lua tables, one per op, in list order: {name =, kind = 'unary'|'binary',
- * class = 'exact'|'float'|'bool' (unary domain) or 'arith'|'cmp'|'logic'|'act' (binary kind),
- * method = whether t:name() exists, lo =, hi = (the inputs' smooth domain)}: what the generated
+ * class = 'exact'|'float'|'bool'|'int' (unary domain) or 'arith'|'float'|'int'|'cmp'|'logic'|'act'
+ * (binary kind), method = whether t:name() exists, grad = whether it records a backward, lo =,
+ * hi = (the inputs' smooth domain)}: what the generated
  * sweeps walk (tests/lua/test_op_sweep.lua, gpu_op_sweep.lua). */
 static int m_ops(lua_State *L) {
   static const struct {
-    const char *name, *cls;
+    const char *name, *cls, *node;
     bool unary, lua;
     double lo, hi;
   } list[] = {
@@ -469,10 +470,11 @@ static int m_ops(lua_State *L) {
 #define VL_CLS_CMP "cmp"
 #define VL_CLS_LOGIC "logic"
 #define VL_CLS_ACT "act"
-#define VL_X(E, name, node, dom, saves, ac, lua, lo, hi) {name, VL_CLS_##dom, true, lua, lo, hi},
+#define VL_CLS_INT "int"
+#define VL_X(E, name, node, dom, saves, ac, lua, lo, hi) {name, VL_CLS_##dom, node, true, lua, lo, hi},
       VL_UNARY_OPS(VL_X)
 #undef VL_X
-#define VL_X(E, name, node, kind, ac, lua, lo, hi) {name, VL_CLS_##kind, false, lua, lo, hi},
+#define VL_X(E, name, node, kind, ac, lua, lo, hi) {name, VL_CLS_##kind, node, false, lua, lo, hi},
       VL_BINARY_OPS(VL_X)
 #undef VL_X
   };
@@ -487,6 +489,8 @@ static int m_ops(lua_State *L) {
     lua_setfield(L, -2, "class");
     lua_pushboolean(L, list[i].lua);
     lua_setfield(L, -2, "method");
+    lua_pushboolean(L, list[i].node[0] != '\0' && strcmp(list[i].cls, "bool") != 0);
+    lua_setfield(L, -2, "grad");
     lua_pushnumber(L, list[i].lo);
     lua_setfield(L, -2, "lo");
     lua_pushnumber(L, list[i].hi);
@@ -519,7 +523,8 @@ void l_register_operators(lua_State *L) {
     const char *mm;
     vl_binary_op op;
   } ops[] = {{"__add", VL_BIN_ADD}, {"__sub", VL_BIN_SUB}, {"__mul", VL_BIN_MUL},
-             {"__div", VL_BIN_DIV}, {"__pow", VL_BIN_POW}};
+             {"__div", VL_BIN_DIV}, {"__pow", VL_BIN_POW}, {"__mod", VL_BIN_REMAINDER},
+             {"__idiv", VL_BIN_FLOOR_DIVIDE}};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     lua_pushinteger(L, ops[i].op);
     lua_pushcclosure(L, b_operator, 1);
