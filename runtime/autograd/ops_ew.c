@@ -421,3 +421,105 @@ vl_status vl_ag_copy_(vl_tensor *dst, vl_tensor *src) {
                             .always = true)
              : VL_OK;
 }
+
+/* ---- composites: lerp, clamp with tensor bounds, nan_to_num ----
+ * Written with the recorded ops above, so their gradients follow from those ops' rules; the
+ * checks come first and name the composite. */
+
+static vl_status need_float(const char *op, const char *what, const vl_tensor *t) {
+  if (vl_dtype_is_float(t->dtype)) return VL_OK;
+  char d[VL_DESC_LEN];
+  return vl_fail(VL_EDTYPE, "%s: expected a float tensor for %s, got %s (%s %s)", op, what, vl_dtype_name(t->dtype),
+                 what, vl_tensor_desc(t, d, sizeof d));
+}
+
+/* a + w (b - a), w a tensor or (w NULL) the number ws. */
+vl_status vl_ag_lerp(vl_tensor *a, vl_tensor *b, vl_tensor *w, double ws, vl_tensor **out) {
+  VL_TRY(need_float("lerp", "a", a));
+  VL_TRY(need_float("lerp", "b", b));
+  VL_TRY(vl_check_same_device("lerp", a, "a", b, "b"));
+  vl_tensor *ts[3] = {a, b, w};
+  const char *names[3] = {"a", "b", "weight"};
+  int nd;
+  int64_t size[VL_MAX_DIMS];
+  if (w) {
+    VL_TRY(need_float("lerp", "weight", w));
+    VL_TRY(vl_check_same_device("lerp", a, "a", w, "weight"));
+  }
+  VL_TRY(vl_broadcast_shapes("lerp", w ? 3 : 2, ts, names, &nd, size));
+  vl_tensor *d = NULL, *m = NULL;
+  vl_status s = vl_ag_binary(VL_BIN_SUB, b, a, 1.0, &d);
+  if (s == VL_OK) s = w ? vl_ag_binary(VL_BIN_MUL, w, d, 1.0, &m) : vl_ag_binary_scalar(VL_BIN_MUL, d, ws, false, &m);
+  if (s == VL_OK) s = vl_ag_binary(VL_BIN_ADD, a, m, 1.0, out);
+  vl_tensor_release(d);
+  vl_tensor_release(m);
+  return s;
+}
+
+/* One tensor bound: where(a < lo or lo is NaN, lo, a) (upper: a > hi), so the gradient goes to a
+ * inside the bounds (bounds included) and to the bound outside, and a NaN bound gives NaN, as
+ * PyTorch's clamp with tensor bounds. */
+vl_status vl_ag_clamp_bound(vl_tensor *a, vl_tensor *bound, bool upper, vl_tensor **out) {
+  const char *name = "clamp";
+  char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+  VL_TRY(vl_check_same_device(name, a, "a", bound, upper ? "hi" : "lo"));
+  if (a->dtype == VL_BOOL || bound->dtype == VL_BOOL)
+    return vl_fail(VL_EDTYPE, "clamp: bool tensors are not supported (a %s, %s %s)", vl_tensor_desc(a, d1, sizeof d1),
+                   upper ? "hi" : "lo", vl_tensor_desc(bound, d2, sizeof d2));
+  vl_tensor *ts[2] = {a, bound};
+  const char *names[2] = {"a", upper ? "hi" : "lo"};
+  int nd;
+  int64_t size[VL_MAX_DIMS];
+  VL_TRY(vl_broadcast_shapes(name, 2, ts, names, &nd, size));
+  vl_tensor *c = NULL, *nb = NULL, *m = NULL;
+  vl_status s = vl_binary(upper ? VL_BIN_GT : VL_BIN_LT, a, bound, 1.0, &c);
+  if (s == VL_OK && vl_dtype_is_float(bound->dtype)) {
+    s = vl_unary(VL_UN_ISNAN, bound, &nb);
+    if (s == VL_OK) s = vl_binary(VL_BIN_LOGICAL_OR, c, nb, 1.0, &m);
+  }
+  if (s == VL_OK) s = vl_ag_where(m ? m : c, bound, a, out);
+  vl_tensor_release(c);
+  vl_tensor_release(nb);
+  vl_tensor_release(m);
+  return s;
+}
+
+/* The largest finite value of a float dtype. */
+static double float_max(vl_dtype dt) {
+  switch (dt) {
+    case VL_F16: return 65504.0;
+    case VL_BF16: return 3.38953138925153547590e38;
+    case VL_F32: return 3.40282346638528859812e38;
+    default: return 1.79769313486231570815e308;
+  }
+}
+
+/* NaN, +inf, -inf of a float tensor replaced by nan, posinf, neginf (NaN for posinf / neginf: the
+ * dtype's largest / lowest finite value, as PyTorch); masked_fill gives no gradient where it
+ * replaced. Integer and bool tensors are copied. */
+vl_status vl_ag_nan_to_num(vl_tensor *a, double nan, double posinf, double neginf, vl_tensor **out) {
+  if (!vl_dtype_is_float(a->dtype)) return vl_clone(a, out);
+  if (isnan(posinf)) posinf = float_max(a->dtype);
+  if (isnan(neginf)) neginf = -float_max(a->dtype);
+  const double vals[3] = {nan, posinf, neginf};
+  for (int i = 0; i < 3; i++) VL_TRY(vl_scalar_to("nan_to_num", vl_scalar_float(vals[i]), a->dtype, NULL));
+  vl_tensor *r = vl_tensor_retain(a), *m = NULL, *t = NULL;
+  vl_status s = VL_OK;
+  for (int i = 0; i < 3 && s == VL_OK; i++) {
+    s = i == 0 ? vl_unary(VL_UN_ISNAN, r, &m) : vl_binary_scalar(VL_BIN_EQ, r, i == 1 ? INFINITY : -INFINITY, false, &m);
+    if (s == VL_OK) s = vl_ag_masked_fill(r, m, vals[i], &t);
+    vl_tensor_release(m);
+    m = NULL;
+    if (s == VL_OK) {
+      vl_tensor_release(r);
+      r = t;
+      t = NULL;
+    }
+  }
+  if (s != VL_OK) {
+    vl_tensor_release(r);
+    return s;
+  }
+  *out = r;
+  return VL_OK;
+}
