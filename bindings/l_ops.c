@@ -129,15 +129,87 @@ static int t_gelu_(lua_State *L) {
 static double opt_bound(lua_State *L, int idx, double none) {
   return lua_isnoneornil(L, idx) ? none : (double)luaL_checknumber(L, idx);
 }
+/* clamp(lo, hi): each a number, a tensor or nil (no bound). Numbers only: the unary op; a tensor
+ * bound: the composite (runtime/autograd/ops.h vl_ag_clamp_bound), lower bound first. */
+static bool clamp_has_tensor(lua_State *L) {
+  for (int i = 2; i <= 3; i++)
+    if (!lua_isnoneornil(L, i) && !lua_isnumber(L, i)) {
+      if (!vl_lua_testtensor(L, i))
+        luaL_error(L, "clamp: %s must be a number, a tensor or nil, got a %s", i == 2 ? "lo" : "hi",
+                   luaL_typename(L, i));
+      return true;
+    }
+  return false;
+}
+static int clamp_tensor(lua_State *L, vl_tensor *a) {
+  lua_settop(L, 3);
+  vl_tensor **mid = l_slot(L); /* 4 */
+  vl_status s;
+  vl_tensor *lo = vl_lua_testtensor(L, 2);
+  if (lo) s = vl_ag_clamp_bound(a, lo, false, mid);
+  else s = vl_ag_clamp(a, opt_bound(L, 2, -INFINITY), INFINITY, mid);
+  if (s != VL_OK) return vl_lua_error(L, s);
+  vl_tensor *hi = vl_lua_testtensor(L, 3);
+  vl_tensor **slot = l_slot(L);
+  if (hi) s = vl_ag_clamp_bound(*mid, hi, true, slot);
+  else s = vl_ag_clamp(*mid, -INFINITY, opt_bound(L, 3, INFINITY), slot);
+  return l_done(L, s);
+}
 static int t_clamp(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
+  if (clamp_has_tensor(L)) return clamp_tensor(L, a);
   double lo = opt_bound(L, 2, -INFINITY), hi = opt_bound(L, 3, INFINITY);
   vl_tensor **slot = l_slot(L);
   return l_done(L, vl_ag_clamp(a, lo, hi, slot));
 }
 static int t_clamp_(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
+  if (clamp_has_tensor(L)) { /* computed, then copied into a (the copy records the gradient) */
+    clamp_tensor(L, a);
+    vl_tensor *r = vl_lua_checktensor(L, -1);
+    return self_or_error(L, vl_ag_copy_(a, r));
+  }
   return self_or_error(L, vl_ag_clamp_(a, opt_bound(L, 2, -INFINITY), opt_bound(L, 3, INFINITY)));
+}
+
+/* lerp(b, weight): a + weight (b - a), weight a number or a tensor. */
+static int t_lerp(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1), *b = vl_lua_checktensor(L, 2);
+  vl_tensor *w = NULL;
+  double ws = 0;
+  if (l_isscalar(L, 3)) ws = l_toscalar(L, 3);
+  else if (!(w = vl_lua_testtensor(L, 3)))
+    return luaL_error(L, "lerp: weight must be a number or a tensor, got a %s", luaL_typename(L, 3));
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_ag_lerp(a, b, w, ws, slot));
+}
+
+/* nan_to_num([{nan =, posinf =, neginf =}]): defaults 0, the dtype's largest and lowest finite
+ * values; other keys are refused. */
+static int t_nan_to_num(lua_State *L) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  double v[3] = {0, NAN, NAN};
+  static const char *const keys[] = {"nan", "posinf", "neginf"};
+  if (!lua_isnoneornil(L, 2)) {
+    if (!lua_istable(L, 2)) return luaL_error(L, "nan_to_num: expected an options table {nan =, posinf =, neginf =}, got a %s", luaL_typename(L, 2));
+    lua_pushnil(L);
+    while (lua_next(L, 2)) {
+      int k = -1;
+      if (lua_type(L, -2) == LUA_TSTRING)
+        for (int i = 0; i < 3; i++)
+          if (strcmp(lua_tostring(L, -2), keys[i]) == 0) k = i;
+      if (k < 0)
+        return luaL_error(L, "nan_to_num: unknown option '%s' (valid: nan, posinf, neginf)",
+                          lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : luaL_typename(L, -2));
+      if (!lua_isnumber(L, -1))
+        return luaL_error(L, "nan_to_num: option %s must be a number, got a %s", keys[k], luaL_typename(L, -1));
+      v[k] = lua_tonumber(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  lua_settop(L, 1);
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_ag_nan_to_num(a, v[0], v[1], v[2], slot));
 }
 
 static int t_masked_fill(lua_State *L) {
@@ -403,6 +475,8 @@ static const luaL_Reg op_methods[] = {
     {"gelu_", t_gelu_},
     {"clamp", t_clamp},
     {"clamp_", t_clamp_},
+    {"lerp", t_lerp},
+    {"nan_to_num", t_nan_to_num},
     {"masked_fill", t_masked_fill},
     {"masked_fill_", t_masked_fill_},
     {"sum", t_sum},
@@ -453,12 +527,13 @@ void l_register_ops(lua_State *L) {
 }
 
 /* ops() -> the op list as Lua tables, one per op, in list order: {name =, kind = 'unary'|'binary',
- * class = 'exact'|'float'|'bool' (unary domain) or 'arith'|'cmp'|'logic'|'act' (binary kind),
- * method = whether t:name() exists, lo =, hi = (the inputs' smooth domain)}: what the generated
+ * class = 'exact'|'float'|'bool'|'int' (unary domain) or 'arith'|'float'|'int'|'cmp'|'logic'|'act'
+ * (binary kind), method = whether t:name() exists, grad = whether it records a backward, lo =,
+ * hi = (the inputs' smooth domain)}: what the generated
  * sweeps walk (tests/lua/test_op_sweep.lua, gpu_op_sweep.lua). */
 static int m_ops(lua_State *L) {
   static const struct {
-    const char *name, *cls;
+    const char *name, *cls, *node;
     bool unary, lua;
     double lo, hi;
   } list[] = {
@@ -469,10 +544,11 @@ static int m_ops(lua_State *L) {
 #define VL_CLS_CMP "cmp"
 #define VL_CLS_LOGIC "logic"
 #define VL_CLS_ACT "act"
-#define VL_X(E, name, node, dom, saves, ac, lua, lo, hi) {name, VL_CLS_##dom, true, lua, lo, hi},
+#define VL_CLS_INT "int"
+#define VL_X(E, name, node, dom, saves, ac, lua, lo, hi) {name, VL_CLS_##dom, node, true, lua, lo, hi},
       VL_UNARY_OPS(VL_X)
 #undef VL_X
-#define VL_X(E, name, node, kind, ac, lua, lo, hi) {name, VL_CLS_##kind, false, lua, lo, hi},
+#define VL_X(E, name, node, kind, ac, lua, lo, hi) {name, VL_CLS_##kind, node, false, lua, lo, hi},
       VL_BINARY_OPS(VL_X)
 #undef VL_X
   };
@@ -487,6 +563,8 @@ static int m_ops(lua_State *L) {
     lua_setfield(L, -2, "class");
     lua_pushboolean(L, list[i].lua);
     lua_setfield(L, -2, "method");
+    lua_pushboolean(L, list[i].node[0] != '\0' && strcmp(list[i].cls, "bool") != 0);
+    lua_setfield(L, -2, "grad");
     lua_pushnumber(L, list[i].lo);
     lua_setfield(L, -2, "lo");
     lua_pushnumber(L, list[i].hi);
@@ -519,7 +597,8 @@ void l_register_operators(lua_State *L) {
     const char *mm;
     vl_binary_op op;
   } ops[] = {{"__add", VL_BIN_ADD}, {"__sub", VL_BIN_SUB}, {"__mul", VL_BIN_MUL},
-             {"__div", VL_BIN_DIV}, {"__pow", VL_BIN_POW}};
+             {"__div", VL_BIN_DIV}, {"__pow", VL_BIN_POW}, {"__mod", VL_BIN_REMAINDER},
+             {"__idiv", VL_BIN_FLOOR_DIVIDE}};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     lua_pushinteger(L, ops[i].op);
     lua_pushcclosure(L, b_operator, 1);

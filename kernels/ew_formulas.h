@@ -79,6 +79,99 @@ VL_FN int64_t vl_f_ipow(int64_t a, int64_t b) {
   return (int64_t)r;
 }
 
+/* erfinv: on CUDA the library's erfinvf / erfinv; in C (double), Giles' single-precision
+ * approximation ("Approximating the erfinv function", GPU Computing Gems, 2010) refined by two
+ * Newton steps on erf(x) - y (each squares the relative error: 1e-7 -> 1e-14 -> rounding), so the
+ * CPU result is accurate to a few ulp of double over (-1, 1); +-1 give +-inf, |y| > 1 NaN. */
+#ifdef __CUDACC__
+static __device__ __forceinline__ float vl_f_erfinv(float y) { return erfinvf(y); }
+static __device__ __forceinline__ double vl_f_erfinv(double y) { return erfinv(y); }
+#else
+VL_FN double vl_f_erfinv(double y) {
+  if (!(fabs(y) < 1)) return y == 1 ? INFINITY : y == -1 ? -INFINITY : NAN;
+  if (y == 0) return y;
+  double w = -log((1 - y) * (1 + y)), p;
+  if (w < 5) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    p = 3.43273939e-07 + p * w;
+    p = -3.5233877e-06 + p * w;
+    p = -4.39150654e-06 + p * w;
+    p = 0.00021858087 + p * w;
+    p = -0.00125372503 + p * w;
+    p = -0.00417768164 + p * w;
+    p = 0.246640727 + p * w;
+    p = 1.50140941 + p * w;
+  } else {
+    w = sqrt(w) - 3;
+    p = -0.000200214257;
+    p = 0.000100950558 + p * w;
+    p = 0.00134934322 + p * w;
+    p = -0.00367342844 + p * w;
+    p = 0.00573950773 + p * w;
+    p = -0.0076224613 + p * w;
+    p = 0.00943887047 + p * w;
+    p = 1.00167406 + p * w;
+    p = 2.83297682 + p * w;
+  }
+  double x = p * y;
+  for (int i = 0; i < 2; i++) x -= (erf(x) - y) / (1.12837916709551257390 * exp(-x * x));
+  return x;
+}
+#endif
+
+/* Python's floor division and remainder of floats, as PyTorch's div_floor / remainder: the
+ * remainder has the divisor's sign; the quotient is (a - fmod(a, b)) / b rounded to the nearest
+ * integer, corrected by one where fmod's sign differs from b's (exact where floor(a / b) would
+ * round a / b first); a zero divisor gives a / b (inf, nan). */
+#ifdef __CUDACC__
+#define VL_DEF_FN2(name, body) \
+  template <typename C>        \
+  VL_FN C name(C a, C b) body
+#else
+#define VL_DEF_FN2(name, body) VL_FN double name(double a, double b) body
+#define C double
+#endif
+VL_DEF_FN2(vl_f_remainder, {
+  C m = fmod(a, b);
+  if (m != (C)0 && ((b < (C)0) != (m < (C)0))) m += b;
+  return m;
+})
+VL_DEF_FN2(vl_f_floor_divide, {
+  if (b == (C)0) return a / b;
+  C m = fmod(a, b);
+  C d = (a - m) / b;
+  if (m != (C)0 && ((b < (C)0) != (m < (C)0))) d -= (C)1;
+  if (d == (C)0) return copysign((C)0, a / b);
+  C fd = floor(d);
+  if (d - fd > (C)0.5) fd += (C)1;
+  return fd;
+})
+#ifndef __CUDACC__
+#undef C
+#endif
+
+/* Integer floor division, remainder and fmod (C's truncation): exact, INT64_MIN / -1 wraps; a
+ * zero divisor (refused by the front end, never reached) gives 0. */
+VL_FN int64_t vl_f_ifloordiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  if (b == -1) return (int64_t)(0u - (uint64_t)a);
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
+  return q;
+}
+VL_FN int64_t vl_f_iremainder(int64_t a, int64_t b) {
+  if (b == 0 || b == -1) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+VL_FN int64_t vl_f_ifmod(int64_t a, int64_t b) { return b == 0 || b == -1 ? 0 : a % b; }
+/* Shifts as PyTorch: a shift by a negative count or by 64 or more gives 0 (left) or the sign
+ * (right); the store wraps a left shift to the dtype's width (an i32 shifted by 32..63 is 0). */
+VL_FN int64_t vl_f_ishl(int64_t a, int64_t b) { return b < 0 || b >= 64 ? 0 : (int64_t)((uint64_t)a << b); }
+VL_FN int64_t vl_f_ishr(int64_t a, int64_t b) { return b < 0 || b >= 64 ? (a < 0 ? -1 : 0) : a >> b; }
+
 /* ---- unary, float ---- */
 #define VL_UF_NEG(C, x, lo, hi) (-(x))
 #define VL_UF_ABS(C, x, lo, hi) fabs(x)
@@ -105,6 +198,13 @@ VL_FN int64_t vl_f_ipow(int64_t a, int64_t b) {
 #define VL_UF_LOGICAL_NOT(C, x, lo, hi) ((C)((x) == (C)0))
 #define VL_UF_LOG1P(C, x, lo, hi) log1p(x)
 #define VL_UF_ERF(C, x, lo, hi) erf(x)
+#define VL_UF_EXPM1(C, x, lo, hi) expm1(x)
+#define VL_UF_ERFINV(C, x, lo, hi) vl_f_erfinv(x)
+#define VL_UF_TRUNC(C, x, lo, hi) trunc(x)
+#define VL_UF_ISNAN(C, x, lo, hi) ((C)((x) != (x)))
+#define VL_UF_ISINF(C, x, lo, hi) ((C)((x) == (C)INFINITY || (x) == (C)-INFINITY))
+#define VL_UF_ISFINITE(C, x, lo, hi) ((C)((x) - (x) == (C)0))
+#define VL_UF_BITWISE_NOT(C, x, lo, hi) (x) /* INT domain: floats are refused, never reached */
 
 /* ---- unary, integer (EXACT and BOOL ops; FLOOR, CEIL, ROUND are the identity) ---- */
 #define VL_UI_NEG(x, lo, hi) ((int64_t)(0u - (uint64_t)(x)))
@@ -117,6 +217,11 @@ VL_FN int64_t vl_f_ipow(int64_t a, int64_t b) {
 #define VL_UI_CEIL(x, lo, hi) (x)
 #define VL_UI_ROUND(x, lo, hi) (x)
 #define VL_UI_LOGICAL_NOT(x, lo, hi) ((int64_t)((x) == 0))
+#define VL_UI_TRUNC(x, lo, hi) (x)
+#define VL_UI_ISNAN(x, lo, hi) ((int64_t)0)
+#define VL_UI_ISINF(x, lo, hi) ((int64_t)0)
+#define VL_UI_ISFINITE(x, lo, hi) ((int64_t)1)
+#define VL_UI_BITWISE_NOT(x, lo, hi) (~(x)) /* bool inputs go to logical_not (front end) */
 
 /* ---- binary, float ---- */
 #define VL_BF_ADD(C, a, b, alpha) ((a) + VL_MUL_RN(alpha, b))
@@ -134,6 +239,17 @@ VL_FN int64_t vl_f_ipow(int64_t a, int64_t b) {
 #define VL_BF_GE(C, a, b, alpha) ((C)((a) >= (b)))
 #define VL_BF_LOGICAL_AND(C, a, b, alpha) ((C)((a) != (C)0 && (b) != (C)0))
 #define VL_BF_LOGICAL_OR(C, a, b, alpha) ((C)((a) != (C)0 || (b) != (C)0))
+#define VL_BF_REMAINDER(C, a, b, alpha) vl_f_remainder(a, b)
+#define VL_BF_FLOOR_DIVIDE(C, a, b, alpha) vl_f_floor_divide(a, b)
+#define VL_BF_FMOD(C, a, b, alpha) fmod(a, b)
+#define VL_BF_ATAN2(C, a, b, alpha) atan2(a, b)
+#define VL_BF_HYPOT(C, a, b, alpha) hypot(a, b)
+/* the INT ops: floats are refused by the front end, never reached */
+#define VL_BF_BITWISE_AND(C, a, b, alpha) (a)
+#define VL_BF_BITWISE_OR(C, a, b, alpha) (a)
+#define VL_BF_BITWISE_XOR(C, a, b, alpha) (a)
+#define VL_BF_BITWISE_LEFT_SHIFT(C, a, b, alpha) (a)
+#define VL_BF_BITWISE_RIGHT_SHIFT(C, a, b, alpha) (a)
 #define VL_BF_RELU_BACKWARD(C, a, b, alpha) ((b) > (C)0 ? (a) : (C)0)
 #define VL_BF_GELU_BACKWARD(C, a, b, alpha) ((a) * vl_f_gelu_grad(b))
 #define VL_BF_GELU_TANH_BACKWARD(C, a, b, alpha) ((a) * vl_f_gelu_tanh_grad(b))
@@ -157,6 +273,16 @@ VL_FN int64_t vl_f_ipow(int64_t a, int64_t b) {
 #define VL_BI_GE(a, b, alpha) ((int64_t)((a) >= (b)))
 #define VL_BI_LOGICAL_AND(a, b, alpha) ((int64_t)((a) != 0 && (b) != 0))
 #define VL_BI_LOGICAL_OR(a, b, alpha) ((int64_t)((a) != 0 || (b) != 0))
+#define VL_BI_REMAINDER(a, b, alpha) vl_f_iremainder(a, b)
+#define VL_BI_FLOOR_DIVIDE(a, b, alpha) vl_f_ifloordiv(a, b)
+#define VL_BI_FMOD(a, b, alpha) vl_f_ifmod(a, b)
+#define VL_BI_ATAN2(a, b, alpha) ((int64_t)0) /* FLOAT kind: integers computed in f32 */
+#define VL_BI_HYPOT(a, b, alpha) ((int64_t)0)
+#define VL_BI_BITWISE_AND(a, b, alpha) ((a) & (b))
+#define VL_BI_BITWISE_OR(a, b, alpha) ((a) | (b))
+#define VL_BI_BITWISE_XOR(a, b, alpha) ((a) ^ (b))
+#define VL_BI_BITWISE_LEFT_SHIFT(a, b, alpha) vl_f_ishl(a, b)
+#define VL_BI_BITWISE_RIGHT_SHIFT(a, b, alpha) vl_f_ishr(a, b)
 #define VL_BI_RELU_BACKWARD(a, b, alpha) ((int64_t)0) /* the ACT ops: float only */
 #define VL_BI_GELU_BACKWARD(a, b, alpha) ((int64_t)0)
 #define VL_BI_GELU_TANH_BACKWARD(a, b, alpha) ((int64_t)0)
@@ -167,6 +293,7 @@ VL_FN int64_t vl_f_ipow(int64_t a, int64_t b) {
  * generated switches (FLOAT ops never reach an integer path). */
 #define VL_UI_OR_ID_EXACT(E, x, lo, hi) VL_UI_##E(x, lo, hi)
 #define VL_UI_OR_ID_BOOL(E, x, lo, hi) VL_UI_##E(x, lo, hi)
+#define VL_UI_OR_ID_INT(E, x, lo, hi) VL_UI_##E(x, lo, hi)
 #define VL_UI_OR_ID_FLOAT(E, x, lo, hi) (x)
 
 #endif

@@ -36,6 +36,8 @@ __device__ __noinline__ C vl_act_backward(int op, C g, C v) { return vl_bin_form
 #define VL_BIN_INLINE_CMP(E) VL_BIN_INLINE_ARITH(E)
 #define VL_BIN_INLINE_LOGIC(E) VL_BIN_INLINE_ARITH(E)
 #define VL_BIN_INLINE_ACT(E)
+#define VL_BIN_INLINE_FLOAT(E) VL_BIN_INLINE_ARITH(E)
+#define VL_BIN_INLINE_INT(E) VL_BIN_INLINE_ARITH(E)
 template <typename C>
 VL_DEV C vl_bin_apply(int op, C a, C b, C alpha) {
   switch (op) {
@@ -64,6 +66,8 @@ VL_DEV bool vl_pred_apply(int op, C a, C b) {
   switch (op) {
 #define VL_BIN_PRED_ARITH(E)
 #define VL_BIN_PRED_ACT(E)
+#define VL_BIN_PRED_FLOAT(E)
+#define VL_BIN_PRED_INT(E)
 #define VL_BIN_PRED_CMP(E) \
   case VL_BIN_##E: return VL_BF_##E(C, a, b, (C)1) != (C)0;
 #define VL_BIN_PRED_LOGIC(E) VL_BIN_PRED_CMP(E)

@@ -31,6 +31,7 @@ __device__ __noinline__ C vl_un_transcendental(int op, C x, C lo, C hi) { return
   case VL_UN_##E: return VL_UF_##E(C, x, lo, hi);
 #define VL_UN_INLINE_FLOAT(E)
 #define VL_UN_INLINE_BOOL(E)
+#define VL_UN_INLINE_INT(E)
 template <typename C>
 VL_DEV C vl_un_float(int op, C x, C lo, C hi) {
   switch (op) {
@@ -105,7 +106,8 @@ static vl_status vl_un_hot(vl_unary_op op, const vl_iter *it, const vl_cuda_stat
   return vl_fail(VL_EINTERNAL, "unary: op %d has no specialised cuda kernel", (int)op);
 }
 
-/* LOGICAL_NOT: O is vl_bool8, or T when written in place (0/1 in the input's dtype). */
+/* The BOOL-domain ops (logical_not, isnan, isinf, isfinite): O is vl_bool8, or T when written in
+ * place (0/1 in the input's dtype). */
 template <typename T, typename O>
 struct vl_not_f {
   static constexpr int NIN = 1, UNROLL = 1;
@@ -113,8 +115,10 @@ struct vl_not_f {
   typedef T in0_t;
   typedef vl_none in1_t;
   typedef vl_none in2_t;
+  int op;
   VL_DEV O operator()(T a, vl_none, vl_none) const {
-    return vl_conv<O>::f((int64_t)(vl_val(a) == 0));
+    auto x = vl_val(a);
+    return vl_conv<O>::f((int64_t)(vl_un_apply(op, x, decltype(x)(0), decltype(x)(0)) != decltype(x)(0)));
   }
 };
 
@@ -138,14 +142,20 @@ vl_status vl_cuda_unary(vl_unary_op op, const vl_iter *it, double p0, double p1)
   if (it->numel <= 0) return VL_OK;
   if ((unsigned)op >= VL_NUNARY) return vl_fail(VL_EINVAL, "unary: unknown op %d", (int)op);
   const vl_dtype dt = it->dtype[1], odt = it->dtype[0];
-  if (op == VL_UN_LOGICAL_NOT) {
+  if (vl_unary_domain(op) == VL_OPD_BOOL) {
     if (odt != VL_BOOL && odt != dt)
-      return vl_fail(VL_EDTYPE, "logical_not: cuda cannot write a %s result of a %s input",
+      return vl_fail(VL_EDTYPE, "unary: op %d: cuda cannot write a %s result of a %s input", (int)op,
                      vl_dtype_name(odt), vl_dtype_name(dt));
     VL_CUDA_ENTER(guard, st, it->ex);
-    VL_DISPATCH_ALL(dt, T, "logical_not", {
-      if (odt == VL_BOOL) return vl_un_launch(it, vl_not_f<T, vl_bool8>(), st);
-      return vl_un_launch(it, vl_not_f<T, T>(), st);
+    VL_DISPATCH_ALL(dt, T, "unary", {
+      if (odt == VL_BOOL) {
+        vl_not_f<T, vl_bool8> f;
+        f.op = op;
+        return vl_un_launch(it, f, st);
+      }
+      vl_not_f<T, T> f;
+      f.op = op;
+      return vl_un_launch(it, f, st);
     });
     return VL_OK;
   }
@@ -154,6 +164,9 @@ vl_status vl_cuda_unary(vl_unary_op op, const vl_iter *it, double p0, double p1)
                    vl_dtype_name(odt), vl_dtype_name(dt));
   if (vl_unary_domain(op) == VL_OPD_FLOAT && !vl_dtype_is_float(dt))
     return vl_fail(VL_EDTYPE, "unary: op %d needs a float input on cuda, got %s", (int)op,
+                   vl_dtype_name(dt));
+  if (vl_unary_domain(op) == VL_OPD_INT && vl_dtype_is_float(dt))
+    return vl_fail(VL_EDTYPE, "unary: op %d needs an integer input on cuda, got %s", (int)op,
                    vl_dtype_name(dt));
   VL_CUDA_ENTER(guard, st, it->ex);
   const bool hot_op = op == VL_UN_RELU || op == VL_UN_EXP || op == VL_UN_TANH || op == VL_UN_SIGMOID ||

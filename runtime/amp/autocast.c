@@ -55,6 +55,9 @@ static const struct {
     [VL_AC_MINIMUM] = {"minimum", VL_AC_PROMOTE},
     [VL_AC_WHERE] = {"where", VL_AC_PROMOTE},
     [VL_AC_ATTENTION] = {"scaled_dot_product_attention", VL_AC_HALF},
+    [VL_AC_EXPM1] = {"expm1", VL_AC_FP32},   /* PyTorch's fp32 list */
+    [VL_AC_ERFINV] = {"erfinv", VL_AC_FP32}, /* PyTorch's fp32 list */
+    [VL_AC_ATAN2] = {"atan2", VL_AC_PROMOTE}, /* PyTorch's promote list */
 };
 _Static_assert(VL_AC_NOPS <= VL_AUTOCAST_MAX_OPS, "vl_autocast.op_class is too small for the op table");
 

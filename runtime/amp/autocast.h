@@ -72,6 +72,9 @@ typedef enum vl_autocast_op {
   VL_AC_MINIMUM,
   VL_AC_WHERE,
   VL_AC_ATTENTION,
+  VL_AC_EXPM1,
+  VL_AC_ERFINV,
+  VL_AC_ATAN2,
   VL_AC_NOPS
 } vl_autocast_op;
 

@@ -37,6 +37,13 @@ vl_status vl_ag_binary_scalar_(vl_binary_op op, vl_tensor *a, double s);
 vl_status vl_ag_where(vl_tensor *cond, vl_tensor *a, vl_tensor *b, vl_tensor **out);
 vl_status vl_ag_masked_fill(vl_tensor *a, vl_tensor *mask, double value, vl_tensor **out);
 vl_status vl_ag_masked_fill_(vl_tensor *a, vl_tensor *mask, double value);
+/* Composites of the recorded ops (their gradients follow): lerp a + w (b - a) with w a tensor or
+ * (w NULL) the number ws, float tensors only; clamp with one tensor bound (upper: hi), NaN bounds
+ * give NaN, the gradient goes to a inside the bounds (included) and to the bound outside;
+ * nan_to_num (posinf / neginf NaN: the dtype's largest / lowest finite value). */
+vl_status vl_ag_lerp(vl_tensor *a, vl_tensor *b, vl_tensor *w, double ws, vl_tensor **out);
+vl_status vl_ag_clamp_bound(vl_tensor *a, vl_tensor *bound, bool upper, vl_tensor **out);
+vl_status vl_ag_nan_to_num(vl_tensor *a, double nan, double posinf, double neginf, vl_tensor **out);
 /* Fills: the old value of t no longer matters (its history is cut: a zero gradient). */
 vl_status vl_ag_fill_(vl_tensor *t, double value);
 vl_status vl_ag_fill_scalar_(vl_tensor *t, vl_scalar value);

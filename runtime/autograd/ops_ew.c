@@ -49,6 +49,12 @@ static vl_op_saves unary_saves(vl_unary_op op) {
 
 /* ---- unary ---- */
 
+/* The BOOL ops (logical_not, isnan, ...) and the INT ops (bitwise_not) record no node. */
+static bool unary_differentiable(vl_unary_op op) {
+  vl_op_domain d = vl_unary_domain(op);
+  return d != VL_OPD_BOOL && d != VL_OPD_INT;
+}
+
 typedef struct unary_ctx {
   vl_unary_op op;
   double lo, hi; /* clamp's bounds */
@@ -81,14 +87,16 @@ static vl_status unary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
     case VL_UN_COS: r = F_MULS(F_MUL(g, F_UN(SIN, v)), -1.0); break;
     case VL_UN_LOG1P: r = F_DIV(g, F_ADDS(v, 1.0)); break;                                   /* g / (1 + x) */
     case VL_UN_ERF: r = F_MUL(g, F_MULS(F_UN(EXP, F_MULS(F_MUL(v, v), -1.0)), 1.12837916709551257390)); break; /* 2/sqrt(pi) e^-x^2 */
-    default: r = F_ZEROS_LIKE(g); break; /* sign, floor, ceil, round: zero almost everywhere */
+    case VL_UN_EXPM1: r = F_MUL(g, F_ADDS(v, 1.0)); break;                                   /* e^x = y + 1 */
+    case VL_UN_ERFINV: r = F_MUL(g, F_MULS(F_UN(EXP, F_MUL(v, v)), 0.88622692545275801365)); break; /* sqrt(pi)/2 e^y^2 */
+    default: r = F_ZEROS_LIKE(g); break; /* sign, floor, ceil, round, trunc: zero almost everywhere */
   }
   return vl_fs_give(f, n, 1, &r, gi);
 }
 
 /* Records y = op(a) where a_val holds a's values as they were (a itself unless overwritten). */
 static vl_status rec_unary(vl_unary_op op, vl_tensor *a, vl_tensor *a_val, vl_tensor *y, double lo, double hi) {
-  if (op == VL_UN_LOGICAL_NOT) return VL_OK;
+  if (!unary_differentiable(op)) return VL_OK;
   unary_ctx c = {op, lo, hi};
   vl_op_saves sv = unary_saves(op);
   return VL_AG_RECORD(.name = un_nodes[op], .backward = unary_bw, .nin = 1, .in = &a, .out = &y,
@@ -113,7 +121,7 @@ vl_status vl_ag_clamp(vl_tensor *a, double lo, double hi, vl_tensor **out) {
 static vl_status unary_inplace(vl_unary_op op, vl_tensor *a, double lo, double hi) {
   char name[48];
   snprintf(name, sizeof name, "%s_", (unsigned)op < VL_NUNARY ? un_names[op] : "unary");
-  bool rec = op != VL_UN_LOGICAL_NOT && vl_ag_needs(1, &a);
+  bool rec = unary_differentiable(op) && vl_ag_needs(1, &a);
   VL_TRY(vl_ag_check_inplace(name, a, rec));
   if (!rec) return op == VL_UN_CLAMP ? vl_clamp_(a, lo, hi) : vl_unary_(op, a);
   vl_tensor *snap = NULL;
@@ -131,7 +139,12 @@ vl_status vl_ag_clamp_(vl_tensor *a, double lo, double hi) { return unary_inplac
 
 static bool bin_differentiable(vl_binary_op op) { return (unsigned)op < VL_NBINARY && bin_nodes[op][0] != '\0'; }
 /* Whether the formula reads the operands (ADD/SUB do not). */
-static bool bin_saves(vl_binary_op op) { return op >= VL_BIN_MUL && op <= VL_BIN_MINIMUM; }
+static bool bin_saves(vl_binary_op op) {
+  return (op >= VL_BIN_MUL && op <= VL_BIN_MINIMUM) || op == VL_BIN_REMAINDER || op == VL_BIN_FMOD ||
+         op == VL_BIN_ATAN2 || op == VL_BIN_HYPOT;
+}
+/* Whether the backward reads the output y (pow, hypot). */
+static bool bin_saves_y(vl_binary_op op) { return op == VL_BIN_POW || op == VL_BIN_HYPOT; }
 
 /* Weight of a in d maximum(a, b) / d a: 1 where a wins, 1/2 on ties (as PyTorch), else 0 (b NULL:
  * the number s). */
@@ -182,6 +195,23 @@ static vl_status binary_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
       gr[0] = F_MUL(g, minmax_weight(f, op, a, b, 0, g->dtype));
       gr[1] = wb ? F_SUB(g, gr[0]) : NULL;
       break;
+    case VL_BIN_REMAINDER: /* a - b floor(a/b): d/da = 1, d/db = -floor(a/b) */
+    case VL_BIN_FMOD:      /* a - b trunc(a/b): d/da = 1, d/db = -trunc(a/b) */
+      gr[0] = wa ? g : NULL;
+      if (wb) gr[1] = F_MUL(g, F_MULS(op == VL_BIN_FMOD ? F_UN(TRUNC, F_DIV(a, b)) : F_UN(FLOOR, F_DIV(a, b)), -1.0));
+      break;
+    case VL_BIN_ATAN2: { /* atan2(a, b): d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2) */
+      vl_tensor *gq = F_DIV(g, F_ADD(F_MUL(a, a), F_MUL(b, b)));
+      if (wa) gr[0] = F_MUL(gq, b);
+      if (wb) gr[1] = F_MULS(F_MUL(gq, a), -1.0);
+      break;
+    }
+    case VL_BIN_HYPOT: { /* d/da = a / y, d/db = b / y */
+      vl_tensor *gy = F_DIV(g, y);
+      if (wa) gr[0] = F_MUL(gy, a);
+      if (wb) gr[1] = F_MUL(gy, b);
+      break;
+    }
     default:
       f->s = vl_fail(VL_EINTERNAL, "%s: op %d is not differentiable", n->name, (int)op);
       break;
@@ -198,7 +228,7 @@ static vl_status rec_binary(vl_binary_op op, vl_tensor *a, vl_tensor *av, vl_ten
   bool is_mul = op == VL_BIN_MUL, saves = bin_saves(op);
   return VL_AG_RECORD(.name = bin_nodes[op], .backward = binary_bw, .nin = 2, .in = in, .out = &y,
                       .save = {saves && (!is_mul || vl_requires_grad(b)) ? av : NULL,
-                               saves && (!is_mul || vl_requires_grad(a)) ? bv : NULL, op == VL_BIN_POW ? y : NULL},
+                               saves && (!is_mul || vl_requires_grad(a)) ? bv : NULL, bin_saves_y(op) ? y : NULL},
                       VL_AG_CTX_OF(c));
 }
 
@@ -260,6 +290,18 @@ static vl_status scalar_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
       break;
     case VL_BIN_MAXIMUM:
     case VL_BIN_MINIMUM: r = F_MUL(g, minmax_weight(f, op, a, NULL, k, g->dtype)); break;
+    case VL_BIN_REMAINDER: /* a % k: 1; k % a: -floor(k / a) */
+    case VL_BIN_FMOD:
+      if (!rev) r = g;
+      else {
+        vl_tensor *q = F_RUN(vl_binary_scalar(VL_BIN_DIV, a, k, true, F_OUT));
+        r = F_MUL(g, F_MULS(op == VL_BIN_FMOD ? F_UN(TRUNC, q) : F_UN(FLOOR, q), -1.0));
+      }
+      break;
+    case VL_BIN_ATAN2: /* atan2(a, k): k / (a^2 + k^2); atan2(k, a): -k / (a^2 + k^2) */
+      r = F_DIV(F_MULS(g, rev ? -k : k), F_ADDS(F_MUL(a, a), k * k));
+      break;
+    case VL_BIN_HYPOT: r = F_MUL(g, F_DIV(a, y)); break; /* a / y either way */
     default: f->s = vl_fail(VL_EINTERNAL, "%s: op %d is not differentiable", n->name, (int)op); break;
   }
   return vl_fs_give(f, n, 1, &r, gi);
@@ -269,14 +311,15 @@ static vl_status rec_scalar(vl_binary_op op, vl_tensor *a, vl_tensor *av, double
   if (!bin_differentiable(op)) return VL_OK;
   scalar_ctx c = {op, rev, k};
   bool need_a = (op == VL_BIN_DIV && rev) || (op == VL_BIN_POW && !rev) || op == VL_BIN_MAXIMUM ||
-                op == VL_BIN_MINIMUM;
-  bool need_y = (op == VL_BIN_DIV || op == VL_BIN_POW) && rev;
+                op == VL_BIN_MINIMUM || ((op == VL_BIN_REMAINDER || op == VL_BIN_FMOD) && rev) ||
+                op == VL_BIN_ATAN2 || op == VL_BIN_HYPOT;
+  bool need_y = ((op == VL_BIN_DIV || op == VL_BIN_POW) && rev) || op == VL_BIN_HYPOT;
   return VL_AG_RECORD(.name = bin_nodes[op], .backward = scalar_bw, .nin = 1, .in = &a, .out = &y,
                       .save = {need_a ? av : NULL, need_y ? y : NULL}, VL_AG_CTX_OF(c));
 }
 
 vl_status vl_ag_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reverse, vl_tensor **out) {
-  VL_AUTOCAST(op == VL_BIN_POW ? VL_AC_POW : VL_AC_NONE, vl_ag_binary_scalar(op, vl_ac[0], s, reverse, out), a);
+  VL_AUTOCAST(op == VL_BIN_POW ? VL_AC_POW : op == VL_BIN_ATAN2 ? VL_AC_ATAN2 : VL_AC_NONE, vl_ag_binary_scalar(op, vl_ac[0], s, reverse, out), a);
   vl_tensor *r;
   VL_TRY(vl_binary_scalar(op, a, s, reverse, &r));
   return vl_ag_out(rec_scalar(op, a, a, s, reverse, r), r, out);
@@ -290,7 +333,8 @@ vl_status vl_ag_binary_scalar_(vl_binary_op op, vl_tensor *a, double k) {
   if (!rec) return vl_binary_scalar_(op, a, k);
   vl_tensor *sa = NULL;
   vl_status s = VL_OK;
-  if (op == VL_BIN_POW || op == VL_BIN_MAXIMUM || op == VL_BIN_MINIMUM) s = vl_clone(a, &sa);
+  if (op == VL_BIN_POW || op == VL_BIN_MAXIMUM || op == VL_BIN_MINIMUM || op == VL_BIN_ATAN2 || op == VL_BIN_HYPOT)
+    s = vl_clone(a, &sa);
   if (s == VL_OK) s = vl_binary_scalar_(op, a, k);
   if (s == VL_OK) s = rec_scalar(op, a, sa, k, false, a);
   vl_tensor_release(sa);
@@ -376,4 +420,106 @@ vl_status vl_ag_copy_(vl_tensor *dst, vl_tensor *src) {
   return rec ? VL_AG_RECORD(.name = "CopyBackward", .backward = copy_bw, .nin = 1, .in = &src, .out = &dst,
                             .always = true)
              : VL_OK;
+}
+
+/* ---- composites: lerp, clamp with tensor bounds, nan_to_num ----
+ * Written with the recorded ops above, so their gradients follow from those ops' rules; the
+ * checks come first and name the composite. */
+
+static vl_status need_float(const char *op, const char *what, const vl_tensor *t) {
+  if (vl_dtype_is_float(t->dtype)) return VL_OK;
+  char d[VL_DESC_LEN];
+  return vl_fail(VL_EDTYPE, "%s: expected a float tensor for %s, got %s (%s %s)", op, what, vl_dtype_name(t->dtype),
+                 what, vl_tensor_desc(t, d, sizeof d));
+}
+
+/* a + w (b - a), w a tensor or (w NULL) the number ws. */
+vl_status vl_ag_lerp(vl_tensor *a, vl_tensor *b, vl_tensor *w, double ws, vl_tensor **out) {
+  VL_TRY(need_float("lerp", "a", a));
+  VL_TRY(need_float("lerp", "b", b));
+  VL_TRY(vl_check_same_device("lerp", a, "a", b, "b"));
+  vl_tensor *ts[3] = {a, b, w};
+  const char *names[3] = {"a", "b", "weight"};
+  int nd;
+  int64_t size[VL_MAX_DIMS];
+  if (w) {
+    VL_TRY(need_float("lerp", "weight", w));
+    VL_TRY(vl_check_same_device("lerp", a, "a", w, "weight"));
+  }
+  VL_TRY(vl_broadcast_shapes("lerp", w ? 3 : 2, ts, names, &nd, size));
+  vl_tensor *d = NULL, *m = NULL;
+  vl_status s = vl_ag_binary(VL_BIN_SUB, b, a, 1.0, &d);
+  if (s == VL_OK) s = w ? vl_ag_binary(VL_BIN_MUL, w, d, 1.0, &m) : vl_ag_binary_scalar(VL_BIN_MUL, d, ws, false, &m);
+  if (s == VL_OK) s = vl_ag_binary(VL_BIN_ADD, a, m, 1.0, out);
+  vl_tensor_release(d);
+  vl_tensor_release(m);
+  return s;
+}
+
+/* One tensor bound: where(a < lo or lo is NaN, lo, a) (upper: a > hi), so the gradient goes to a
+ * inside the bounds (bounds included) and to the bound outside, and a NaN bound gives NaN, as
+ * PyTorch's clamp with tensor bounds. */
+vl_status vl_ag_clamp_bound(vl_tensor *a, vl_tensor *bound, bool upper, vl_tensor **out) {
+  const char *name = "clamp";
+  char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+  VL_TRY(vl_check_same_device(name, a, "a", bound, upper ? "hi" : "lo"));
+  if (a->dtype == VL_BOOL || bound->dtype == VL_BOOL)
+    return vl_fail(VL_EDTYPE, "clamp: bool tensors are not supported (a %s, %s %s)", vl_tensor_desc(a, d1, sizeof d1),
+                   upper ? "hi" : "lo", vl_tensor_desc(bound, d2, sizeof d2));
+  vl_tensor *ts[2] = {a, bound};
+  const char *names[2] = {"a", upper ? "hi" : "lo"};
+  int nd;
+  int64_t size[VL_MAX_DIMS];
+  VL_TRY(vl_broadcast_shapes(name, 2, ts, names, &nd, size));
+  vl_tensor *c = NULL, *nb = NULL, *m = NULL;
+  vl_status s = vl_binary(upper ? VL_BIN_GT : VL_BIN_LT, a, bound, 1.0, &c);
+  if (s == VL_OK && vl_dtype_is_float(bound->dtype)) {
+    s = vl_unary(VL_UN_ISNAN, bound, &nb);
+    if (s == VL_OK) s = vl_binary(VL_BIN_LOGICAL_OR, c, nb, 1.0, &m);
+  }
+  if (s == VL_OK) s = vl_ag_where(m ? m : c, bound, a, out);
+  vl_tensor_release(c);
+  vl_tensor_release(nb);
+  vl_tensor_release(m);
+  return s;
+}
+
+/* The largest finite value of a float dtype. */
+static double float_max(vl_dtype dt) {
+  switch (dt) {
+    case VL_F16: return 65504.0;
+    case VL_BF16: return 3.38953138925153547590e38;
+    case VL_F32: return 3.40282346638528859812e38;
+    default: return 1.79769313486231570815e308;
+  }
+}
+
+/* NaN, +inf, -inf of a float tensor replaced by nan, posinf, neginf (NaN for posinf / neginf: the
+ * dtype's largest / lowest finite value, as PyTorch); masked_fill gives no gradient where it
+ * replaced. Integer and bool tensors are copied. */
+vl_status vl_ag_nan_to_num(vl_tensor *a, double nan, double posinf, double neginf, vl_tensor **out) {
+  if (!vl_dtype_is_float(a->dtype)) return vl_clone(a, out);
+  if (isnan(posinf)) posinf = float_max(a->dtype);
+  if (isnan(neginf)) neginf = -float_max(a->dtype);
+  const double vals[3] = {nan, posinf, neginf};
+  for (int i = 0; i < 3; i++) VL_TRY(vl_scalar_to("nan_to_num", vl_scalar_float(vals[i]), a->dtype, NULL));
+  vl_tensor *r = vl_tensor_retain(a), *m = NULL, *t = NULL;
+  vl_status s = VL_OK;
+  for (int i = 0; i < 3 && s == VL_OK; i++) {
+    s = i == 0 ? vl_unary(VL_UN_ISNAN, r, &m) : vl_binary_scalar(VL_BIN_EQ, r, i == 1 ? INFINITY : -INFINITY, false, &m);
+    if (s == VL_OK) s = vl_ag_masked_fill(r, m, vals[i], &t);
+    vl_tensor_release(m);
+    m = NULL;
+    if (s == VL_OK) {
+      vl_tensor_release(r);
+      r = t;
+      t = NULL;
+    }
+  }
+  if (s != VL_OK) {
+    vl_tensor_release(r);
+    return s;
+  }
+  *out = r;
+  return VL_OK;
 }

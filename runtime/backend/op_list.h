@@ -15,7 +15,9 @@
  *   name      the op in messages, the Lua method (name and name_) and v100.core.ops()
  *   node      the autograd node
  *   domain    EXACT: integer inputs computed exactly in int64 (VL_UI_ formula); FLOAT: integer
- *             inputs cast to f32 first; BOOL: a bool result (in == 0)
+ *             inputs cast to f32 first; BOOL: a bool result (logical_not, isnan, isinf,
+ *             isfinite; no autograd); INT: integer and bool inputs only (bitwise_not; a float
+ *             input is refused), computed in int64 (VL_UI_ formula), no autograd
  *   saves     what the backward keeps: NONE, IN (the input x) or OUT (the output y)
  *   autocast  the autocast op (runtime/amp/autocast.h VL_AC_<autocast>) or NONE: inputs keep
  *             their dtype
@@ -48,12 +50,21 @@
   X(COS, "cos", "CosBackward", FLOAT, IN, NONE, 1, -3, 3)                             \
   X(LOGICAL_NOT, "logical_not", "LogicalNotBackward", BOOL, NONE, NONE, 1, -3, 3)    \
   X(LOG1P, "log1p", "Log1pBackward", FLOAT, IN, LOG, 1, -0.9, 20)                     \
-  X(ERF, "erf", "ErfBackward", FLOAT, IN, NONE, 1, -3, 3)
+  X(ERF, "erf", "ErfBackward", FLOAT, IN, NONE, 1, -3, 3)                            \
+  X(EXPM1, "expm1", "Expm1Backward", FLOAT, OUT, EXPM1, 1, -4, 4)                     \
+  X(ERFINV, "erfinv", "ErfinvBackward", FLOAT, OUT, ERFINV, 1, -0.99, 0.99)           \
+  X(TRUNC, "trunc", "TruncBackward", EXACT, NONE, NONE, 1, -10, 10)                  \
+  X(ISNAN, "isnan", "", BOOL, NONE, NONE, 1, -3, 3)                                  \
+  X(ISINF, "isinf", "", BOOL, NONE, NONE, 1, -3, 3)                                  \
+  X(ISFINITE, "isfinite", "", BOOL, NONE, NONE, 1, -3, 3)                            \
+  X(BITWISE_NOT, "bitwise_not", "", INT, NONE, NONE, 1, -1000, 1000)
 
 /* Binary columns: X(ENUM, name, node, kind, autocast, lua, lo, hi)
- *   kind      ARITH (the result in the promoted dtype; ADD and SUB take alpha), CMP and LOGIC (a
- *             bool result), ACT (an activation's backward [grad, v]: float only, no autograd)
- *   node      the autograd node ("" where none is recorded: predicates, ACT)
+ *   kind      ARITH (the result in the promoted dtype; ADD and SUB take alpha), FLOAT (as ARITH,
+ *             integer operands computed in f32: atan2, hypot), INT (integer and bool operands
+ *             only, a float operand refused: the bitwise ops), CMP and LOGIC (a bool result), ACT
+ *             (an activation's backward [grad, v]: float only, no autograd)
+ *   node      the autograd node ("" where none is recorded: predicates, ACT, INT, floor_divide)
  *   lua       as above (the ACT ops are reached through the activations' backward only) */
 #define VL_BINARY_OPS(X)                                                 \
   X(ADD, "add", "AddBackward", ARITH, ADD, 1, -2, 2)                     \
@@ -71,6 +82,16 @@
   X(GE, "ge", "", CMP, NONE, 1, -2, 2)                                   \
   X(LOGICAL_AND, "logical_and", "", LOGIC, NONE, 1, -2, 2)               \
   X(LOGICAL_OR, "logical_or", "", LOGIC, NONE, 1, -2, 2)                 \
+  X(REMAINDER, "remainder", "RemainderBackward", ARITH, NONE, 1, -3, 3)  \
+  X(FLOOR_DIVIDE, "floor_divide", "", ARITH, NONE, 1, -3, 3)             \
+  X(FMOD, "fmod", "FmodBackward", ARITH, NONE, 1, -3, 3)                 \
+  X(ATAN2, "atan2", "Atan2Backward", FLOAT, ATAN2, 1, -2, 2)             \
+  X(HYPOT, "hypot", "HypotBackward", FLOAT, NONE, 1, -2, 2)              \
+  X(BITWISE_AND, "bitwise_and", "", INT, NONE, 1, -1000, 1000)           \
+  X(BITWISE_OR, "bitwise_or", "", INT, NONE, 1, -1000, 1000)             \
+  X(BITWISE_XOR, "bitwise_xor", "", INT, NONE, 1, -1000, 1000)           \
+  X(BITWISE_LEFT_SHIFT, "bitwise_left_shift", "", INT, NONE, 1, -1000, 1000)   \
+  X(BITWISE_RIGHT_SHIFT, "bitwise_right_shift", "", INT, NONE, 1, -1000, 1000) \
   X(RELU_BACKWARD, "relu_backward", "", ACT, NONE, 0, -3, 3)             \
   X(GELU_BACKWARD, "gelu_backward", "", ACT, NONE, 0, -5, 5)             \
   X(GELU_TANH_BACKWARD, "gelu_tanh_backward", "", ACT, NONE, 0, -5, 5)   \
@@ -78,8 +99,15 @@
   X(SIGMOID_BACKWARD, "sigmoid_backward", "", ACT, NONE, 0, 0, 1)
 
 /* The classes of the columns above, as values (vl_unary_domain, vl_binary_kind). */
-typedef enum vl_op_domain { VL_OPD_EXACT = 0, VL_OPD_FLOAT, VL_OPD_BOOL } vl_op_domain;
+typedef enum vl_op_domain { VL_OPD_EXACT = 0, VL_OPD_FLOAT, VL_OPD_BOOL, VL_OPD_INT } vl_op_domain;
 typedef enum vl_op_saves { VL_OPS_NONE = 0, VL_OPS_IN, VL_OPS_OUT } vl_op_saves;
-typedef enum vl_binary_kind { VL_OPK_ARITH = 0, VL_OPK_CMP, VL_OPK_LOGIC, VL_OPK_ACT } vl_binary_kind;
+typedef enum vl_binary_kind {
+  VL_OPK_ARITH = 0,
+  VL_OPK_FLOAT,
+  VL_OPK_INT,
+  VL_OPK_CMP,
+  VL_OPK_LOGIC,
+  VL_OPK_ACT
+} vl_binary_kind;
 
 #endif

@@ -43,12 +43,20 @@ static vl_status act_backward_check(const char *name, vl_binary_op op, const vl_
 static bool unary_is_float_only(vl_unary_op op) { return vl_unary_domain(op) == VL_OPD_FLOAT; }
 
 static bool binary_is_arith(vl_binary_op op) {
-  return op == VL_BIN_ADD || op == VL_BIN_SUB || op == VL_BIN_MUL || op == VL_BIN_DIV || op == VL_BIN_POW;
+  return op == VL_BIN_ADD || op == VL_BIN_SUB || op == VL_BIN_MUL || op == VL_BIN_DIV || op == VL_BIN_POW ||
+         op == VL_BIN_REMAINDER || op == VL_BIN_FLOOR_DIVIDE || op == VL_BIN_FMOD;
+}
+
+/* The integer divisions (a zero integer divisor is an error, as PyTorch's ZeroDivisionError). */
+static bool binary_is_int_division(vl_binary_op op) {
+  return op == VL_BIN_REMAINDER || op == VL_BIN_FLOOR_DIVIDE || op == VL_BIN_FMOD;
 }
 
 /* Result dtype of an op whose operands were promoted to `ct`. */
 static vl_dtype binary_compute_dtype(vl_binary_op op, vl_dtype ct) {
   if (op == VL_BIN_DIV && vl_dtype_is_int(ct)) return VL_F32; /* true division */
+  if (vl_binary_kind_of(op) == VL_OPK_FLOAT && !vl_dtype_is_float(ct)) return VL_F32;
+  if (vl_binary_kind_of(op) == VL_OPK_INT) return ct;
   if (ct == VL_BOOL && binary_is_arith(op)) return VL_I64;
   return ct;
 }
@@ -58,6 +66,53 @@ static bool can_store(vl_dtype result, vl_dtype into) {
   if (vl_dtype_is_float(result) && !vl_dtype_is_float(into)) return false;
   if (into == VL_BOOL && result != VL_BOOL) return false;
   return true;
+}
+
+/* The INT ops (bitwise) take integer and bool operands only (the shifts integers only): `ct` is
+ * the dtype they would compute in; b NULL: the number s. */
+static vl_status int_kind_check(const char *name, vl_binary_op op, vl_dtype ct, const vl_tensor *a,
+                                const vl_tensor *b, double s) {
+  if (vl_binary_kind_of(op) != VL_OPK_INT) return VL_OK;
+  bool shift = op == VL_BIN_BITWISE_LEFT_SHIFT || op == VL_BIN_BITWISE_RIGHT_SHIFT;
+  if (!vl_dtype_is_float(ct) && !(shift && ct == VL_BOOL)) return VL_OK;
+  const char *want = shift ? "integer tensors" : "integer or bool tensors";
+  char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+  if (b)
+    return vl_fail(VL_EDTYPE, "%s: expected %s, got %s (a %s, b %s)", name, want, vl_dtype_name(ct),
+                   vl_tensor_desc(a, d1, sizeof d1), vl_tensor_desc(b, d2, sizeof d2));
+  return vl_fail(VL_EDTYPE, "%s: expected %s and an integer number, got %s (a %s, number %g)", name, want,
+                 vl_dtype_name(ct), vl_tensor_desc(a, d1, sizeof d1), s);
+}
+
+/* Integer remainder / floor_divide / fmod with a zero anywhere in the divisor d (a reduction,
+ * synchronising on CUDA): an error, as PyTorch's ZeroDivisionError. */
+static vl_status check_int_divisor(const char *name, vl_binary_op op, vl_dtype ct, vl_tensor *a, vl_tensor *d) {
+  if (!binary_is_int_division(op) || vl_dtype_is_float(ct) || vl_tensor_numel(d) == 0) return VL_OK;
+  vl_tensor *z, *m;
+  double v;
+  VL_TRY(vl_binary_scalar(VL_BIN_EQ, d, 0, false, &z));
+  vl_status s = vl_cast(z, VL_I32, &m);
+  vl_tensor_release(z);
+  VL_TRY(s);
+  s = vl_reduce(VL_RED_MAX, m, 0, NULL, false, 0, &z, NULL);
+  vl_tensor_release(m);
+  VL_TRY(s);
+  s = vl_item(z, &v);
+  vl_tensor_release(z);
+  VL_TRY(s);
+  if (v != 0) {
+    char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+    return vl_fail(VL_EINVAL, "%s: integer division by zero (a %s, divisor %s)", name,
+                   vl_tensor_desc(a, d1, sizeof d1), vl_tensor_desc(d, d2, sizeof d2));
+  }
+  return VL_OK;
+}
+
+static vl_status check_int_divisor_number(const char *name, vl_binary_op op, vl_dtype ct, const vl_tensor *a,
+                                          double s) {
+  if (!binary_is_int_division(op) || vl_dtype_is_float(ct) || s != 0) return VL_OK;
+  char d[VL_DESC_LEN];
+  return vl_fail(VL_EINVAL, "%s: integer division by zero (a %s, divisor 0)", name, vl_tensor_desc(a, d, sizeof d));
 }
 
 static void op_name(char *buf, size_t n, const char *base, bool inplace) {
@@ -81,6 +136,9 @@ static vl_status unary_check(const char *name, vl_unary_op op, const vl_tensor *
   if (op == VL_UN_NEG && a->dtype == VL_BOOL)
     return vl_fail(VL_EDTYPE, "%s: negation of a bool tensor is not supported; use logical_not (a %s)", name,
                    vl_tensor_desc(a, d, sizeof d));
+  if (vl_unary_domain(op) == VL_OPD_INT && vl_dtype_is_float(a->dtype))
+    return vl_fail(VL_EDTYPE, "%s: expected an integer or bool tensor, got %s (a %s)", name,
+                   vl_dtype_name(a->dtype), vl_tensor_desc(a, d, sizeof d));
   return VL_OK;
 }
 
@@ -101,8 +159,9 @@ static vl_status empty_result(int n, vl_tensor *const *ins, int nd, const int64_
 
 static vl_status unary_out(vl_unary_op op, vl_tensor *a, double p0, double p1, vl_tensor **out) {
   VL_TRY(unary_check(unary_names[op], op, a));
+  if (op == VL_UN_BITWISE_NOT && a->dtype == VL_BOOL) op = VL_UN_LOGICAL_NOT; /* ~ of a bool: not */
   vl_dtype in_dt = unary_is_float_only(op) && !vl_dtype_is_float(a->dtype) ? VL_F32 : a->dtype;
-  vl_dtype out_dt = op == VL_UN_LOGICAL_NOT ? VL_BOOL : in_dt;
+  vl_dtype out_dt = vl_unary_domain(op) == VL_OPD_BOOL ? VL_BOOL : in_dt;
   vl_tensor *in, *r = NULL;
   VL_TRY(vl_cast(a, in_dt, &in));
   vl_status s = empty_result(1, &a, a->ndim, a->size, out_dt, &r);
@@ -124,7 +183,8 @@ static vl_status unary_inplace(vl_unary_op op, vl_tensor *a, double p0, double p
     return vl_fail(VL_EDTYPE, "%s: result dtype f32 cannot be stored in an %s tensor (a %s)", name,
                    vl_dtype_name(a->dtype), vl_tensor_desc(a, d, sizeof d));
   VL_TRY(vl_check_writable(name, a));
-  if (op == VL_UN_LOGICAL_NOT && a->dtype != VL_BOOL) {
+  if (op == VL_UN_BITWISE_NOT && a->dtype == VL_BOOL) op = VL_UN_LOGICAL_NOT;
+  if (vl_unary_domain(op) == VL_OPD_BOOL && a->dtype != VL_BOOL) {
     /* The kernel writes bool; PyTorch's logical_not_ keeps a's dtype, storing 0/1. */
     vl_tensor *tmp;
     VL_TRY(unary_out(op, a, p0, p1, &tmp));
@@ -194,6 +254,8 @@ vl_status vl_binary(vl_binary_op op, vl_tensor *a, vl_tensor *b, double alpha, v
   VL_TRY(vl_broadcast_shapes(name, 2, ts, names, &nd, size));
   vl_dtype ct = binary_compute_dtype(op, vl_dtype_promote(a->dtype, b->dtype));
   vl_dtype out_dt = vl_binary_is_predicate(op) ? VL_BOOL : ct;
+  VL_TRY(int_kind_check(name, op, ct, a, b, 0));
+  VL_TRY(check_int_divisor(name, op, ct, a, b));
   if (op == VL_BIN_POW && !vl_dtype_is_float(ct)) VL_TRY(check_int_exponent(name, a, b));
   vl_tensor *ca = NULL, *cb = NULL, *r = NULL;
   vl_status s = vl_cast(a, ct, &ca);
@@ -239,6 +301,8 @@ static vl_status binary_inplace(vl_binary_op op, vl_tensor *a, vl_tensor *b, dou
   bool pred = vl_binary_is_predicate(op);
   /* Arithmetic runs in a's dtype (the result is castable to it); predicates in the promoted one. */
   vl_dtype ct = pred ? pt : a->dtype;
+  VL_TRY(int_kind_check(name, op, binary_compute_dtype(op, pt), a, b, 0));
+  VL_TRY(check_int_divisor(name, op, ct, a, b));
   if (op == VL_BIN_POW && !vl_dtype_is_float(ct)) VL_TRY(check_int_exponent(name, a, b));
   vl_tensor *ca = NULL, *cb = NULL, *ub = NULL, *tmp = NULL;
   vl_status s = vl_unalias(a, b, &ub);
@@ -305,6 +369,9 @@ vl_status vl_binary_scalar(vl_binary_op op, vl_tensor *a, double s, bool reverse
     ct = VL_F64;
   }
   if (op == VL_BIN_POW) VL_TRY(scalar_pow_check(name, a, s, reverse, ct));
+  VL_TRY(int_kind_check(name, op, ct, a, NULL, s));
+  if (reverse) VL_TRY(check_int_divisor(name, op, ct, a, a));
+  else VL_TRY(check_int_divisor_number(name, op, ct, a, s));
   vl_dtype out_dt = vl_binary_is_predicate(op) ? VL_BOOL : ct;
   vl_tensor *ca = NULL, *r = NULL;
   vl_status st = vl_cast(a, ct, &ca);
@@ -324,7 +391,9 @@ static vl_status scalar_inplace(vl_binary_op op, vl_tensor *a, double s) {
   char name[64];
   op_name(name, sizeof name, binary_names[op], true);
   VL_TRY(act_backward_check(name, op, a, NULL));
+  VL_TRY(int_kind_check(name, op, scalar_compute_dtype(op, a->dtype, s), a, NULL, s));
   VL_TRY(inplace_check(name, op, a, NULL, scalar_compute_dtype(op, a->dtype, s)));
+  VL_TRY(check_int_divisor_number(name, op, a->dtype, a, s));
   if (!vl_binary_is_predicate(op) && !vl_dtype_is_float(a->dtype)) VL_TRY(vl_scalar_to(name, vl_scalar_float(s), a->dtype, NULL));
   if (op == VL_BIN_POW) VL_TRY(scalar_pow_check(name, a, s, false, a->dtype));
   if (!vl_binary_is_predicate(op)) return scalar_run(op, a, a, s, false);

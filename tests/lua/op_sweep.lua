@@ -11,9 +11,17 @@ local M = {}
 M.FLOATS = { 'f32', 'f16', 'bf16', 'f64' }
 M.INTS = { 'i32', 'i64' }
 
+-- Per-op data of the sweep (the op list says the rest): the integer divisions (a zero integer
+-- divisor is an error: their integer divisors are drawn non-zero, and the error is checked), the
+-- predicates fed NaN and infinities, the shifts' counts (past the width and negative too).
+M.INT_DIVISION = { remainder = true, floor_divide = true, fmod = true }
+M.SPECIALS = { isnan = true, isinf = true, isfinite = true }
+M.SHIFTS = { bitwise_left_shift = true, bitwise_right_shift = true }
+
 -- The dtypes an op takes: every float dtype; integers too for the exact unary ops, the bool one,
--- and the binary ops but the activation backwards.
+-- and the binary ops but the activation backwards; integers only for the INT class (bitwise).
 function M.dtypes(op)
+  if op.class == 'int' then return { table.unpack(M.INTS) } end
   local d = { table.unpack(M.FLOATS) }
   if op.class == 'exact' or op.class == 'bool' or (op.kind == 'binary' and op.class ~= 'act') then
     for _, i in ipairs(M.INTS) do d[#d + 1] = i end
@@ -49,6 +57,7 @@ end
 -- The integer range of an op's inputs: small (pow's exponents non-negative, comparisons equal often).
 function M.int_range(op, which)
   if op.name == 'pow' then return which == 2 and 0 or -3, 3 end
+  if M.SHIFTS[op.name] and which == 2 then return -2, 70 end
   if op.class == 'cmp' or op.class == 'logic' then return -3, 3 end
   return -1000, 1000
 end
@@ -59,7 +68,13 @@ function M.maker(op, dt)
   return function(shape, which)
     local ilo, ihi = M.int_range(op, which)
     if op.class == 'act' and which == 1 then return M.input(shape, dt, -2, 2) end
-    return M.input(shape, dt, op.lo, op.hi, ilo, ihi)
+    local x = M.input(shape, dt, op.lo, op.hi, ilo, ihi)
+    if M.INT_DIVISION[op.name] and which == 2 and dt:sub(1, 1) == 'i' then x = v100.where(x:eq(0), 7, x):to(dt) end
+    if M.SPECIALS[op.name] and dt:sub(1, 1) ~= 'i' then
+      local u = v100.rand(shape)
+      x = v100.where(u:lt(0.1), 0 / 0, v100.where(u:lt(0.2), 1 / 0, v100.where(u:lt(0.3), -1 / 0, x))):to(dt)
+    end
+    return x
   end
 end
 
@@ -79,9 +94,14 @@ function M.cases(op, R, C, make)
   if op.kind == 'binary' then
     out[#out + 1] = { 'b row broadcast', make({ R, C }, 1), make({ C }, 2) }
     out[#out + 1] = { 'b column broadcast', make({ R, C }, 1), make({ R, 1 }, 2) }
-    if op.class ~= 'act' then out[#out + 1] = { 'b a number', make({ R, C }, 1), op.name == 'pow' and 2 or 1.5 } end
+    if op.class ~= 'act' then
+      out[#out + 1] = { 'b a number', make({ R, C }, 1), (op.name == 'pow' and 2) or (op.class == 'int' and 3) or 1.5 }
+    end
   end
   return out
 end
+
+-- The dtype of the reference computation: f64, or i64 for the INT class (bitwise: no floats).
+function M.ref_dtype(op) return op.class == 'int' and 'i64' or 'f64' end
 
 return M

@@ -31,10 +31,11 @@ for _, op in ipairs(ops) do
       for _, c in ipairs(S.cases(op, 37, 53, make)) do
         local label, a, b = c[1], c[2], c[3]
         local got = S.call(op, a, b)
-        local bf = type(b) == 'userdata' and b:to('f64') or b
-        local want = S.call(op, a:to('f64'), bf)
-        -- an op whose f64 result is a float: the result dtype is the one the op gives dt
-        if want.dtype == 'f64' and got.dtype ~= 'f64' then want = want:to(got.dtype) end
+        local rd = S.ref_dtype(op)
+        local bf = type(b) == 'userdata' and b:to(rd) or b
+        local want = S.call(op, a:to(rd), bf)
+        -- the reference's result in the dtype the op gives dt
+        if want.dtype ~= got.dtype then want = want:to(got.dtype) end
         compare(got, want, dt, string.format('%s %s %s', op.name, dt, label))
         n = n + 1
         if op.method and label ~= 'expanded' and dt:sub(1, 1) == 'f' and got.dtype == dt then
@@ -46,19 +47,49 @@ for _, op in ipairs(ops) do
     end
   end)
 end
+-- The INT class (bitwise) refuses floats, naming the op; the integer divisions refuse a zero
+-- integer divisor (PyTorch raises ZeroDivisionError), tensor or number, either side.
+for _, op in ipairs(ops) do
+  if op.class == 'int' then
+    T.test(op.name .. ' refuses floats', function()
+      local a = v100.rand({ 3, 4 })
+      local ok, err = pcall(S.call, op, a, op.kind == 'binary' and a or nil)
+      T.ok(not ok and tostring(err):find(op.name, 1, true) and tostring(err):find('f32', 1, true), tostring(err))
+      if op.kind == 'binary' then
+        ok, err = pcall(S.call, op, v100.tensor({ 1, 2 }, { dtype = 'i32' }), 1.5)
+        T.ok(not ok and tostring(err):find(op.name, 1, true), tostring(err))
+      end
+    end)
+  end
+  if S.INT_DIVISION[op.name] then
+    T.test(op.name .. ': integer division by zero', function()
+      local a = v100.tensor({ 5, -7, 3 }, { dtype = 'i64' })
+      local z = v100.tensor({ 1, 0, 2 }, { dtype = 'i32' })
+      for _, f in ipairs({ function() return a[op.name](a, z) end, function() return a[op.name](a, 0) end,
+        function() local c = a:clone() return c[op.name .. '_'](c, z) end,
+        function() return 6 % z end }) do
+        local ok, err = pcall(f)
+        T.ok(not ok and tostring(err):find('division by zero', 1, true), tostring(err))
+      end
+      -- floats divide by zero as IEEE (inf, nan), as PyTorch
+      local y = a:to('f32')[op.name](a:to('f32'), 0)
+      T.ok(y:isfinite():logical_not():to('f64'):sum():item() > 0, op.name .. ' by a float zero')
+    end)
+  end
+end
+
 -- Every differentiable op's backward rule (runtime/autograd/ops_ew.c) against finite differences
 -- in f64, on inputs inside its domain and away from its kinks (relu, abs, sign at 0; floor, ceil,
 -- round between integers: their gradient is 0 almost everywhere).
 local KINKS = { abs = true, relu = true, sign = true, clamp = true, floor = true, ceil = true, round = true,
-  maximum = true, minimum = true }
+  maximum = true, minimum = true, trunc = true, remainder = true, fmod = true, atan2 = true, hypot = true }
 for _, op in ipairs(ops) do
-  local differentiable = (op.kind == 'unary' and op.class ~= 'bool') or op.class == 'arith'
-  if differentiable then
+  if op.grad then
     T.test('gradcheck ' .. op.kind .. ' ' .. op.name, function()
       local function draw(shape)
         local x = S.input(shape, 'f64', op.lo, op.hi)
         if KINKS[op.name] then x = x + v100.where(x:abs():lt(0.1), 0.3, 0) end -- off the kinks
-        if op.name == 'floor' or op.name == 'ceil' or op.name == 'round' then x = x:floor() + 0.25 end
+        if op.name == 'floor' or op.name == 'ceil' or op.name == 'round' or op.name == 'trunc' then x = x:floor() + 0.25 end
         return x:requires_grad_()
       end
       local a = draw({ 3, 4 })
@@ -70,5 +101,5 @@ for _, op in ipairs(ops) do
   end
 end
 
-T.test('the sweep ran', function() T.ok(n > 500, n .. ' comparisons') end)
+T.test('the sweep ran', function() T.ok(n > 500, n .. ' comparisons') print('      ' .. n .. ' comparisons against f64 over ' .. #ops .. ' ops') end)
 T.run()
