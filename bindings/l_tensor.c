@@ -252,6 +252,10 @@ void l_check_opts(lua_State *L, int idx, const char *fn, const char *const known
         if (i) luaL_addstring(&b, ", ");
         luaL_addstring(&b, known[i]);
       }
+      if (!known[0]) {
+        luaL_addstring(&b, fn);
+        luaL_addstring(&b, " takes no options");
+      }
       luaL_pushresult(&b);
       if (lua_type(L, -2) == LUA_TSTRING)
         luaL_error(L, "%s: unknown option '%s' (%s)", fn, lua_tostring(L, -2), lua_tostring(L, -1));
