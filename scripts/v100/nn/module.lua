@@ -471,6 +471,7 @@ local function parse_to_args(...)
   for i = 1, select('#', ...) do
     local a = select(i, ...)
     if type(a) == 'table' then
+      errors.check_opts('Module:to', a, { 'device', 'dtype', 'layout' }, 3)
       r.device = a.device or r.device
       r.dtype = a.dtype or r.dtype
       r.layout = a.layout or r.layout
