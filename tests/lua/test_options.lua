@@ -203,6 +203,7 @@ local ENTRIES = {
   { 'amp.policy', 'level', function(with) return amp.policy('O2', with {}) end },
   { 'amp.half_model', 'keep', function(with) return amp.half_model(mlp(), with {}) end },
   { 'amp.autocast', 'dtyp', function(with) return amp.autocast(function() end, with {}) end },
+  { 'Policy:prepare', 'weight_decy', function(with) return amp.policy('O2'):prepare(mlp(), optim.AdamW, with {}) end },
   -- dist (one process: rank 0 of 1)
   { 'dist.all_reduce', 'opp', function(with) return dist.all_reduce(v100.ones({ 2 }), with {}) end },
   { 'dist.broadcast', 'srcc', function(with) return dist.broadcast(v100.ones({ 2 }), with {}) end },
@@ -217,6 +218,10 @@ local ENTRIES = {
   { 'dist.DistributedSampler', 'shufle', function(with) return dist.DistributedSampler(10, with {}) end },
   { 'dist.epoch_indices', 'shufle', function(with) return dist.epoch_indices(10, 0, with { seed = 1 }) end },
   { 'dist.DataParallel', 'bucket_mbs', function(with) return dist.DataParallel(mlp(), with {}) end },
+  { 'DataParallel:zero_optimizer', 'momentun', function(with)
+    local dp = dist.DataParallel(mlp(), { zero = 1 })
+    return dp:zero_optimizer('SGD', with { lr = 0.1 })
+  end },
   -- checkpoint
   { 'checkpoint.save', 'stepp', function(with) return ckpt.save(dir .. '/ck2', with { model = mlp() }) end },
   { 'checkpoint.restore', 'optimzer', function(with)
