@@ -84,6 +84,7 @@ static int m_tensor(lua_State *L) {
   vl_device dev = vl_cpu_device();
   scan s;
   memset(&s, 0, sizeof s);
+  lua_settop(L, 2); /* the options (or nil) at 2, below what the scan pushes */
   int ty = lua_type(L, 1);
   if (ty == LUA_TTABLE) {
     /* Shape from the first element of each level; scan_table checks the rest. */
@@ -105,7 +106,7 @@ static int m_tensor(lua_State *L) {
   }
   if (s.has_bool && (s.has_int || s.has_float)) return luaL_error(L, "tensor: mixed booleans and numbers");
   vl_dtype dt = s.has_bool ? VL_BOOL : (s.has_int && !s.has_float) ? VL_I64 : VL_F32;
-  l_opts(L, 2, &dt, &dev);
+  l_opts(L, 2, "tensor", true, &dt, &dev);
   int64_t numel = 1;
   for (int d = 0; d < s.ndim; d++) numel *= s.size[d];
   char *buf = (char *)lua_newuserdatauv(L, (size_t)numel * vl_dtype_size(dt) + 8, 0);
@@ -128,7 +129,7 @@ static int m_empty(lua_State *L) {
   int n = check_size(L, 1, size, "empty");
   vl_dtype dt = VL_F32;
   vl_device dev = vl_cpu_device();
-  l_opts(L, 2, &dt, &dev);
+  l_opts(L, 2, "empty", true, &dt, &dev);
   vl_tensor **slot = l_slot(L);
   l_done(L, vl_tensor_empty(n, size, dt, dev, slot));
   l_opt_requires_grad(L, 2, lua_gettop(L));
@@ -140,7 +141,7 @@ static int full_at(lua_State *L, const char *fname, vl_scalar value, int opts) {
   int n = check_size(L, 1, size, fname);
   vl_dtype dt = VL_F32;
   vl_device dev = vl_cpu_device();
-  l_opts(L, opts, &dt, &dev);
+  l_opts(L, opts, fname, true, &dt, &dev);
   vl_tensor **slot = l_slot(L);
   l_done(L, vl_full_scalar(n, size, value, dt, dev, slot));
   l_opt_requires_grad(L, opts, lua_gettop(L));
@@ -165,7 +166,7 @@ static int m_arange(lua_State *L) {
   }
   vl_dtype dt = integral ? VL_I64 : VL_F32;
   vl_device dev = vl_cpu_device();
-  l_opts(L, nnum + 1, &dt, &dev);
+  l_opts(L, nnum + 1, "arange", true, &dt, &dev);
   vl_tensor **slot = l_slot(L);
   l_done(L, vl_arange_scalar(start, stop, step, dt, dev, slot));
   l_opt_requires_grad(L, nnum + 1, lua_gettop(L));
@@ -184,7 +185,7 @@ static int random_sized(lua_State *L, int kind) {
   }
   vl_dtype dt = VL_F32;
   vl_device dev = vl_cpu_device();
-  l_opts(L, opts, &dt, &dev);
+  l_opts(L, opts, names[kind], true, &dt, &dev);
   vl_tensor **slot = l_slot(L);
   vl_status s = kind == 0 ? vl_rand(n, size, 0.0, 1.0, dt, dev, slot)
               : kind == 1 ? vl_randn(n, size, 0.0, 1.0, dt, dev, slot)
@@ -199,12 +200,13 @@ static int m_bernoulli(lua_State *L) { return random_sized(L, 2); }
 
 /* *_like(t[, value], opts): 0 empty, 1 zeros, 2 ones, 3 full, 4 rand, 5 randn */
 static int like(lua_State *L, int kind) {
+  static const char *const like_names[] = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"};
   vl_tensor *t = vl_lua_checktensor(L, 1);
   vl_dtype dt = t->dtype;
   vl_device dev = t->storage->device;
   vl_scalar v = vl_scalar_int(kind == 2);
   if (kind == 3) v = l_toscalarv(L, 2);
-  l_opts(L, kind == 3 ? 3 : 2, &dt, &dev);
+  l_opts(L, kind == 3 ? 3 : 2, like_names[kind], true, &dt, &dev);
   vl_tensor **slot = l_slot(L);
   vl_status s;
   /* empty/zeros/ones/full keep a dense tensor's dim order (channels-last stays channels-last),

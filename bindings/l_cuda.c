@@ -39,10 +39,11 @@ static int check(lua_State *L, vl_status s) {
 }
 
 /* opts.device: an ordinal or a device string; nil: the current device. */
-static int opts_device(lua_State *L, int idx, const char *fname) {
+static int opts_device(lua_State *L, int idx, const char *fname, const char *const known[]) {
   /* No options: pass a "none" slot (past the top) so the current device is used. */
   if (lua_isnoneornil(L, idx)) return l_optcudadev(L, lua_gettop(L) + 1, fname);
   luaL_checktype(L, idx, LUA_TTABLE);
+  l_check_opts(L, idx, fname, known);
   lua_getfield(L, idx, "device");
   int d = l_optcudadev(L, lua_gettop(L), fname);
   lua_pop(L, 1);
@@ -100,7 +101,8 @@ static l_stream *push_stream(lua_State *L, int dev, void *stream, bool owned) {
 }
 
 static int c_Stream(lua_State *L) {
-  int dev = opts_device(L, 1, "cuda.Stream");
+  static const char *const known[] = {"device", "priority", NULL};
+  int dev = opts_device(L, 1, "cuda.Stream", known);
   int prio = 0;
   if (lua_istable(L, 1)) {
     lua_getfield(L, 1, "priority");
@@ -188,7 +190,8 @@ static int s_tostring(lua_State *L) {
 /* ---- Event ---- */
 
 static int c_Event(lua_State *L) {
-  int dev = opts_device(L, 1, "cuda.Event");
+  static const char *const known[] = {"device", "timing", NULL};
+  int dev = opts_device(L, 1, "cuda.Event", known);
   bool timing = false;
   if (lua_istable(L, 1)) {
     lua_getfield(L, 1, "timing");

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "bindings/l_log.h"
+#include "bindings/l_priv.h"
 #include "runtime/io/file_io.h"
 
 /* One nesting limit for encoding and decoding, so that whatever json_encode writes json_decode
@@ -254,6 +255,8 @@ static void encode_opts(lua_State *L, enc *e, int *pretty) {
   *pretty = 0;
   if (lua_isnoneornil(L, 2)) return;
   if (!lua_istable(L, 2)) luaL_error(L, "json_encode: opts must be a table, got %s", luaL_typename(L, 2));
+  static const char *const known[] = {"pretty", "nonfinite", "int_keys", NULL};
+  l_check_opts(L, 2, "json_encode", known);
   lua_pushnil(L);
   while (lua_next(L, 2)) {
     const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
@@ -265,8 +268,6 @@ static void encode_opts(lua_State *L, enc *e, int *pretty) {
       if (strcmp(v, "null") != 0 && strcmp(v, "error") != 0)
         luaL_error(L, "json_encode: opts.nonfinite must be 'null' or 'error', got %s", luaL_tolstring(L, -1, NULL));
       e->nonfinite_error = v[0] == 'e';
-    } else {
-      luaL_error(L, "json_encode: unknown option '%s' (pretty, nonfinite, int_keys)", luaL_tolstring(L, -2, NULL));
     }
     lua_pop(L, 1);
   }

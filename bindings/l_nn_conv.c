@@ -35,14 +35,13 @@ static bool opt_bool(lua_State *L, int opts, const char *key, bool def) {
   return v;
 }
 
-static void check_opts(lua_State *L, int idx, const char *op) {
-  if (!lua_isnoneornil(L, idx) && lua_type(L, idx) != LUA_TTABLE)
-    l_nn_error(L, "%s: options must be a table (got %s)", op, luaL_typename(L, idx));
-}
+static const char *const conv_known[] = {"stride", "padding", "dilation", "groups", NULL};
+static const char *const maxpool_known[] = {"stride", "padding", "dilation", "ceil_mode", NULL};
+static const char *const avgpool_known[] = {"stride", "padding", "ceil_mode", "count_include_pad", NULL};
 
 static void conv_opts(lua_State *L, int idx, const char *op, vl_conv2d_params *p) {
   static const int one[2] = {1, 1}, zero[2] = {0, 0};
-  check_opts(L, idx, op);
+  l_check_opts(L, idx, op, conv_known);
   opt_pair(L, idx, "stride", op, one, p->stride);
   opt_pair(L, idx, "padding", op, zero, p->pad);
   opt_pair(L, idx, "dilation", op, one, p->dilation);
@@ -95,7 +94,7 @@ static int pool_common(lua_State *L, vl_pool_kind kind, const char *op) {
   p.kind = kind;
   static const int one[2] = {1, 1}, zero[2] = {0, 0};
   l_checkpair(L, 2, op, "kernel size", p.kernel);
-  check_opts(L, 3, op);
+  l_check_opts(L, 3, op, kind == VL_POOL_MAX ? maxpool_known : avgpool_known);
   opt_pair(L, 3, "stride", op, p.kernel, p.stride);
   opt_pair(L, 3, "padding", op, zero, p.pad);
   if (kind == VL_POOL_MAX) opt_pair(L, 3, "dilation", op, one, p.dilation);

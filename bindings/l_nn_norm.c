@@ -70,11 +70,14 @@ static vl_bn_act opt_act(lua_State *L, int idx, const char *fname) {
   return act;
 }
 
+static const char *const bn_known[] = {"activation", "residual", NULL};
+
 static int l_batch_norm(lua_State *L) {
   vl_tensor *x = l_nn_checktensor(L, 1, "batch_norm", "input");
   vl_tensor *rm = opt_tensor(L, 2), *rv = opt_tensor(L, 3), *w = opt_tensor(L, 4), *b = opt_tensor(L, 5);
   bool training = lua_toboolean(L, 6);
   double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
+  l_check_opts(L, 9, "batch_norm", bn_known);
   vl_bn_fusion f = {opt_act(L, 9, "batch_norm"), opt_field_tensor(L, 9, "residual", "batch_norm")};
   vl_tensor **slot = l_slot(L);
   return l_done(L, vl_ag_batch_norm_fused(x, w, b, rm, rv, training, momentum, eps, &f, slot));
@@ -85,6 +88,7 @@ static int l_batch_norm_forward(lua_State *L) {
   vl_tensor *rm = opt_tensor(L, 2), *rv = opt_tensor(L, 3), *w = opt_tensor(L, 4), *b = opt_tensor(L, 5);
   bool training = lua_toboolean(L, 6);
   double momentum = luaL_optnumber(L, 7, 0.1), eps = luaL_optnumber(L, 8, 1e-5);
+  l_check_opts(L, 9, "batch_norm", bn_known);
   vl_bn_fusion f = {opt_act(L, 9, "batch_norm"), opt_field_tensor(L, 9, "residual", "batch_norm")};
   lua_settop(L, 9);
   vl_tensor **y = l_slot(L), **sm = l_slot(L), **si = l_slot(L);
@@ -96,6 +100,8 @@ static int l_batch_norm_backward(lua_State *L) {
   vl_tensor *w = opt_tensor(L, 3), *sm = vl_lua_checktensor(L, 4), *si = vl_lua_checktensor(L, 5);
   double eps = luaL_optnumber(L, 6, 1e-5);
   const char *fn = "batch_norm_backward";
+  static const char *const known[] = {"activation", "bias", "y", "residual", NULL};
+  l_check_opts(L, 7, fn, known);
   vl_bn_act act = opt_act(L, 7, fn);
   vl_tensor *b = opt_field_tensor(L, 7, "bias", fn), *y = opt_field_tensor(L, 7, "y", fn);
   bool residual = false;

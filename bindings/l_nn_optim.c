@@ -63,6 +63,10 @@ static int o_optim_step(lua_State *L) {
   VL_TABLE_SIZE(kinds, VL_NOPTIM_KINDS + 1);
   vl_optim_kind kind = (vl_optim_kind)luaL_checkoption(L, 1, NULL, kinds);
   luaL_checktype(L, 6, LUA_TTABLE);
+  static const char *const known[] = {"lr", "momentum", "dampening", "weight_decay", "beta1", "beta2", "eps",
+                                      "trust_coef", "nesterov", "first_step", "step", "dyn", "stochastic_round",
+                                      "sround_seed", NULL};
+  l_check_opts(L, 6, "optim_step: hparams", known);
   vl_tensor *found_inf = opt_tensor(L, 7), *inv_scale = opt_tensor(L, 8);
   int n = 0, n2 = 0;
   vl_tensor **params = check_list(L, 2, "params", -1, false, &n);

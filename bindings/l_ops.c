@@ -107,6 +107,8 @@ static int u_unm(lua_State *L) {
 static vl_unary_op gelu_op(lua_State *L, int idx) {
   if (lua_isnoneornil(L, idx)) return VL_UN_GELU;
   luaL_checktype(L, idx, LUA_TTABLE);
+  static const char *const known[] = {"approximate", NULL};
+  l_check_opts(L, idx, "gelu", known);
   lua_getfield(L, idx, "approximate");
   const char *a = luaL_optstring(L, -1, "none");
   lua_pop(L, 1);
@@ -248,6 +250,8 @@ static int var_std(lua_State *L, bool std) {
   int top = lua_gettop(L);
   double correction = 1.0;
   if (top >= 2 && lua_istable(L, top) && lua_rawlen(L, top) == 0) {
+    static const char *const known[] = {"correction", NULL};
+    l_check_opts(L, top, std ? "std" : "var", known);
     lua_getfield(L, top, "correction");
     correction = luaL_optnumber(L, -1, 1.0);
     lua_pop(L, 1);
@@ -336,6 +340,8 @@ static int m_addmm(lua_State *L) {
   double beta = 1.0, alpha = 1.0;
   if (!lua_isnoneornil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
+    static const char *const known[] = {"beta", "alpha", NULL};
+    l_check_opts(L, 4, "addmm", known);
     lua_getfield(L, 4, "beta");
     beta = luaL_optnumber(L, -1, 1.0);
     lua_getfield(L, 4, "alpha");

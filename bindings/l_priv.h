@@ -46,7 +46,7 @@ vl_device l_parsedevice(lua_State *L, const char *s);
  * valid names listed. Every binding that takes options checks them with this first. */
 void l_check_opts(lua_State *L, int idx, const char *fn, const char *const known[]);
 /* opts {dtype=, device=} at idx (nil or absent: defaults kept). */
-void l_opts(lua_State *L, int idx, vl_dtype *dt, vl_device *dev);
+void l_opts(lua_State *L, int idx, const char *fn, bool requires_grad, vl_dtype *dt, vl_device *dev);
 /* A CUDA device from an optional argument: nil (current), an ordinal, "cuda" or "cuda:N".
  * Raises "<fname>: no CUDA device" when there is none. */
 int l_optcudadev(lua_State *L, int arg, const char *fname);

@@ -74,7 +74,7 @@ static int l_load_safetensors(lua_State *L) {
   const char *path = check_cstring(L, 1, "load_safetensors", NULL, "path");
   vl_dtype dt = VL_NDTYPES; /* VL_NDTYPES: keep the stored dtype */
   vl_device dev = vl_cpu_device();
-  l_opts(L, 2, &dt, &dev);
+  l_opts(L, 2, "load_safetensors", false, &dt, &dev);
   vl_safetensors *st = new_holder(L);
   vl_status s = vl_safetensors_read(path, st);
   if (s != VL_OK) return vl_lua_error(L, s);

@@ -252,6 +252,10 @@ void l_check_opts(lua_State *L, int idx, const char *fn, const char *const known
         if (i) luaL_addstring(&b, ", ");
         luaL_addstring(&b, known[i]);
       }
+      if (!known[0]) {
+        luaL_addstring(&b, fn);
+        luaL_addstring(&b, " takes no options");
+      }
       luaL_pushresult(&b);
       if (lua_type(L, -2) == LUA_TSTRING)
         luaL_error(L, "%s: unknown option '%s' (%s)", fn, lua_tostring(L, -2), lua_tostring(L, -1));
@@ -260,7 +264,9 @@ void l_check_opts(lua_State *L, int idx, const char *fn, const char *const known
   }
 }
 
-void l_opts(lua_State *L, int idx, vl_dtype *dt, vl_device *dev) {
+void l_opts(lua_State *L, int idx, const char *fn, bool requires_grad, vl_dtype *dt, vl_device *dev) {
+  static const char *const known_rg[] = {"dtype", "device", "requires_grad", NULL};
+  static const char *const known[] = {"dtype", "device", NULL};
   if (lua_isnoneornil(L, idx)) return;
   if (lua_type(L, idx) == LUA_TSTRING) { /* a bare dtype or device string */
     const char *s = lua_tostring(L, idx);
@@ -268,6 +274,7 @@ void l_opts(lua_State *L, int idx, vl_dtype *dt, vl_device *dev) {
     return;
   }
   luaL_checktype(L, idx, LUA_TTABLE);
+  l_check_opts(L, idx, fn, requires_grad ? known_rg : known);
   if (lua_getfield(L, idx, "dtype") != LUA_TNIL) *dt = l_checkdtype(L, lua_gettop(L));
   lua_pop(L, 1);
   if (lua_getfield(L, idx, "device") != LUA_TNIL)
@@ -562,7 +569,7 @@ static int t_to(lua_State *L) {
     }
   } else {
     luaL_checktype(L, 2, LUA_TTABLE);
-    l_opts(L, 2, &dt, &dev);
+    l_opts(L, 2, "to", false, &dt, &dev);
   }
   vl_tensor **slot = l_slot(L);
   return l_done(L, vl_ag_to(t, dt, dev, slot));

@@ -14,6 +14,7 @@
 #include <lua.h>
 #include <string.h>
 
+#include "bindings/l_priv.h"
 #include "bindings/vl_lua.h"
 #include "ext/data/folder.h"
 #include "ext/data/image.h"
@@ -177,6 +178,9 @@ static void opt_floats(lua_State *L, int t, const char *k, float *out, int n) {
 static int l_loader_new(lua_State *L) {
   vl_folder *f = checkfolder(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
+  static const char *const known[] = {"transform", "size", "resize", "channels", "seed", "mean", "std", "layout", "dtype",
+                                      "batch_size", "workers", "prefetch", "drop_last", "pinned", "decoder", NULL};
+  l_check_opts(L, 2, "data.loader", known);
   vl_loader_opts o;
   lua_getfield(L, 2, "transform");
   const char *tf = luaL_optstring(L, -1, "train");

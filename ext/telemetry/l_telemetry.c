@@ -17,6 +17,7 @@
 #include <lauxlib.h>
 #include <string.h>
 
+#include "bindings/l_priv.h"
 #include "bindings/vl_lua.h"
 #include "ext/telemetry/http.h"
 #include "ext/telemetry/telemetry.h"
@@ -59,6 +60,8 @@ static int opt_int_list(lua_State *L, int t, const char *k, int *ids, int max) {
 
 static int t_open(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  static const char *const known[] = {"source", "devices", "cuda", "fake", NULL};
+  l_check_opts(L, 1, "telemetry.open", known);
   lua_getfield(L, 1, "source");
   const char *src_name = luaL_optstring(L, -1, "nvml");
   int fake = !strcmp(src_name, "fake");
@@ -79,6 +82,9 @@ static int t_open(lua_State *L) {
     lua_getfield(L, 1, "fake");
     if (lua_istable(L, -1)) {
       int t = lua_gettop(L);
+      static const char *const fake_known[] = {"ndevices", "dt", "base_w", "step_w", "energy0_j", "period",
+                                               "energy_counter", NULL};
+      l_check_opts(L, t, "telemetry.open: fake", fake_known);
       cfg.ndevices = (int)opt_number(L, t, "ndevices", cfg.ndevices);
       cfg.dt = opt_number(L, t, "dt", cfg.dt);
       cfg.base_w = opt_number(L, t, "base_w", cfg.base_w);

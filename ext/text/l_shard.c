@@ -27,6 +27,7 @@
 #include "runtime/ops/ops.h"
 #include "ext/text/pretrain.h"
 #include "ext/text/shard.h"
+#include "bindings/l_priv.h"
 
 #define SET_MT "v100.text.ShardSet"
 #define WRITER_MT "v100.text.ShardWriter"
@@ -51,18 +52,6 @@ static const char *check_path(lua_State *L, int idx, const char *fn) {
   if (!p || lua_type(L, idx) != LUA_TSTRING) luaL_error(L, "%s: a path must be a string, not %s", fn, luaL_typename(L, idx));
   if (strlen(p) != len) luaL_error(L, "%s: the path contains a NUL byte", fn);
   return p;
-}
-
-/* Unknown keys of the options table at idx raise (a misspelt option would be ignored). */
-static void check_keys(lua_State *L, int idx, const char *fn, const char *const *names) {
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    lua_pop(L, 1);
-    const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    int known = 0;
-    for (int i = 0; k && names[i]; i++) known = known || strcmp(k, names[i]) == 0;
-    if (!known) luaL_error(L, "%s: unknown option '%s'", fn, k ? k : luaL_typename(L, -1));
-  }
 }
 
 static lua_Integer opt_int(lua_State *L, int idx, const char *fn, const char *key, lua_Integer dflt, lua_Integer lo,
@@ -251,7 +240,7 @@ static int l_writer_new(lua_State *L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   static const char *const names[] = {"seq_len", "max_predictions", "vocab_size", "vocab_crc", "whole_word_mask",
                                       "masked_lm_prob", "short_seq_prob", "seed", "dupe_factor", NULL};
-  check_keys(L, 2, F, names);
+  l_check_opts(L, 2, F, names);
   vl_shard_info p = {0};
   p.seq_len = (uint32_t)opt_int(L, 2, F, "seq_len", 128, 0, 0xFFFFFFFF);
   p.max_predictions = (uint32_t)opt_int(L, 2, F, "max_predictions", 20, 0, 0xFFFFFFFF);
@@ -301,7 +290,7 @@ static int writer_add(lua_State *L) {
   vl_shard_writer *w = check_writer(L);
   luaL_checktype(L, 2, LUA_TTABLE);
   static const char *const names[] = {"ids", "seg_a", "positions", "masked_ids", "nsp", NULL};
-  check_keys(L, 2, "ShardWriter.add", names);
+  l_check_opts(L, 2, "ShardWriter.add", names);
   vl_shard_sample smp;
   uint32_t np, nm;
   smp.ids = u32_array(L, 2, "ids", &smp.length);
@@ -349,7 +338,7 @@ static int l_make(lua_State *L) {
   static const char *const names[] = {"inputs", "vocab", "output", "lower", "seq_len", "max_predictions",
                                       "masked_lm_prob", "short_seq_prob", "dupe_factor", "seed", "whole_word_mask",
                                       "samples_per_shard", "threads", "piece_bytes", NULL};
-  check_keys(L, 1, F, names);
+  l_check_opts(L, 1, F, names);
   vl_pretrain_opts o = {0};
   if (lua_getfield(L, 1, "inputs") != LUA_TTABLE) return luaL_error(L, "%s: inputs must be a table of paths", F);
   o.n_inputs = (size_t)lua_rawlen(L, -1);

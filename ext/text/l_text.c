@@ -19,6 +19,7 @@
 #include "bindings/vl_lua.h"
 #include "ext/text/vocab_train.h"
 #include "ext/text/wordpiece.h"
+#include "bindings/l_priv.h"
 
 #define WORDPIECE_MT "v100.text.WordPiece"
 
@@ -30,19 +31,6 @@ static vl_wordpiece *check_tok(lua_State *L) {
   l_wordpiece *w = luaL_checkudata(L, 1, WORDPIECE_MT);
   if (!w->tok) luaL_error(L, "WordPiece: the tokenizer was closed");
   return w->tok;
-}
-
-/* Raises for a key of the options table at idx that is not one of names (a misspelt option
- * would otherwise be ignored silently). */
-static void check_keys(lua_State *L, int idx, const char *fn, const char *const *names) {
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    lua_pop(L, 1);
-    const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    bool known = false;
-    for (int i = 0; k && names[i]; i++) known = known || strcmp(k, names[i]) == 0;
-    if (!known) luaL_error(L, "%s: unknown option '%s'", fn, k ? k : luaL_typename(L, -1));
-  }
 }
 
 static int opt_bool(lua_State *L, int idx, const char *fn, const char *key, int dflt) {
@@ -74,7 +62,7 @@ static int l_wordpiece_new(lua_State *L) {
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
     static const char *const names[] = {"lower", "strip_accents", "max_chars", NULL};
-    check_keys(L, 2, "WordPiece", names);
+    l_check_opts(L, 2, "WordPiece", names);
     o.lower = opt_bool(L, 2, "WordPiece", "lower", 1);
     o.strip_accents = opt_bool(L, 2, "WordPiece", "strip_accents", -1);
     lua_Integer mc = opt_int(L, 2, "WordPiece", "max_chars", 100);
@@ -164,7 +152,7 @@ static int t_encode(lua_State *L) {
       return luaL_error(L, "WordPiece.encode: argument %d must be the pair's text or the options table, not %s",
                         oi - 1, luaL_typename(L, oi));
     static const char *const names[] = {"max_length", "truncation", "padding", "add_special", "as", NULL};
-    check_keys(L, oi, "WordPiece.encode", names);
+    l_check_opts(L, oi, "WordPiece.encode", names);
     lua_Integer ml = opt_int(L, oi, "WordPiece.encode", "max_length", 0);
     if (ml < 1 && ml != 0) return luaL_error(L, "WordPiece.encode: max_length %d must be >= 1", (int)ml);
     o.max_length = ml;
@@ -215,7 +203,7 @@ static int t_decode(lua_State *L) {
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
     static const char *const names[] = {"skip_special", NULL};
-    check_keys(L, 3, "WordPiece.decode", names);
+    l_check_opts(L, 3, "WordPiece.decode", names);
     skip = opt_bool(L, 3, "WordPiece.decode", "skip_special", 0);
   }
   size_t n = (size_t)lua_rawlen(L, 2);
@@ -315,7 +303,7 @@ static int l_train_vocab(lua_State *L) {
     luaL_checktype(L, 2, LUA_TTABLE);
     static const char *const names[] = {"vocab_size", "min_frequency", "limit_alphabet", "lower", "strip_accents",
                                         "special", "continuation_order", NULL};
-    check_keys(L, 2, fn, names);
+    l_check_opts(L, 2, fn, names);
     o.vocab_size = opt_int(L, 2, fn, "vocab_size", o.vocab_size);
     o.min_frequency = opt_int(L, 2, fn, "min_frequency", o.min_frequency);
     o.limit_alphabet = opt_int(L, 2, fn, "limit_alphabet", o.limit_alphabet);

@@ -200,12 +200,7 @@ end
 
 local function check_options(o)
   if type(o) ~= 'table' then fail('save: expected an options table, got %s', type(o)) end
-  for k in pairs(o) do
-    if k ~= 'model' and k ~= 'optimizer' and k ~= 'scaler' and k ~= 'epoch' and k ~= 'step' and k ~= 'state' and k ~= 'keep'
-      and k ~= 'files' then
-      fail("save: unknown option '%s' (model, optimizer, scaler, epoch, step, state, keep, files)", tostring(k))
-    end
-  end
+  errors.check_opts('checkpoint.save', o, { 'model', 'optimizer', 'scaler', 'epoch', 'step', 'state', 'keep', 'files' }, 3)
   if o.files ~= nil then
     if type(o.files) ~= 'table' then fail('save: files must be a table of name = contents, got %s', type(o.files)) end
     for name, text in pairs(o.files) do
@@ -486,7 +481,10 @@ end
 
 function M.load(path)
   if type(path) ~= 'string' then fail('load: expected a path, got %s', type(path)) end
-  if not fs.is_dir(path) then fail('load: %s: not a directory (a checkpoint is a directory)', path) end
+  if not fs.is_dir(path) then
+    if not exists(path) then fail('load: %s: does not exist (a checkpoint is a directory)', path) end
+    fail('load: %s: not a directory (a checkpoint is a directory)', path)
+  end
   if not exists(join(path, META)) then
     if exists(join(path, LATEST)) then return M.load(M.latest(path)) end
     fail('load: %s: not a checkpoint (no %s) nor a checkpoint directory (no %s)', path, META, LATEST)
@@ -537,7 +535,7 @@ end
 
 function M.restore(c, o)
   if type(c) ~= 'table' or type(c.model) ~= 'table' or c.meta == nil then fail('restore: expected a checkpoint from checkpoint.load, got %s', type(c)) end
-  o = o or {}
+  o = errors.check_opts('checkpoint.restore', o, { 'model', 'optimizer', 'scaler', 'rng' })
   if o.model ~= nil then
     local m = unwrap(o.model)
     naming(join(c.path, MODEL), 'restore', m.load_state_dict, m, c.model)
@@ -569,7 +567,7 @@ end
 -- named __x__ (reference inputs and outputs in test files) and names matching a pattern of
 -- opts.exclude (e.g. '^fc%.' to fine-tune a new classifier) are skipped.
 function M.load_pretrained(model, file, opts)
-  opts = opts or {}
+  opts = errors.check_opts('checkpoint.load_pretrained', opts, { 'exclude', 'strict' })
   if type(file) ~= 'string' then fail('load_pretrained: expected a file name, got %s', type(file)) end
   local m = unwrap(model)
   if type(m) ~= 'table' or type(m.load_state_dict) ~= 'function' then fail('load_pretrained: model must be an nn module, got %s', type(model)) end

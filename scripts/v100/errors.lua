@@ -25,9 +25,11 @@ end
 -- check_opts(fn, opts, known[, level]): the one check of an options table (the C bindings have
 -- the same, l_check_opts). nil passes; a non-table, a key that is not a string and a key not in
 -- `known` (a list of names) raise "<fn>: unknown option 'k' (a, b, c)", the valid names listed in
--- the order given, blamed at `level` as in fail (default 2: the caller of the function that
--- checks). Returns opts (or an empty table for nil), so `o = errors.check_opts(...)` reads well.
+-- the order given ("(<fn> takes no options)" for an empty list), blamed at `level` as in fail
+-- (default 2: the caller of the function that checks). Returns opts (or an empty table for nil), so `o = errors.check_opts(...)` reads well.
 local known_sets = setmetatable({}, { __mode = 'k' })
+
+local function names_of(fn, known) return #known == 0 and (fn .. ' takes no options') or table.concat(known, ', ') end
 
 function errors.check_opts(fn, opts, known, level)
   level = level or 2
@@ -42,10 +44,10 @@ function errors.check_opts(fn, opts, known, level)
   end
   for k in pairs(opts) do
     if type(k) ~= 'string' then
-      error(string.format('%s: option names must be strings, got a %s key (%s)', fn, type(k), table.concat(known, ', ')), at)
+      error(string.format('%s: option names must be strings, got a %s key (%s)', fn, type(k), names_of(fn, known)), at)
     end
     if not set[k] then
-      error(string.format("%s: unknown option '%s' (%s)", fn, k, table.concat(known, ', ')), at)
+      error(string.format("%s: unknown option '%s' (%s)", fn, k, names_of(fn, known)), at)
     end
   end
   return opts

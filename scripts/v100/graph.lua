@@ -69,11 +69,7 @@ local function tb(e) return debug.traceback(tostring(e), 2) end
 -- v100.graph(step_fn[, {warmup = 3, device = 'cuda:0'}]) -> a captured Graph.
 function graph.capture(fn, opts)
   if type(fn) ~= 'function' then fail(2, 'v100.graph: expected a step function, got %s', type(fn)) end
-  if opts ~= nil and type(opts) ~= 'table' then fail(2, 'v100.graph: options must be a table, got %s', type(opts)) end
-  opts = opts or {}
-  for k in pairs(opts) do
-    if k ~= 'warmup' and k ~= 'device' then fail(2, "v100.graph: unknown option '%s' (warmup, device)", tostring(k)) end
-  end
+  opts = errors.check_opts('v100.graph', opts, { 'warmup', 'device' })
   local warmup = opts.warmup == nil and 3 or opts.warmup
   if math.type(warmup) ~= 'integer' or warmup < 0 then
     fail(2, 'v100.graph: warmup must be an integer >= 0, got %s', tostring(warmup))

@@ -13,6 +13,7 @@
 -- every argument against the signature first. v100.kernel.op{} makes a differentiable op of
 -- kernels and two small Lua functions (docs/KERNELS.md).
 local core = require 'v100.core'
+local errors = require 'v100.errors'
 local autograd = require 'v100.autograd'
 
 local C = core._rtc
@@ -25,15 +26,17 @@ Kernel.__index = Kernel
 -- Checks that run before anything touches NVRTC or a device (tests/lua/test_kernel.lua).
 
 -- `level` (here and below) is the user's frame as seen from the helper's caller.
+-- check_keys: errors.check_opts over a set of names (listed sorted).
+local sorted_names = {}
 local function check_keys(what, t, allowed, level)
-  for k in pairs(t) do
-    if not allowed[k] then
-      local names = {}
-      for n in pairs(allowed) do names[#names + 1] = n end
-      table.sort(names)
-      error(string.format("%s: unknown option '%s' (known: %s)", what, tostring(k), table.concat(names, ', ')), level + 1)
-    end
+  local names = sorted_names[allowed]
+  if not names then
+    names = {}
+    for n in pairs(allowed) do names[#names + 1] = n end
+    table.sort(names)
+    sorted_names[allowed] = names
   end
+  errors.check_opts(what, t, names, level + 1)
 end
 
 local DEF_KEYS = { name = true, source = true, signature = true, options = true, device = true, cache = true,

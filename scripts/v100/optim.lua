@@ -25,6 +25,7 @@
 -- device, the count advancing there (and not on a skipped AMP step), so a step replayed by
 -- v100.graph uses the current lr and the right bias corrections. Required inside a capture.
 local v100 = require 'v100.base'
+local errors = require 'v100.errors'
 local _nn = v100._nn
 local graph = require 'v100.graph'
 
@@ -473,8 +474,20 @@ function Optimizer:load_state_dict(sd)
   end
 end
 
+local OPT_EXTRA = { 'lr', 'no_decay', 'master_weights', 'capturable', 'stochastic_rounding', 'rounding_seed' }
+local known_opts = {}
+
 local function new(kind, name, params, opts, defaults)
-  opts = opts or {}
+  local known = known_opts[kind]
+  if not known then
+    known = {}
+    for k in pairs(defaults) do known[#known + 1] = k end
+    for _, k in ipairs(OPT_EXTRA) do if defaults[k] == nil then known[#known + 1] = k end end
+    table.sort(known)
+    known_opts[kind] = known
+  end
+  -- level 2: optim.SGD and the others tail-call new, so the caller is the user's line
+  opts = errors.check_opts('optim.' .. name, opts, known, 2)
   local d = {}
   for k, v in pairs(defaults) do d[k] = v end
   for k, v in pairs(opts) do
@@ -588,6 +601,7 @@ optim.schedule = {}
 
 -- Linear warmup over `warmup` steps to the base lr, then cosine decay to min_lr at step `total`.
 function optim.schedule.warmup_cosine(o)
+  errors.check_opts('optim.schedule.warmup_cosine', o, { 'warmup', 'total', 'min_lr' })
   local warmup, total, min_lr = o.warmup or 0, assert(o.total, 'warmup_cosine: total is required'), o.min_lr or 0
   return schedule('warmup_cosine', function(_, t, base)
     return warm(t, warmup, base)
@@ -597,6 +611,7 @@ end
 
 -- lr = base * gamma ^ floor((t - 1) / step_size) (PyTorch's StepLR).
 function optim.schedule.step(o)
+  errors.check_opts('optim.schedule.step', o, { 'step_size', 'gamma' })
   local size, gamma = assert(o.step_size, 'step: step_size is required'), o.gamma or 0.1
   return schedule('step', function(_, t, base)
     return base * gamma ^ ((t - 1) // size)
@@ -605,6 +620,7 @@ end
 
 -- Linear warmup, then end_lr + (base - end_lr) * (1 - progress) ^ power (BERT's schedule).
 function optim.schedule.polynomial(o)
+  errors.check_opts('optim.schedule.polynomial', o, { 'warmup', 'total', 'power', 'end_lr' })
   local warmup, total = o.warmup or 0, assert(o.total, 'polynomial: total is required')
   local power, end_lr = o.power or 1, o.end_lr or 0
   return schedule('polynomial', function(_, t, base)
@@ -614,6 +630,7 @@ end
 
 -- The base lr (after an optional linear warmup).
 function optim.schedule.constant(o)
+  errors.check_opts('optim.schedule.constant', o, { 'warmup' })
   local warmup = (o and o.warmup) or 0
   return schedule('constant', function(_, t, base)
     return warm(t, warmup, base) or base

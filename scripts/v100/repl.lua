@@ -310,10 +310,8 @@ end
 -- Limits are set with repl.set_limits{depth =, items =, width =}: unknown keys are refused.
 function repl.set_limits(o)
   if type(o) ~= 'table' then errors.fail(2, 'repl.set_limits: expected a table, got %s', type(o)) end
+  errors.check_opts('repl.set_limits', o, { 'depth', 'items', 'width' })
   for k, v in pairs(o) do
-    if repl.limits[k] == nil then
-      errors.fail(2, "repl.set_limits: unknown option '%s' (depth, items, width)", tostring(k))
-    end
     if math.type(v) ~= 'integer' or v < 1 then
       errors.fail(2, 'repl.set_limits: %s must be a positive integer, got %s', tostring(k), tostring(v))
     end

@@ -37,24 +37,14 @@ local M = {}
 
 local FORMAT, VERSION, KEY = 'v100.serial', 1, 'v100.serial'
 M.FORMAT, M.VERSION, M.METADATA_KEY = FORMAT, VERSION, KEY
-local LOAD_OPTIONS = { device = true }
+local LOAD_OPTIONS = { 'device' }
 
 local function is_tensor(v) return core.is_tensor(v) end
 
 -- Options tables: unknown keys are refused, the message listing the valid ones.
 local function check_options(op, opts, valid)
-  if opts == nil then return {} end
-  if type(opts) ~= 'table' then errors.fail(3, '%s: expected an options table, got %s', op, type(opts)) end
-  for k in pairs(opts) do
-    if not valid[k] then
-      local names = {}
-      for n in pairs(valid) do names[#names + 1] = n end
-      table.sort(names)
-      if #names == 0 then errors.fail(3, "%s: unknown option '%s' (%s takes no options)", op, tostring(k), op) end
-      errors.fail(3, "%s: unknown option '%s' (valid: %s)", op, tostring(k), table.concat(names, ', '))
-    end
-  end
-  return opts
+  if opts ~= nil and type(opts) ~= 'table' then errors.fail(3, '%s: expected an options table, got %s', op, type(opts)) end
+  return errors.check_opts(op, opts, valid, 3)
 end
 M.check_options = check_options
 

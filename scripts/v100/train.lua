@@ -11,6 +11,7 @@
 local v100 = require 'v100.base'
 local recipe = require 'v100.recipe'
 local optim = require 'v100.optim'
+local errors = require 'v100.errors'
 
 local train = {}
 
@@ -68,6 +69,9 @@ local function optim_clip(params, max_norm) optim.clip_grad_norm(params, max_nor
 -- closed after its step rather than left to the collector; whatever backward needed of them has
 -- been used by then.
 function train.fit(spec)
+  errors.check_opts('train.fit', spec, { 'epochs', 'device', 'batches', 'loss', 'opt', 'sched', 'step', 'test', 'model',
+    'eval_every', 'loss_digits' })
+  if spec then errors.check_opts('train.fit: test', spec.test, { 'x', 'y', 'forward', 'batch' }) end
   local epochs = assert(math.tointeger(spec.epochs), 'train.fit: epochs must be an integer')
   local dev = assert(spec.device, 'train.fit: device is required')
   local test = assert(spec.test, 'train.fit: test = { x, y, forward } is required')
@@ -171,6 +175,8 @@ local function release_step()
 end
 
 function train.stepper(spec)
+  errors.check_opts('train.stepper', spec, { 'loss', 'opt', 'sched', 'policy', 'scaler', 'dp', 'graph', 'warmup',
+    'accumulate', 'clip' })
   local opt, sched, policy, scaler, dp = spec.opt, spec.sched, spec.policy, spec.scaler, spec.dp
   local loss_fn = assert(spec.loss, 'train.stepper: loss is required')
   assert(opt, 'train.stepper: opt is required')

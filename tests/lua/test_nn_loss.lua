@@ -131,7 +131,7 @@ T.test('mse_loss and binary_cross_entropy_with_logits against the formulas', fun
   T.allclose(F.mse_loss(x, t), T.ref_mean(flat), 1e-6, 1e-7)
   T.allclose(nn.MSELoss{ reduction = 'sum' }(x, t), T.ref_sum(flat), 1e-6, 1e-7)
   T.allclose(F.mse_loss(x, t, { reduction = 'none' }), sq, 1e-6, 1e-7)
-  T.raises(function() F.mse_loss(x, T.make{ 3, 4 }) end, { 'mse_loss', '4x3', '3x4' })
+  T.raises(function() F.mse_loss(x, (T.make{ 3, 4 })) end, { 'mse_loss', '4x3', '3x4' })
 
   -- large logits: the stable form must not overflow
   local z = T.make({ 4, 3 }, 'f32', -30, 30)

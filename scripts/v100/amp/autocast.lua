@@ -28,11 +28,7 @@ function M.autocast(fn, opts, ...)
   if type(fn) ~= 'function' and not (getmetatable(fn) or {}).__call then
     ac_fail('expected a function, got %s', type(fn))
   end
-  opts = opts or {}
-  if type(opts) ~= 'table' then ac_fail('options must be a table, got %s', type(opts)) end
-  for k in pairs(opts) do
-    if k ~= 'dtype' and k ~= 'enabled' then ac_fail("unknown option '%s' (expected dtype, enabled)", tostring(k)) end
-  end
+  opts = errors.check_opts('amp.autocast', opts, { 'dtype', 'enabled' })
   local dt = opts.dtype or 'fp16'
   local half = HALF[dt]
   if not half then ac_fail("dtype must be 'fp16' or 'bf16', got '%s'", tostring(dt)) end

@@ -33,18 +33,12 @@ local fail = errors.failer('amp.Scaler: ', 2)
 local function finite(x) return type(x) == 'number' and x == x and x > -math.huge and x < math.huge end
 
 local DEFAULTS = { init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5, growth_interval = 2000 }
+local SCALER_OPTS = { 'init_scale', 'growth_factor', 'backoff_factor', 'growth_interval', 'static', 'enabled', 'device' }
 
 -- amp.Scaler([opts]): the scale's tensors are made on the device of the first loss it scales
 -- (or opts.device).
 function amp.Scaler(opts)
-  if opts ~= nil and type(opts) ~= 'table' then fail('options must be a table, got %s', type(opts)) end
-  opts = opts or {}
-  for k in pairs(opts) do
-    if DEFAULTS[k] == nil and k ~= 'static' and k ~= 'enabled' and k ~= 'device' then
-      fail("unknown option '%s' (init_scale, growth_factor, backoff_factor, growth_interval, static, enabled, device)",
-        tostring(k))
-    end
-  end
+  opts = errors.check_opts('amp.Scaler', opts, SCALER_OPTS)
   local self = setmetatable({}, Scaler)
   for k, d in pairs(DEFAULTS) do self[k] = opts[k] == nil and d or opts[k] end
   if not finite(self.init_scale) or self.init_scale <= 0 then fail('init_scale must be a finite number > 0, got %s', tostring(self.init_scale)) end

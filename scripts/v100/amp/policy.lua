@@ -126,13 +126,14 @@ function M.half_model(model, opts, _level)
   local what = 'amp.half_model'
   local level = _level or 1
   if not Module.is_module(model) then fail(level + 1, '%s: expected an nn.Module, got %s', what, type(model)) end
-  if opts ~= nil and type(opts) ~= 'table' then fail(level + 1, '%s: options must be a table, got %s', what, type(opts)) end
-  opts = opts or {}
-  for k in pairs(opts) do
-    if k ~= 'dtype' and k ~= 'keep_fp32' and k ~= '_strict' then
-      fail(level + 1, "%s: unknown option '%s' (dtype, keep_fp32)", what, tostring(k))
-    end
+  -- _strict: Policy:convert's, not a user option (so not listed)
+  local user = opts
+  if type(opts) == 'table' and opts._strict ~= nil then
+    user = {}
+    for k, v in pairs(opts) do if k ~= '_strict' then user[k] = v end end
   end
+  errors.check_opts(what, user, { 'dtype', 'keep_fp32' }, level + 1)
+  opts = opts or {}
   local half = half_dtype(what, opts.dtype, level)
   local strict = opts.keep_fp32 ~= nil
   if opts._strict ~= nil then strict = opts._strict end
@@ -200,11 +201,7 @@ function M.policy(level, opts)
   if LEVELS[level] == nil then
     fail(2, "%s: level must be 'O0', 'O1', 'O2' or 'O3', got %s", what, type(level) == 'string' and ("'" .. level .. "'") or type(level))
   end
-  if opts ~= nil and type(opts) ~= 'table' then fail(2, '%s: options must be a table, got %s', what, type(opts)) end
-  opts = opts or {}
-  for k in pairs(opts) do
-    if k ~= 'dtype' and k ~= 'keep_fp32' then fail(2, "%s: unknown option '%s' (dtype, keep_fp32)", what, tostring(k)) end
-  end
+  opts = errors.check_opts(what, opts, { 'dtype', 'keep_fp32' })
   if opts.keep_fp32 ~= nil and (level == 'O0' or level == 'O1') then
     fail(2, '%s: keep_fp32 applies to O2 and O3 (%s leaves the model in f32)', what, level)
   end

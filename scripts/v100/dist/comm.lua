@@ -18,14 +18,13 @@
 -- call the same collectives in the same order with the same element counts and dtypes, as in MPI.
 -- The C side is bindings/l_dist.c over runtime/dist/comm.h.
 local core = require 'v100.core'
+local errors = require 'v100.errors'
 local _dist = core._dist
 
 local dist = {}
 
-local function opts_of(fname, opts)
-  if opts == nil then return {} end
-  if type(opts) ~= 'table' then error(fname .. ': options must be a table, got a ' .. type(opts), 3) end
-  return opts
+local function opts_of(fname, opts, known)
+  return errors.check_opts(fname, opts, known, 3)
 end
 
 local function check_tensor(fname, t, what)
@@ -94,7 +93,7 @@ end
 
 function dist.all_reduce(t, opts)
   check_tensor('all_reduce', t, 'the tensor')
-  opts = opts_of('all_reduce', opts)
+  opts = opts_of('all_reduce', opts, { 'op', 'async' })
   local h = _dist.all_reduce(t, opts.op or 'sum', opts.async)
   return h or t
 end
@@ -102,7 +101,7 @@ end
 -- broadcast(t, {src = 0}): t of rank src into t of every rank.
 function dist.broadcast(t, opts)
   check_tensor('broadcast', t, 'the tensor')
-  opts = opts_of('broadcast', opts)
+  opts = opts_of('broadcast', opts, { 'src', 'async' })
   local h = _dist.broadcast(t, opts.src or 0, opts.async)
   return h or t
 end
@@ -110,7 +109,7 @@ end
 -- reduce(t, {dst = 0, op = 'sum'}): the reduction into t of rank dst; other ranks' t unchanged.
 function dist.reduce(t, opts)
   check_tensor('reduce', t, 'the tensor')
-  opts = opts_of('reduce', opts)
+  opts = opts_of('reduce', opts, { 'dst', 'op', 'async' })
   local h = _dist.reduce(t, opts.dst or 0, opts.op or 'sum', opts.async)
   return h or t
 end
@@ -131,7 +130,7 @@ function dist.all_gather(a, b, c)
   local out, t, opts
   if type(b) == 'userdata' then out, t, opts = a, b, c else t, opts = a, b end
   check_tensor('all_gather', t, 'the input')
-  opts = opts_of('all_gather', opts)
+  opts = opts_of('all_gather', opts, { 'async' })
   out = out or core.empty(blocks_shape(t, dist.size()), {dtype = t.dtype, device = t.device})
   local h = _dist.all_gather(out, t, opts.async)
   if h then return h, out end
@@ -144,7 +143,7 @@ function dist.reduce_scatter(a, b, c)
   local out, t, opts
   if type(b) == 'userdata' then out, t, opts = a, b, c else t, opts = a, b end
   check_tensor('reduce_scatter', t, 'the input')
-  opts = opts_of('reduce_scatter', opts)
+  opts = opts_of('reduce_scatter', opts, { 'op', 'async' })
   if not out then
     local s, size = t.shape, dist.size()
     if #s == 0 or s[1] % size ~= 0 then
@@ -165,22 +164,22 @@ end
 -- checks that the message has t's element count.
 function dist.send(t, dst, opts)
   check_tensor('send', t, 'the tensor')
-  opts = opts_of('send', opts)
+  opts = opts_of('send', opts, { 'tag', 'async' })
   return _dist.send(t, dst, opts.tag or 0, opts.async)
 end
 
 function dist.recv(t, src, opts)
   check_tensor('recv', t, 'the tensor')
-  opts = opts_of('recv', opts)
+  opts = opts_of('recv', opts, { 'tag', 'async' })
   local h = _dist.recv(t, src, opts.tag or 0, opts.async)
   return h or t
 end
 
-dist.isend = function(t, dst, opts) local o = {tag = opts and opts.tag, async = true} return dist.send(t, dst, o) end
-dist.irecv = function(t, src, opts) local o = {tag = opts and opts.tag, async = true} return dist.recv(t, src, o) end
+dist.isend = function(t, dst, opts) errors.check_opts('isend', opts, { 'tag' }) local o = {tag = opts and opts.tag, async = true} return dist.send(t, dst, o) end
+dist.irecv = function(t, src, opts) errors.check_opts('irecv', opts, { 'tag' }) local o = {tag = opts and opts.tag, async = true} return dist.recv(t, src, o) end
 
 function dist.barrier(opts)
-  opts = opts_of('barrier', opts)
+  opts = opts_of('barrier', opts, { 'async' })
   return _dist.barrier(opts.async)
 end
 
@@ -212,7 +211,7 @@ function dist.DistributedSampler(n, opts)
   if not (math.tointeger(n) and n >= 0) then
     error('DistributedSampler: n must be a non-negative integer, got ' .. tostring(n), 2)
   end
-  opts = opts_of('DistributedSampler', opts)
+  opts = opts_of('DistributedSampler', opts, { 'rank', 'size', 'seed', 'shuffle', 'drop_last' })
   local info = _dist.info()
   local rank, size = opts.rank or info.rank, opts.size or info.size
   if not (math.tointeger(size) and size >= 1 and math.tointeger(rank) and rank >= 0 and rank < size) then
@@ -239,6 +238,7 @@ end
 -- indices of epoch `epoch` (DistributedSampler's rule, without drop_last): what the data loaders
 -- (v100.data's ImageLoader, v100.bert_data's Loader) iterate.
 function dist.epoch_indices(n, epoch, opts)
+  errors.check_opts('epoch_indices', opts, { 'shuffle', 'seed', 'rank', 'size' })
   local s = dist.DistributedSampler(n, {shuffle = opts.shuffle, seed = opts.seed, drop_last = false,
     rank = opts.rank, size = opts.size})
   s:set_epoch(epoch)

@@ -65,8 +65,7 @@ function M.DataParallel(model, opts)
   if type(model) ~= 'table' or type(model.named_parameters) ~= 'function' then
     fail('model must be an nn module (with named_parameters), got a %s', type(model))
   end
-  opts = opts or {}
-  if type(opts) ~= 'table' then fail('options must be a table, got a %s', type(opts)) end
+  opts = errors.check_opts('DataParallel', opts, { 'bucket_mb', 'compress', 'zero' })
   local mb = opts.bucket_mb or 25
   if type(mb) ~= 'number' or not (mb > 0) then fail('bucket_mb must be a positive number, got %s', tostring(mb)) end
   local wire = nil

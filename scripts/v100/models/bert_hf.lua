@@ -187,7 +187,7 @@ local function labels(cfg)
 end
 
 function M.config_json(cfg, opts)
-  opts = opts or {}
+  opts = errors.check_opts('bert.config_json', opts, { 'architectures', 'dtype' })
   local extra = EXTRA[cfg]
   cfg = bert.config(cfg)
   local out = { model_type = 'bert' }
@@ -289,15 +289,13 @@ local function tokenizer(dir)
   return v100.text.WordPiece(vocab, topts)
 end
 
-local OPTS = { class = true, num_labels = true, strict = true, dtype = true, device = true, quiet = true }
+local OPTS = { 'class', 'num_labels', 'strict', 'dtype', 'device', 'quiet' }
 
 function M.from_pretrained(dir, opts)
   opts = opts or {}
   if type(dir) ~= 'string' or dir == '' then ffail('expected a directory name, got %s', type(dir)) end
   if type(opts) ~= 'table' then ffail('opts must be a table, got %s', type(opts)) end
-  for k in pairs(opts) do
-    if not OPTS[k] then ffail("unknown option '%s' (class, num_labels, strict, dtype, device, quiet)", tostring(k)) end
-  end
+  errors.check_opts('bert.from_pretrained', opts, OPTS, 0)
   if not fs.is_dir(dir) then ffail('%s: not a directory (a Hugging Face model folder: config.json, %s)', dir, WEIGHTS) end
   local cpath = join(dir, CONFIG)
   if not exists(cpath) then ffail('%s: no %s', dir, CONFIG) end
@@ -381,7 +379,7 @@ end
 local sfail = errors.failer('bert.save_pretrained: ', 0)
 
 function M.save_pretrained(model, dir, opts)
-  opts = opts or {}
+  opts = errors.check_opts('bert.save_pretrained', opts, { 'vocab', 'lower' }, 0)
   -- a dist.DataParallel wrapper: its module
   if type(model) == 'table' and rawget(model, 'module') ~= nil and rawget(model, 'buckets') ~= nil then
     model = rawget(model, 'module')
@@ -428,7 +426,7 @@ end
 -- Sentence embeddings
 
 function M.sentence_embeddings(model, tok, texts, opts)
-  opts = opts or {}
+  opts = errors.check_opts('bert.sentence_embeddings', opts, { 'batch_size', 'max_length', 'device', 'normalize' })
   local enc = getmetatable(model) == bert.BertModel and model or (type(model) == 'table' and model.bert)
   if getmetatable(enc) ~= bert.BertModel then
     error('bert.sentence_embeddings: model must be a bert model (BertModel or one with .bert), got ' .. type(model), 2)

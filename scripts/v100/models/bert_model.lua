@@ -26,6 +26,7 @@
 -- pad_token_id row of the word embeddings zero and kept out of gradients.
 local v100 = require 'v100.base'
 local nn = require 'v100.nn'
+local errors = require 'v100.errors'
 local F = nn.functional
 local init = nn.init
 
@@ -260,6 +261,7 @@ local BertModel = nn.Module:extend('BertModel')
 bert.BertModel = BertModel
 -- opts.add_pooling_layer (default true), as HF.
 function BertModel:init(cfg, opts)
+  errors.check_opts('bert.BertModel', opts, { 'add_pooling_layer' }, 3)
   cfg = as_config(cfg)
   self.config = cfg
   self.embeddings = Embeddings(cfg)
@@ -343,6 +345,7 @@ end
 -- 0/1 weights it equals the -100 form exactly. next_sentence_label (B i64, 0 = B follows A) may
 -- be nil: no NSP term. Returns total, mlm, nsp (nsp nil without next_sentence_label).
 function bert.pretraining_loss(prediction_scores, seq_relationship_score, labels, next_sentence_label, opts)
+  errors.check_opts('bert.pretraining_loss', opts, { 'weights' })
   local V = prediction_scores.shape[prediction_scores.ndim]
   local flat_scores, flat_labels = prediction_scores:reshape{ -1, V }, labels:reshape{ -1 }
   -- half scores (AMP) give an f32 loss computed in f32 by the fused cross entropy, which reads
@@ -392,6 +395,7 @@ end
 -- the word embeddings and `cls.predictions.bias`. opts.prefix (e.g. 'bert.') is put in front of
 -- names that lack it, for a BertModel checkpoint loaded into a model with heads.
 function bert.hf_rename(sd, opts)
+  errors.check_opts('bert.hf_rename', opts, { 'prefix' })
   local prefix = opts and opts.prefix
   local out = {}
   for name, t in pairs(sd) do
@@ -417,6 +421,7 @@ end
 -- zeros (its sum 0 is divided by max(count, 1e-9), then by max(norm, 1e-12)), never NaN: the
 -- arithmetic of sentence-transformers' mean pooling and F.normalize.
 function bert.mean_pool(hidden, attention_mask, opts)
+  errors.check_opts('bert.mean_pool', opts, { 'normalize' })
   local normalize = not (opts and opts.normalize == false)
   local out
   if attention_mask == nil then

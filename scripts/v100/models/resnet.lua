@@ -17,6 +17,7 @@
 -- .1 (BN), fc. Initialisation is torchvision's: kaiming_normal(fan_out, relu) for convs, BN
 -- weight 1 / bias 0, the Linear's PyTorch default.
 local nn = require 'v100.nn'
+local errors = require 'v100.errors'
 local init = nn.init
 
 local resnet = {}
@@ -174,6 +175,7 @@ for name, c in pairs(CONFIGS) do
     if opts ~= nil and type(opts) ~= 'table' then
       error(string.format('resnet.%s(opts): opts must be a table, got %s', name, type(opts)), 2)
     end
+    errors.check_opts('resnet.' .. name, opts, { 'classes', 'num_classes', 'in_channels', 'width', 'small_input', 'zero_init_residual' })
     return ResNet(c[1], c[2], opts)
   end
 end

@@ -12,6 +12,7 @@
 -- front of them without a file position in between.
 local v100 = require 'v100.base'
 local core = require 'v100.core'
+local errors = require 'v100.errors'
 local _nn, cast = core._nn, core._amp.cast -- the C layer ops and checks; autocast's operand cast
 
 local F = {}
@@ -58,6 +59,7 @@ end
 
 function F.relu(x) return x:relu() end
 function F.gelu(x, opts)
+  errors.check_opts('nn.gelu', opts, { 'approximate' })
   if opts and opts.approximate and opts.approximate ~= 'none' then return x:gelu(opts) end
   return x:gelu()
 end
@@ -86,6 +88,7 @@ end
 -- ids: integer tensor of any shape with 0-based rows of weight; result ids.shape x dim.
 -- padding_idx: those positions give the (zero) padding row and send no gradient to it.
 function F.embedding(ids, weight, opts)
+  errors.check_opts('nn.embedding', opts, { 'padding_idx' })
   _nn.check_embedding(ids, weight)
   local dim = weight.shape[2]
   -- the gather itself checks every id, naming embedding (no second pass over the ids)
@@ -139,7 +142,7 @@ end
 -- run against the composition).
 F.attention_impl = 'auto'
 function F.scaled_dot_product_attention(q, k, v, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.scaled_dot_product_attention', opts, { 'mask', 'scale', 'dropout', 'causal', 'impl' })
   local mask = opts.mask
   local nnc = _nn
   nnc.check_sdpa(q, k, v, mask)
@@ -219,7 +222,7 @@ local function widen(target)
 end
 
 function F.nll_loss(logp, target, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.nll_loss', opts, { 'reduction', 'ignore_index' })
   local reduction = _nn.check_reduction('nll_loss', opts.reduction)
   target = widen(target)
   -- before nll_terms: its ne/where would otherwise report a mis-shaped target in their words
@@ -239,7 +242,7 @@ end
 -- opts.dtype (class ids only): the loss's dtype, e.g. 'f32' for an f32 loss from half logits
 -- outside autocast (AMP O2/O3) without an f32 copy of the logits.
 function F.cross_entropy(logits, target, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.cross_entropy', opts, { 'reduction', 'ignore_index', 'smoothing', 'label_smoothing', 'dtype' })
   target = widen(target)
   local nnc = _nn
   local s = opts.smoothing or opts.label_smoothing or 0
@@ -260,7 +263,7 @@ function F.cross_entropy(logits, target, opts)
 end
 
 function F.mse_loss(x, y, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.mse_loss', opts, { 'reduction' })
   _nn.check_same_shape('mse_loss', x, y)
   local reduction = _nn.check_reduction('mse_loss', opts.reduction)
   local d = x - y
@@ -270,7 +273,7 @@ end
 -- Stable form: (1 - y) x + (1 + (pw - 1) y) (log(1 + exp(-|x|)) + max(-x, 0)); with pw = 1
 -- this is max(x, 0) - x y + log(1 + exp(-|x|)), never exponentiating a positive number.
 function F.binary_cross_entropy_with_logits(x, y, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.binary_cross_entropy_with_logits', opts, { 'reduction', 'pos_weight', 'weight' })
   local fname = 'binary_cross_entropy_with_logits'
   _nn.check_same_shape(fname, x, y)
   local reduction = _nn.check_reduction(fname, opts.reduction)

@@ -4,6 +4,7 @@
 -- makes initialisations reproducible) and returns it. The fills run under v100.no_grad because
 -- in-place ops on a leaf that requires grad are otherwise refused.
 local v100 = require 'v100.base'
+local errors = require 'v100.errors'
 
 local init = {}
 
@@ -60,7 +61,7 @@ local function empty(t) return t:numel() == 0 end
 
 -- opts: {a = 0, mode = 'fan_in', nonlinearity = 'leaky_relu'}
 function init.kaiming_uniform_(t, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.init.kaiming_uniform_', opts, { 'a', 'mode', 'nonlinearity' })
   if empty(t) then return t end
   local gain = init.calculate_gain(opts.nonlinearity or 'leaky_relu', opts.a or 0)
   local bound = math.sqrt(3) * gain / math.sqrt(fan(t, opts.mode))
@@ -68,7 +69,7 @@ function init.kaiming_uniform_(t, opts)
 end
 
 function init.kaiming_normal_(t, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.init.kaiming_normal_', opts, { 'a', 'mode', 'nonlinearity' })
   if empty(t) then return t end
   local gain = init.calculate_gain(opts.nonlinearity or 'leaky_relu', opts.a or 0)
   return init.normal_(t, 0, gain / math.sqrt(fan(t, opts.mode)))
@@ -92,6 +93,7 @@ end
 -- constructor argument (nn.Conv2d(-1, 8, 3): "Conv2d: empty: negative size -1 in dim 2") names
 -- the layer: the C op is the one that rejects, the layer only says who asked.
 function init.parameter(shape, fill, opts)
+  errors.check_opts('nn.init.parameter', opts, { 'dtype', 'device', 'layer' })
   local function make()
     local t = v100.empty(shape, { dtype = opts and opts.dtype or 'f32', device = opts and opts.device or 'cpu' })
     fill(t)

@@ -9,6 +9,7 @@ local _nn = require('v100.core')._nn -- the C layer ops and checks
 local Module = require 'v100.nn.module'
 local F = require 'v100.nn.functional'
 local init = require 'v100.nn.init_weights'
+local errors = require 'v100.errors'
 
 local L = {}
 
@@ -27,7 +28,7 @@ local Linear = Module:extend('Linear')
 L.Linear = Linear
 
 function Linear:init(in_features, out_features, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.Linear', opts, { 'bias', 'dtype', 'device' }, 3)
   assert(math.tointeger(in_features) and math.tointeger(out_features), 'Linear(in, out): sizes must be integers')
   self.in_features, self.out_features = in_features, out_features
   local fk = factory(opts, self.__name)
@@ -50,7 +51,7 @@ local Conv2d = Module:extend('Conv2d')
 L.Conv2d = Conv2d
 
 function Conv2d:init(cin, cout, k, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.Conv2d', opts, { 'stride', 'padding', 'dilation', 'groups', 'bias', 'dtype', 'device' }, 3)
   local groups = opts.groups or 1
   -- groups shapes the weight made here, before any op sees it
   if not math.tointeger(groups) or groups < 1 then
@@ -105,7 +106,7 @@ local BatchNorm = Module:extend('_BatchNorm')
 BatchNorm._keep_f32 = { weight = true, bias = true, running_mean = true, running_var = true }
 
 function BatchNorm:init(c, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.' .. self.__name, opts, { 'eps', 'momentum', 'affine', 'track_running_stats', 'dtype', 'device' }, 3)
   self.num_features = c
   self.eps = opts.eps or 1e-5
   if opts.momentum == false then self.momentum = nil else self.momentum = opts.momentum or 0.1 end
@@ -117,8 +118,8 @@ function BatchNorm:init(c, opts)
     self.bias = init.parameter({ c }, init.zeros_, fk)
   end
   if self.track_running_stats then
-    self:register_buffer('running_mean', v100.zeros({ c }, fk))
-    self:register_buffer('running_var', v100.ones({ c }, fk))
+    self:register_buffer('running_mean', v100.zeros({ c }, { dtype = fk.dtype, device = fk.device }))
+    self:register_buffer('running_var', v100.ones({ c }, { dtype = fk.dtype, device = fk.device }))
     self:register_buffer('num_batches_tracked', v100.zeros({}, { dtype = 'i64', device = fk.device }))
   end
 end
@@ -159,7 +160,7 @@ LayerNorm._keep_f32 = { weight = true, bias = true }
 L.LayerNorm = LayerNorm
 
 function LayerNorm:init(shape, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.LayerNorm', opts, { 'eps', 'elementwise_affine', 'bias', 'dtype', 'device' }, 3)
   self.normalized_shape = type(shape) == 'number' and { shape } or shape
   self.eps = opts.eps or 1e-5
   self.elementwise_affine = opts.elementwise_affine ~= false
@@ -196,7 +197,9 @@ simple('Identity', function(_, x) return x end)
 
 local GELU = simple('GELU', function(self, x) return F.gelu(x, { approximate = self.approximate }) end,
   function(self) return self.approximate ~= 'none' and ("approximate='" .. self.approximate .. "'") or '' end)
-function GELU:init(opts) self.approximate = opts and opts.approximate or 'none' end
+function GELU:init(opts)
+  errors.check_opts('nn.GELU', opts, { 'approximate' }, 3)
+  self.approximate = opts and opts.approximate or 'none' end
 
 local Softmax = simple('Softmax', function(self, x) return x:softmax(self.dim) end,
   function(self) return 'dim=' .. self.dim end)
@@ -233,7 +236,7 @@ function Flatten:init(start_dim, end_dim) self.start_dim, self.end_dim = start_d
 local MaxPool2d = Module:extend('MaxPool2d')
 L.MaxPool2d = MaxPool2d
 function MaxPool2d:init(k, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.MaxPool2d', opts, { 'stride', 'padding', 'dilation', 'ceil_mode' }, 3)
   self.kernel_size = F._pair('MaxPool2d', 'kernel_size', k)
   self.stride = F._pair('MaxPool2d', 'stride', opts.stride, self.kernel_size)
   self.padding = F._pair('MaxPool2d', 'padding', opts.padding, 0)
@@ -252,7 +255,7 @@ end
 local AvgPool2d = Module:extend('AvgPool2d')
 L.AvgPool2d = AvgPool2d
 function AvgPool2d:init(k, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.AvgPool2d', opts, { 'stride', 'padding', 'ceil_mode', 'count_include_pad' }, 3)
   self.kernel_size = F._pair('AvgPool2d', 'kernel_size', k)
   self.stride = F._pair('AvgPool2d', 'stride', opts.stride, self.kernel_size)
   self.padding = F._pair('AvgPool2d', 'padding', opts.padding, 0)
@@ -281,7 +284,7 @@ local Embedding = Module:extend('Embedding')
 L.Embedding = Embedding
 
 function Embedding:init(n, dim, opts)
-  opts = opts or {}
+  opts = errors.check_opts('nn.Embedding', opts, { 'padding_idx', 'dtype', 'device' }, 3)
   self.num_embeddings, self.embedding_dim = n, dim
   local pad = opts.padding_idx
   if pad ~= nil then pad = _nn.padding_idx('Embedding', n, pad) end

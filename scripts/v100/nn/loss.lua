@@ -4,13 +4,15 @@
 local _nn = require('v100.core')._nn
 local Module = require 'v100.nn.module'
 local F = require 'v100.nn.functional'
+local errors = require 'v100.errors'
 
 local M = {}
 
 local function loss_class(name, fn, keys)
   local C = Module:extend(name)
   function C:init(opts)
-    opts = opts or {}
+    -- level 3: init is called by the class's constructor
+    opts = errors.check_opts('nn.' .. name, opts, keys, 3)
     local o = {}
     for _, k in ipairs(keys) do o[k] = opts[k] end
     -- at construction, where the mistake is (the functional form checks it again per call)

@@ -10,6 +10,7 @@
 -- values (numbers, flags, tensors that require no grad) are stored raw, as attributes.
 -- Registration order is kept in the _pnames/_bnames/_mnames lists, because Lua tables have none.
 local v100 = require 'v100.base'
+local errors = require 'v100.errors'
 local nvtx = require 'v100.obs.nvtx'
 
 local Module = {}
@@ -421,6 +422,7 @@ end
 -- (default) raises on missing or unexpected names; mis-shaped names always raise. Returns
 -- {missing_keys = {...}, unexpected_keys = {...}} (sorted).
 function Module:load_state_dict(sd, opts)
+  errors.check_opts('load_state_dict', opts, { 'strict' })
   local strict = not (opts and opts.strict == false)
   if type(sd) ~= 'table' then error('load_state_dict: expected a table name -> tensor, got ' .. type(sd), 2) end
   local entries = state_entries(self)
@@ -469,6 +471,7 @@ local function parse_to_args(...)
   for i = 1, select('#', ...) do
     local a = select(i, ...)
     if type(a) == 'table' then
+      errors.check_opts('Module:to', a, { 'device', 'dtype', 'layout' }, 3)
       r.device = a.device or r.device
       r.dtype = a.dtype or r.dtype
       r.layout = a.layout or r.layout

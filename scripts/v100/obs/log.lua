@@ -19,15 +19,14 @@
 -- The C side: v100.io.EventWriter / json_encode (bindings/l_log.c, bindings/l_json.c,
 -- runtime/io/tfevents.c).
 local core = require 'v100.core'
+local errors = require 'v100.errors'
 local dist = require 'v100.dist.comm'
 local cio = core.io
 
 local log = {}
 
-local function opts_of(fname, opts)
-  if opts == nil then return {} end
-  if type(opts) ~= 'table' then error(fname .. ': options must be a table, got a ' .. type(opts), 3) end
-  return opts
+local function opts_of(fname, opts, known)
+  return errors.check_opts(fname, opts, known, 3)
 end
 
 local function this_rank() return core._dist.info().rank end
@@ -188,7 +187,7 @@ Logger.__index = Logger
 Logger.__name = 'v100.log.Logger'
 
 function log.Logger(opts)
-  opts = opts_of('Logger', opts)
+  opts = opts_of('Logger', opts, { 'dir', 'jsonl', 'tensorboard', 'rank' })
   local rank = opts.rank
   if rank == nil then rank = this_rank() end
   if not math.tointeger(rank) then error('Logger: rank must be an integer, got ' .. tostring(rank), 2) end
@@ -324,7 +323,7 @@ Progress.__index = Progress
 Progress.__name = 'v100.log.Progress'
 
 function log.Progress(opts)
-  opts = opts_of('Progress', opts)
+  opts = opts_of('Progress', opts, { 'total', 'label', 'enabled', 'out', 'min_interval', 'width' })
   local total = opts.total
   if total ~= nil and not (math.tointeger(total) and total >= 0) then
     error('Progress: total must be a non-negative integer or nil, got ' .. tostring(total), 2)

@@ -45,7 +45,7 @@ function Folder:__len() return self.n end
 -- with the JPEG marker FF D8 is taken as the file's bytes, anything else as a path.
 function data.decode_jpeg(src, opts)
   if type(src) ~= 'string' then fail(2, 'decode_jpeg: expected a path or the bytes of a JPEG, got a %s', type(src)) end
-  opts = opts or {}
+  opts = errors.check_opts('decode_jpeg', opts, { 'channels' })
   local channels = opts.channels or 3
   if channels ~= 1 and channels ~= 3 then fail(2, 'decode_jpeg: channels must be 1 or 3, got %s', tostring(channels)) end
   return _data.decode(src, src:sub(1, 2) == '\xFF\xD8', channels)
@@ -55,7 +55,7 @@ end
 -- (RGB); 4:4:4 chroma (no subsampling).
 function data.encode_jpeg(img, path, opts)
   if type(path) ~= 'string' then fail(2, 'encode_jpeg: path must be a string, got a %s', type(path)) end
-  opts = opts or {}
+  opts = errors.check_opts('encode_jpeg', opts, { 'quality' })
   local q = check_int('encode_jpeg', 'quality', opts.quality or 95, 1, 100, 2)
   _data.encode(img, path, q)
 end
@@ -70,9 +70,8 @@ function data.have_nvjpeg() return _data.have_nvjpeg() end
 
 local IMAGENET_MEAN, IMAGENET_STD = {0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}
 
-local LOADER_OPTS = {batch_size = true, transform = true, size = true, resize = true, mean = true, std = true,
-  channels = true, layout = true, dtype = true, workers = true, prefetch = true, device = true, shuffle = true,
-  seed = true, drop_last = true, rank = true, world_size = true, decoder = true}
+local LOADER_OPTS = { 'batch_size', 'transform', 'size', 'resize', 'mean', 'std', 'channels', 'layout', 'dtype', 'workers',
+  'prefetch', 'device', 'shuffle', 'seed', 'drop_last', 'rank', 'world_size', 'decoder' }
 
 local Loader = {}
 Loader.__name = 'v100.data.ImageLoader'
@@ -98,11 +97,7 @@ end
 --   is CUDA, else cpu). loader.decoder is the one in use.
 function data.ImageLoader(ds, opts)
   if getmetatable(ds) ~= Folder then fail(2, 'ImageLoader: the first argument must be a data.ImageFolder') end
-  opts = opts or {}
-  if type(opts) ~= 'table' then fail(2, 'ImageLoader: options must be a table, got a %s', type(opts)) end
-  for k in pairs(opts) do
-    if not LOADER_OPTS[k] then fail(2, 'ImageLoader: unknown option %s', tostring(k)) end
-  end
+  opts = errors.check_opts('ImageLoader', opts, LOADER_OPTS)
   local F = 'ImageLoader'
   local o = {}
   o.batch_size = check_int(F, 'batch_size', opts.batch_size or 256, 1, 1 << 30, 2)
@@ -188,7 +183,7 @@ function Loader:epoch(e, opts)
   local l = rawget(self, '_l')
   if not l then fail(2, 'ImageLoader: used after close') end
   check_int('ImageLoader:epoch', 'epoch', e, 0, 0xFFFFFFFF, 2)
-  opts = opts or {}
+  opts = errors.check_opts('ImageLoader:epoch', opts, { 'start' })
   local start = check_int('ImageLoader:epoch', 'start', opts.start or 0, 0, self.batches_per_epoch, 2)
   local order <close> = self:indices(e)
   l:epoch(order, e, start)

@@ -80,10 +80,7 @@ function Dataset:batch(indices, opts)
   if not set then fail(2, 'bert_data: dataset used after close') end
   local device
   if opts ~= nil then
-    if type(opts) ~= 'table' then fail(2, 'Dataset:batch: options must be a table, got a %s', type(opts)) end
-    for k in pairs(opts) do
-      if k ~= 'device' then fail(2, 'Dataset:batch: unknown option %s', tostring(k)) end
-    end
+    errors.check_opts('Dataset:batch', opts, { 'device' })
     device = opts.device
     check_device('Dataset:batch', device, 2)
   end
@@ -111,8 +108,7 @@ end
 
 -- ---- the loader ----
 
-local LOADER_OPTS = {batch_size = true, shuffle = true, seed = true, rank = true, world_size = true, drop_last = true,
-  device = true}
+local LOADER_OPTS = { 'batch_size', 'shuffle', 'seed', 'rank', 'world_size', 'drop_last', 'device' }
 
 local function check_int(fn, name, v, lo, hi, level)
   if not (math.tointeger(v) and v >= lo and v <= hi) then
@@ -134,11 +130,7 @@ Loader.__name = 'v100.bert_data.Loader'
 -- and the ranks together cover every sample once (plus the padding) each epoch.
 function bd.Loader(ds, opts)
   if getmetatable(ds) ~= Dataset then fail(2, 'bert_data.Loader: the first argument must be a dataset of bert_data.open') end
-  opts = opts or {}
-  if type(opts) ~= 'table' then fail(2, 'bert_data.Loader: options must be a table, got a %s', type(opts)) end
-  for k in pairs(opts) do
-    if not LOADER_OPTS[k] then fail(2, 'bert_data.Loader: unknown option %s', tostring(k)) end
-  end
+  opts = errors.check_opts('bert_data.Loader', opts, LOADER_OPTS)
   local F = 'bert_data.Loader'
   local world = check_int(F, 'world_size', opts.world_size or 1, 1, 1 << 20, 2)
   local self = setmetatable({
@@ -170,10 +162,7 @@ end
 -- the same batches the uninterrupted epoch would have).
 function Loader:epoch(e, opts)
   check_int('bert_data.Loader:epoch', 'epoch', e, 0, math.maxinteger - self.seed, 2)
-  opts = opts or {}
-  for k in pairs(opts) do
-    if k ~= 'start' then fail(2, 'bert_data.Loader:epoch: unknown option %s', tostring(k)) end
-  end
+  opts = errors.check_opts('bert_data.Loader:epoch', opts, { 'start' })
   local start = check_int('bert_data.Loader:epoch', 'start', opts.start or 0, 0, self.batches_per_epoch, 2)
   local order = self:indices(e)
   local k, bs, n = start, self.batch_size, self.shard_size

@@ -31,6 +31,7 @@
 -- protobuf-c (ext/onnx/l_onnx.c: v100.core._onnx).
 local v100 = require 'v100.base'
 local core = require 'v100.core'
+local errors = require 'v100.errors'
 local nn = require 'v100.nn'
 local common = require 'v100.export.common'
 local onnx_models = require 'v100.export.onnx_models'
@@ -500,6 +501,7 @@ function onnx.export(model, example_inputs, path, opts)
   load_tables()
   opts = opts or {}
   if type(opts) ~= 'table' then fail('opts must be a table, got %s', type(opts)) end
+  errors.check_opts('onnx.export', opts, { 'opset', 'dtype', 'input_names', 'output_names', 'doc' }, 0)
   if type(model) == 'table' and class_name(model) == 'v100.dist.DataParallel' then model = model.module end
   if not nn.is_module(model) then fail('model must be an nn.Module, got %s', type(model)) end
   local examples, n = examples_of(v100, example_inputs)

@@ -17,6 +17,7 @@
 -- prometheus.Exporter ties both to a training run (one file and one port per rank); the recipes
 -- use it through v100.telemetry.Recorder. docs/OPERATIONS.md ("Prometheus") lists the metrics.
 local core = require 'v100.core'
+local errors = require 'v100.errors'
 
 local prometheus = {}
 
@@ -66,7 +67,7 @@ Registry.__index = Registry
 Registry.__name = 'v100.prometheus.Registry'
 
 function prometheus.Registry(opts)
-  opts = opts or {}
+  opts = errors.check_opts('prometheus.Registry', opts, { 'labels' })
   local labels = opts.labels or {}
   if type(labels) ~= 'table' then error('Registry: labels must be a table of name = value', 2) end
   for k in pairs(labels) do check_name('Registry', 'the label', k, LABEL_NAME) end
@@ -127,7 +128,7 @@ end
 -- The endpoint has no authentication: bound beyond loopback it says so on stderr (quiet = true
 -- leaves that to the caller).
 function prometheus.serve(opts)
-  opts = opts or {}
+  opts = errors.check_opts('prometheus.serve', opts, { 'addr', 'port', 'path', 'quiet' })
   local port = opts.port
   if not (math.tointeger(port) and port >= 0 and port <= 65535) then
     error('prometheus.serve: port must be an integer in 0..65535, got ' .. tostring(port), 2)
@@ -153,7 +154,7 @@ Exporter.__index = Exporter
 Exporter.__name = 'v100.prometheus.Exporter'
 
 function prometheus.Exporter(opts)
-  opts = opts or {}
+  opts = errors.check_opts('prometheus.Exporter', opts, { 'dir', 'port', 'addr', 'labels', 'rank', 'local_rank' })
   local info = core._dist.info()
   local rank = opts.rank or info.rank
   local self = setmetatable({ rank = rank, labels = opts.labels or {}, writes = 0 }, Exporter)

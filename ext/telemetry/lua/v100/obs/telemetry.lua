@@ -21,6 +21,7 @@
 -- The source can be set with V100LUA_TELEMETRY_SOURCE=fake: a synthetic GPU with deterministic
 -- series (ext/telemetry/fake.c), which is how CI runs all of this without a GPU.
 local core = require 'v100.core'
+local errors = require 'v100.errors'
 local log = require 'v100.obs.log'
 local prometheus = require 'v100.obs.prometheus'
 local recipe = require 'v100.recipe'
@@ -75,8 +76,7 @@ Monitor.__index = Monitor
 Monitor.__name = 'v100.telemetry.Monitor'
 
 function telemetry.Monitor(opts)
-  opts = opts or {}
-  if type(opts) ~= 'table' then error('telemetry.Monitor: options must be a table', 2) end
+  opts = errors.check_opts('telemetry.Monitor', opts, { 'source', 'interval_ms', 'device', 'devices', 'fake', 'start' })
   local source = default_source(opts)
   local interval_ms = opts.interval_ms or 100
   if type(interval_ms) ~= 'number' or not (interval_ms >= 1 and interval_ms <= 3600000) then
@@ -279,7 +279,8 @@ Recorder.__index = Recorder
 Recorder.__name = 'v100.telemetry.Recorder'
 
 function telemetry.Recorder(opts)
-  opts = opts or {}
+  opts = errors.check_opts('telemetry.Recorder', opts, { 'enabled', 'unit', 'job', 'device', 'interval_ms', 'source', 'prometheus' })
+  errors.check_opts('telemetry.Recorder: prometheus', opts.prometheus, { 'dir', 'port', 'addr' })
   local self = setmetatable({ enabled = opts.enabled ~= false, unit = opts.unit or 'image', job = opts.job or 'v100lua',
     samples_total = 0, acc = { energy_j = 0, energy_power_j = 0, samples = 0, seconds = 0, gpus = 0 } }, Recorder)
   local p = opts.prometheus
