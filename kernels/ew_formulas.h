@@ -123,15 +123,20 @@ VL_FN double vl_f_erfinv(double y) {
 /* Python's floor division and remainder of floats, as PyTorch's div_floor / remainder: the
  * remainder has the divisor's sign; the quotient is (a - fmod(a, b)) / b rounded to the nearest
  * integer, corrected by one where fmod's sign differs from b's (exact where floor(a / b) would
- * round a / b first); a zero divisor gives a / b (inf, nan). */
+ * round a / b first); a zero divisor gives a / b (inf, nan). On CUDA these and the other
+ * library-heavy binary formulas (fmod, atan2, hypot) are out of line, as pow: inlined into every
+ * kernel instantiation they would dominate code size and compile time. */
 #ifdef __CUDACC__
 #define VL_DEF_FN2(name, body) \
   template <typename C>        \
-  VL_FN C name(C a, C b) body
+  static __device__ __noinline__ C name(C a, C b) body
 #else
 #define VL_DEF_FN2(name, body) VL_FN double name(double a, double b) body
 #define C double
 #endif
+VL_DEF_FN2(vl_f_fmod, { return fmod(a, b); })
+VL_DEF_FN2(vl_f_atan2, { return atan2(a, b); })
+VL_DEF_FN2(vl_f_hypot, { return hypot(a, b); })
 VL_DEF_FN2(vl_f_remainder, {
   C m = fmod(a, b);
   if (m != (C)0 && ((b < (C)0) != (m < (C)0))) m += b;
@@ -241,9 +246,9 @@ VL_FN int64_t vl_f_ishr(int64_t a, int64_t b) { return b < 0 || b >= 64 ? (a < 0
 #define VL_BF_LOGICAL_OR(C, a, b, alpha) ((C)((a) != (C)0 || (b) != (C)0))
 #define VL_BF_REMAINDER(C, a, b, alpha) vl_f_remainder(a, b)
 #define VL_BF_FLOOR_DIVIDE(C, a, b, alpha) vl_f_floor_divide(a, b)
-#define VL_BF_FMOD(C, a, b, alpha) fmod(a, b)
-#define VL_BF_ATAN2(C, a, b, alpha) atan2(a, b)
-#define VL_BF_HYPOT(C, a, b, alpha) hypot(a, b)
+#define VL_BF_FMOD(C, a, b, alpha) vl_f_fmod(a, b)
+#define VL_BF_ATAN2(C, a, b, alpha) vl_f_atan2(a, b)
+#define VL_BF_HYPOT(C, a, b, alpha) vl_f_hypot(a, b)
 /* the INT ops: floats are refused by the front end, never reached */
 #define VL_BF_BITWISE_AND(C, a, b, alpha) (a)
 #define VL_BF_BITWISE_OR(C, a, b, alpha) (a)
