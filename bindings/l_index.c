@@ -64,9 +64,10 @@ static vl_tensor *view_of(lua_State *L, vl_tensor *t, int key) {
     if (ty == LUA_TNUMBER && lua_isinteger(L, -1)) {
       lua_Integer p = lua_tointeger(L, -1);
       lua_pop(L, 1);
-      int64_t q = p > 0 ? p - 1 : cur->size[d] + p;
-      if (p == 0 || q < 0 || q >= cur->size[d]) vl_tensor_release(cur);
-      q = position(L, p, cur->size[d], (int)(i - 1), what);
+      int64_t size = cur->size[d]; /* read before cur may be released for the error below */
+      int64_t q = p > 0 ? p - 1 : size + p;
+      if (p == 0 || q < 0 || q >= size) vl_tensor_release(cur);
+      q = position(L, p, size, (int)(i - 1), what);
       vl_status s = vl_ag_select(cur, d, q, &next);
       step(L, &cur, s, &next);
       continue;
