@@ -27,89 +27,61 @@ static int64_t position(lua_State *L, lua_Integer p, int64_t n, int dim, const c
   return q;
 }
 
-#define VL_TRY_LUA(L, call)                      \
-  do {                                           \
-    vl_status try_s_ = (call);                   \
-    if (try_s_ != VL_OK) vl_lua_error(L, try_s_); \
+/* Replaces the view at the top of the stack by op's result (a userdata, as every tensor the
+ * bindings make: a later error leaves nothing to release by hand). Returns the new view. */
+#define NEXT_VIEW(L, call_with_slot)                     \
+  do {                                                   \
+    vl_tensor **slot = l_slot(L);                        \
+    l_done(L, call_with_slot);                           \
+    lua_replace(L, -2);                                  \
   } while (0)
 
-/* Replaces the tensor in *cur by the result of a view op that wrote *next (the old reference
- * released; on failure released too, then the error raised). */
-static void step(lua_State *L, vl_tensor **cur, vl_status s, vl_tensor **next) {
-  vl_tensor_release(*cur);
-  *cur = NULL;
-  if (s != VL_OK) vl_lua_error(L, s);
-  *cur = *next;
-  *next = NULL;
-}
-
-/* The view that an integer key or an index table at `key` names in t (a new reference). Raises on
- * a bad key; never leaves a reference behind (the Lua errors are raised with none held). */
-static vl_tensor *view_of(lua_State *L, vl_tensor *t, int key) {
+/* Pushes the view that an integer key or an index table at `key` names in the tensor t at stack
+ * index 1. Raises on a bad key. */
+static vl_tensor *push_view(lua_State *L, vl_tensor *t, int key) {
   const char *what = "index";
-  vl_tensor *cur, *next = NULL;
+  lua_pushvalue(L, 1);
   if (lua_isinteger(L, key)) {
     if (t->ndim == 0) luaL_error(L, "index: a 0-dim tensor cannot be indexed (use :item())");
     int64_t p = position(L, lua_tointeger(L, key), t->size[0], 0, what);
-    VL_TRY_LUA(L, vl_ag_select(t, 0, p, &cur));
-    return cur;
+    NEXT_VIEW(L, vl_ag_select(t, 0, p, slot));
+    return vl_lua_checktensor(L, -1);
   }
-  if (lua_rawlen(L, key) > (size_t)t->ndim)
-    luaL_error(L, "index: %d entries for a %d-dim tensor", (int)lua_rawlen(L, key), t->ndim);
-  cur = vl_tensor_retain(t);
   lua_Integer n = (lua_Integer)lua_rawlen(L, key);
-  int d = 0; /* the dim of cur the next entry applies to */
+  if (n > t->ndim) luaL_error(L, "index: %d entries for a %d-dim tensor", (int)n, t->ndim);
+  int d = 0; /* the dim of the current view the next entry applies to */
   for (lua_Integer i = 1; i <= n; i++) {
+    vl_tensor *cur = vl_lua_checktensor(L, -1);
+    int64_t size = cur->size[d];
     int ty = lua_rawgeti(L, key, i);
     if (ty == LUA_TNUMBER && lua_isinteger(L, -1)) {
-      lua_Integer p = lua_tointeger(L, -1);
+      int64_t q = position(L, lua_tointeger(L, -1), size, (int)(i - 1), what);
       lua_pop(L, 1);
-      int64_t size = cur->size[d]; /* read before cur may be released for the error below */
-      int64_t q = p > 0 ? p - 1 : size + p;
-      if (p == 0 || q < 0 || q >= size) vl_tensor_release(cur);
-      q = position(L, p, size, (int)(i - 1), what);
-      vl_status s = vl_ag_select(cur, d, q, &next);
-      step(L, &cur, s, &next);
+      NEXT_VIEW(L, vl_ag_select(cur, d, q, slot));
       continue;
     }
-    if (ty != LUA_TTABLE) {
-      vl_tensor_release(cur);
+    if (ty != LUA_TTABLE)
       luaL_error(L, "index: entry %d is a %s (an integer, {}, {a} or {a, b} with 1-based inclusive a and b)", (int)i,
                  luaL_typename(L, -1));
-    }
     lua_Integer m = (lua_Integer)lua_rawlen(L, -1);
-    int64_t size = cur->size[d], lo = 0, hi = size - 1;
-    if (m > 2) {
-      vl_tensor_release(cur);
-      luaL_error(L, "index: entry %d has %d numbers ({}, {a} or {a, b})", (int)i, (int)m);
-    }
+    if (m > 2) luaL_error(L, "index: entry %d has %d numbers ({}, {a} or {a, b})", (int)i, (int)m);
+    int64_t lo = 0, hi = size - 1;
     for (lua_Integer j = 1; j <= m; j++) {
       lua_rawgeti(L, -1, j);
-      int isint;
-      lua_Integer p = lua_tointegerx(L, -1, &isint);
+      if (!lua_isinteger(L, -1)) luaL_error(L, "index: entry %d's bounds must be integers", (int)i);
+      int64_t q = position(L, lua_tointeger(L, -1), size, (int)(i - 1), what);
       lua_pop(L, 1);
-      int64_t q = p > 0 ? p - 1 : size + p;
-      if (!isint || p == 0 || q < 0 || q >= size) {
-        vl_tensor_release(cur);
-        if (!isint) luaL_error(L, "index: entry %d's bounds must be integers", (int)i);
-        position(L, p, size, (int)(i - 1), what);
-      }
       if (j == 1) lo = hi = q;
       else hi = q;
     }
     lua_pop(L, 1);
-    if (hi < lo) {
-      vl_tensor_release(cur);
+    if (hi < lo)
       luaL_error(L, "index: entry %d is the empty range %I..%I of dim %d", (int)i, (lua_Integer)lo + 1,
                  (lua_Integer)hi + 1, (int)i);
-    }
-    if (m > 0) {
-      vl_status s = vl_ag_narrow(cur, d, lo, hi - lo + 1, &next);
-      step(L, &cur, s, &next);
-    }
+    if (m > 0) NEXT_VIEW(L, vl_ag_narrow(cur, d, lo, hi - lo + 1, slot));
     d++;
   }
-  return cur;
+  return vl_lua_checktensor(L, -1);
 }
 
 /* __index for a non-string key at 2 (l_tensor.c's t_index passes it here): pushes the result. */
@@ -123,8 +95,7 @@ int l_tensor_index(lua_State *L, vl_tensor *t) {
   if (!lua_isinteger(L, 2) && !lua_istable(L, 2))
     return luaL_error(L, "index: a tensor is indexed by an integer, a table of ranges, a bool mask or an index tensor, "
                       "not a %s", luaL_typename(L, 2));
-  vl_tensor *v = view_of(L, t, 2);
-  vl_lua_pushtensor(L, v);
+  push_view(L, t, 2);
   return 1;
 }
 
@@ -146,9 +117,8 @@ int l_tensor_newindex(lua_State *L, vl_tensor *t) {
       vl_tensor_release(tmp);
     }
   } else if (lua_isinteger(L, 2) || lua_istable(L, 2)) {
-    vl_tensor *v = view_of(L, t, 2);
+    vl_tensor *v = push_view(L, t, 2);
     s = src ? vl_ag_copy_(v, src) : vl_ag_fill_scalar_(v, l_toscalarv(L, 3));
-    vl_tensor_release(v);
   } else {
     return luaL_error(L, "index: a tensor is indexed by an integer, a table of ranges, a bool mask or an index tensor, "
                       "not a %s", luaL_typename(L, 2));

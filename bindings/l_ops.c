@@ -191,23 +191,15 @@ static int t_lerp(lua_State *L) {
 static int t_nan_to_num(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
   double v[3] = {0, NAN, NAN};
-  static const char *const keys[] = {"nan", "posinf", "neginf"};
-  if (!lua_isnoneornil(L, 2)) {
-    if (!lua_istable(L, 2)) return luaL_error(L, "nan_to_num: expected an options table {nan =, posinf =, neginf =}, got a %s", luaL_typename(L, 2));
-    lua_pushnil(L);
-    while (lua_next(L, 2)) {
-      int k = -1;
-      if (lua_type(L, -2) == LUA_TSTRING)
-        for (int i = 0; i < 3; i++)
-          if (strcmp(lua_tostring(L, -2), keys[i]) == 0) k = i;
-      if (k < 0)
-        return luaL_error(L, "nan_to_num: unknown option '%s' (valid: nan, posinf, neginf)",
-                          lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : luaL_typename(L, -2));
+  static const char *const keys[] = {"nan", "posinf", "neginf", NULL};
+  l_check_opts(L, 2, "nan_to_num", keys);
+  for (int k = 0; k < 3 && lua_istable(L, 2); k++) {
+    if (lua_getfield(L, 2, keys[k]) != LUA_TNIL) {
       if (!lua_isnumber(L, -1))
         return luaL_error(L, "nan_to_num: option %s must be a number, got a %s", keys[k], luaL_typename(L, -1));
       v[k] = lua_tonumber(L, -1);
-      lua_pop(L, 1);
     }
+    lua_pop(L, 1);
   }
   lua_settop(L, 1);
   vl_tensor **slot = l_slot(L);

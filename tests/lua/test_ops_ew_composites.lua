@@ -93,7 +93,7 @@ T.test('nan_to_num: defaults and options', function()
   ok, err = pcall(function() return x:nan_to_num({ posinf = 'big' }) end)
   T.ok(not ok and err:find('nan_to_num: option posinf must be a number', 1, true), err)
   ok, err = pcall(function() return x:nan_to_num(5) end)
-  T.ok(not ok and err:find('nan_to_num: expected an options table', 1, true), err)
+  T.ok(not ok and err:find('nan_to_num: options must be a table, got number', 1, true), err)
 end)
 
 T.test('nan_to_num: no gradient where replaced', function()
