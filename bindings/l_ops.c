@@ -524,11 +524,25 @@ void l_register_ops(lua_State *L) {
   }
 }
 
-/* ops() -> the op list as Lua tables, one per op, in list order: {name =, kind = 'unary'|'binary',
+/* ops() -> the op list as Lua tables, one per op, in list order: {name =, kind = 'unary'|'binary'|'tensor',
  * class = 'exact'|'float'|'bool'|'int' (unary domain) or 'arith'|'float'|'int'|'cmp'|'logic'|'act'
- * (binary kind), method = whether t:name() exists, grad = whether it records a backward, lo =,
+ * (binary kind) or, for kind 'tensor' (op_list.h's VL_TENSOR_OPS), the family ('reduce', 'sort', 'shape',
+ * 'index', 'create'), method = whether t:name() exists, grad = whether it records a backward, lo =,
  * hi = (the inputs' smooth domain)}: what the generated
  * sweeps walk (tests/lua/test_op_sweep.lua, gpu_op_sweep.lua). */
+static void push_tensor_op(lua_State *L, const char *name, const char *family, int grad, lua_Integer i) {
+  lua_createtable(L, 0, 5);
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "name");
+  lua_pushliteral(L, "tensor");
+  lua_setfield(L, -2, "kind");
+  lua_pushstring(L, family);
+  lua_setfield(L, -2, "class");
+  lua_pushboolean(L, grad);
+  lua_setfield(L, -2, "grad");
+  lua_rawseti(L, -2, i);
+}
+
 static int m_ops(lua_State *L) {
   static const struct {
     const char *name, *cls, *node;
@@ -569,6 +583,13 @@ static int m_ops(lua_State *L) {
     lua_setfield(L, -2, "hi");
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
+  /* the tensor ops, family by family: {name =, kind = 'tensor', class = family, grad =} */
+  lua_Integer n = (lua_Integer)(sizeof list / sizeof list[0]);
+#define VL_X(name, grad) push_tensor_op(L, name, family, grad, ++n);
+#define VL_FAM(F, fam) { const char *family = fam; (void)family; VL_TENSOR_OPS_##F(VL_X) }
+  VL_TENSOR_FAMILIES(VL_FAM)
+#undef VL_FAM
+#undef VL_X
   return 1;
 }
 

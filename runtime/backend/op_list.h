@@ -98,6 +98,44 @@
   X(TANH_BACKWARD, "tanh_backward", "", ACT, NONE, 0, -1, 1)             \
   X(SIGMOID_BACKWARD, "sigmoid_backward", "", ACT, NONE, 0, 0, 1)
 
+/* The tensor ops that are not elementwise (issue 30): reductions, scans, sorting and selection,
+ * shape, indexing, creation and random. One line each, per family, X(name, grad):
+ *   name   the Lua name (a method, a v100.* function, or both) and the op in v100.core.ops()
+ *          (kind = 'tensor', class = the family)
+ *   grad   1: differentiable (the sweeps compare its gradient: CPU against finite differences,
+ *          CUDA against the CPU)
+ * Each op has its sweep cases in tests/lua/sweep/<family>.lua; tests/lua/test_tensor_sweep.lua
+ * (CPU against f64) and tests/lua/gpu_tensor_sweep.lua (CUDA against the CPU) walk this list and
+ * fail on an op without cases, or cases for an op not listed here. */
+#define VL_TENSOR_OPS_REDUCE(X) \
+  X("sum", 1)                    \
+  X("mean", 1)                   \
+  X("prod", 1)                   \
+  X("var", 1)                    \
+  X("std", 1)                    \
+  X("norm", 1)                   \
+  X("max", 1)                    \
+  X("min", 1)                    \
+  X("argmax", 0)                 \
+  X("argmin", 0)                 \
+  X("softmax", 1)                \
+  X("log_softmax", 1)
+#define VL_TENSOR_OPS_SORT(X)
+#define VL_TENSOR_OPS_SHAPE(X)
+#define VL_TENSOR_OPS_INDEX(X) \
+  X("gather", 1)                \
+  X("scatter_add", 1)           \
+  X("index_select", 1)          \
+  X("masked_fill", 1)           \
+  X("masked_select", 1)         \
+  X("nonzero", 0)               \
+  X("where", 1)
+#define VL_TENSOR_OPS_CREATE(X)
+#define VL_TENSOR_OPS(X)                                                        \
+  VL_TENSOR_OPS_REDUCE(X) VL_TENSOR_OPS_SORT(X) VL_TENSOR_OPS_SHAPE(X) VL_TENSOR_OPS_INDEX(X) \
+  VL_TENSOR_OPS_CREATE(X)
+#define VL_TENSOR_FAMILIES(X) X(REDUCE, "reduce") X(SORT, "sort") X(SHAPE, "shape") X(INDEX, "index") X(CREATE, "create")
+
 /* The classes of the columns above, as values (vl_unary_domain, vl_binary_kind). */
 typedef enum vl_op_domain { VL_OPD_EXACT = 0, VL_OPD_FLOAT, VL_OPD_BOOL, VL_OPD_INT } vl_op_domain;
 typedef enum vl_op_saves { VL_OPS_NONE = 0, VL_OPS_IN, VL_OPS_OUT } vl_op_saves;
