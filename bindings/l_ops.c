@@ -527,7 +527,7 @@ void l_register_ops(lua_State *L) {
 /* ops() -> the op list as Lua tables, one per op, in list order: {name =, kind = 'unary'|'binary'|'tensor',
  * class = 'exact'|'float'|'bool'|'int' (unary domain) or 'arith'|'float'|'int'|'cmp'|'logic'|'act'
  * (binary kind) or, for kind 'tensor' (op_list.h's VL_TENSOR_OPS), the family ('reduce', 'sort', 'shape',
- * 'index', 'create'), method = whether t:name() exists, grad = whether it records a backward, lo =,
+ * 'index', 'create', 'linalg'), method = whether t:name() exists, grad = whether it records a backward, lo =,
  * hi = (the inputs' smooth domain)}: what the generated
  * sweeps walk (tests/lua/test_op_sweep.lua, gpu_op_sweep.lua). */
 static void push_tensor_op(lua_State *L, const char *name, const char *family, int grad, lua_Integer i) {

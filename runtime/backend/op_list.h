@@ -131,10 +131,13 @@
   X("nonzero", 0)               \
   X("where", 1)
 #define VL_TENSOR_OPS_CREATE(X)
+#define VL_TENSOR_OPS_LINALG(X)
 #define VL_TENSOR_OPS(X)                                                        \
   VL_TENSOR_OPS_REDUCE(X) VL_TENSOR_OPS_SORT(X) VL_TENSOR_OPS_SHAPE(X) VL_TENSOR_OPS_INDEX(X) \
-  VL_TENSOR_OPS_CREATE(X)
-#define VL_TENSOR_FAMILIES(X) X(REDUCE, "reduce") X(SORT, "sort") X(SHAPE, "shape") X(INDEX, "index") X(CREATE, "create")
+  VL_TENSOR_OPS_CREATE(X) VL_TENSOR_OPS_LINALG(X)
+#define VL_TENSOR_FAMILIES(X)                                                                   \
+  X(REDUCE, "reduce") X(SORT, "sort") X(SHAPE, "shape") X(INDEX, "index") X(CREATE, "create") \
+  X(LINALG, "linalg")
 
 /* The classes of the columns above, as values (vl_unary_domain, vl_binary_kind). */
 typedef enum vl_op_domain { VL_OPD_EXACT = 0, VL_OPD_FLOAT, VL_OPD_BOOL, VL_OPD_INT } vl_op_domain;

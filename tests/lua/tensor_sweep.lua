@@ -29,7 +29,7 @@ M.FLOATS = { 'f32', 'f16', 'bf16', 'f64' }
 M.INTS = { 'i32', 'i64' }
 M.ALL = { 'f32', 'f16', 'bf16', 'f64', 'i32', 'i64' }
 M.TOL = { f32 = 1e-5, f16 = 2e-3, bf16 = 1.6e-2, f64 = 1e-12 }
-M.FAMILIES = { 'reduce', 'sort', 'shape', 'index', 'create' }
+M.FAMILIES = { 'reduce', 'sort', 'shape', 'index', 'create', 'linalg' }
 
 local VIEW = {}
 
