@@ -297,6 +297,13 @@ static vl_status raw_copy(vl_tensor *dst, vl_tensor *src) {
   }
   vl_status s = vl_memcpy(vl_tensor_data(dst), dd, vl_tensor_data(src), sd, nbytes, stream, true);
   if (s != VL_OK) return vl_fail_prefix(s, "copy_: ");
+  /* A copy to the host waited for the source's stream: an out-of-range index an earlier kernel
+   * flagged on that device is reported here (t:cpu() after a bad gather), as vl_read_host does,
+   * instead of at some later synchronisation. */
+  if (vl_device_is_host(dd) && !vl_device_is_host(sd)) {
+    const vl_backend *be = vl_backend_of(sd);
+    if (be->check_async) VL_TRY(be->check_async(sd.index));
+  }
   return VL_OK;
 }
 
