@@ -2,9 +2,12 @@
  * they are compositions and how the same code serves the raw and the recorded ops).
  *
  * The copies that move elements along a dim (flip, roll, the reflect/replicate/circular pads,
- * repeat_interleave) are one index_select each with an index built on the host: the index is as
- * long as the dim (small beside the tensor), and index_select is already a strided gather kernel
- * on every device, so a dedicated kernel would save only that index's upload. */
+ * repeat_interleave) are one index_select each, with an index as long as the dim computed on the
+ * tensor's device from an arange by elementwise ops (no host upload, no synchronisation, so they
+ * also run inside a CUDA graph capture): the index is small beside the tensor, and index_select is
+ * already a strided gather kernel on every device, so a dedicated kernel would save little. Only
+ * repeat_interleave with a tensor of counts reads them on the host (as PyTorch does: the result's
+ * size depends on them). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,13 +35,23 @@ static vl_status step(vl_tensor **x, vl_status s, vl_tensor **r) {
   return VL_OK;
 }
 
-/* x gathered along d by the host index idx[0..len): index_select with the index uploaded. */
-static vl_status select_by(const vl_shape_prims *p, vl_tensor **x, int d, const int64_t *idx, int64_t len) {
-  vl_tensor *it, *r = NULL;
-  VL_TRY(vl_from_host(idx, 1, &len, VL_I64, (*x)->storage->device, &it));
-  vl_status s = p->index_select(*x, d, it, &r);
-  vl_tensor_release(it);
+/* x gathered along d by the i64 index *idx (consumed: released either way). */
+static vl_status select_by(const vl_shape_prims *p, vl_tensor **x, int d, vl_tensor *idx) {
+  vl_tensor *r = NULL;
+  vl_status s = p->index_select(*x, d, idx, &r);
+  vl_tensor_release(idx);
   return step(x, s, &r);
+}
+
+/* The index positions 0..len-1 (i64) on x's device. */
+static vl_status iota(const vl_tensor *x, int64_t len, vl_tensor **out) {
+  return vl_arange(0, (double)len, 1, VL_I64, x->storage->device, out);
+}
+
+/* *i = *i op s (s op *i when reverse), in place of the owned index (exact: i64 and integral s). */
+static vl_status idx_op(vl_tensor **i, vl_binary_op op, int64_t v, bool reverse) {
+  vl_tensor *r = NULL;
+  return step(i, vl_binary_scalar(op, *i, (double)v, reverse, &r), &r);
 }
 
 static int64_t *index_buf(const char *op, int64_t len) {
@@ -211,11 +224,11 @@ vl_status vl_flip_with(const vl_shape_prims *p, vl_tensor *t, int n, const int *
   for (int i = 0; i < n && s == VL_OK; i++) {
     int64_t len = t->size[w[i]];
     if (len <= 1) continue; /* nothing to reverse */
-    int64_t *idx = index_buf("flip", len);
-    if (!idx) s = VL_EOOM;
-    for (int64_t j = 0; idx && j < len; j++) idx[j] = len - 1 - j;
-    if (idx) s = select_by(p, &x, w[i], idx, len);
-    free(idx);
+    vl_tensor *idx = NULL;
+    s = iota(t, len, &idx);
+    if (s == VL_OK) s = idx_op(&idx, VL_BIN_SUB, len - 1, true); /* len - 1 - i */
+    if (s == VL_OK) s = select_by(p, &x, w[i], idx);
+    else vl_tensor_release(idx);
   }
   if (s == VL_OK) s = copy_if_same(p, t, &x);
   if (s != VL_OK) {
@@ -233,12 +246,15 @@ static vl_status roll_dim(const vl_shape_prims *p, vl_tensor **x, int d, int64_t
   int64_t sh = shift % len;
   if (sh < 0) sh += len;
   if (sh == 0) return VL_OK;
-  int64_t *idx = index_buf("roll", len);
-  if (!idx) return VL_EOOM;
-  for (int64_t j = 0; j < len; j++) idx[j] = j >= sh ? j - sh : j - sh + len;
-  vl_status s = select_by(p, x, d, idx, len);
-  free(idx);
-  return s;
+  vl_tensor *idx = NULL;
+  vl_status s = iota(*x, len, &idx);
+  if (s == VL_OK) s = idx_op(&idx, VL_BIN_ADD, len - sh, false);
+  if (s == VL_OK) s = idx_op(&idx, VL_BIN_REMAINDER, len, false); /* (i - sh) mod len */
+  if (s != VL_OK) {
+    vl_tensor_release(idx);
+    return s;
+  }
+  return select_by(p, x, d, idx);
 }
 
 vl_status vl_roll_with(const vl_shape_prims *p, vl_tensor *t, int nshifts, const int64_t *shifts, int ndims,
@@ -346,11 +362,11 @@ static vl_status repeat_impl(const char *op, const vl_shape_prims *p, vl_tensor 
   if (s == VL_OK) s = step(&x, p->reshape(x, n, mid, &r), &r);
   for (int i = 0; i < n && s == VL_OK; i++) {
     if (!later[i]) continue;
-    int64_t *idx = index_buf(op, fin[i]);
-    if (!idx) s = VL_EOOM;
-    for (int64_t j = 0; idx && j < fin[i]; j++) idx[j] = j % src[i];
-    if (idx) s = select_by(p, &x, i, idx, fin[i]);
-    free(idx);
+    vl_tensor *idx = NULL;
+    s = iota(t, fin[i], &idx);
+    if (s == VL_OK) s = idx_op(&idx, VL_BIN_REMAINDER, src[i], false); /* j mod s */
+    if (s == VL_OK) s = select_by(p, &x, i, idx);
+    else vl_tensor_release(idx);
   }
   if (s == VL_OK) s = copy_if_same(p, t, &x);
   if (s != VL_OK) {
@@ -399,36 +415,47 @@ vl_status vl_repeat_interleave_with(const vl_shape_prims *p, vl_tensor *t, int64
       return s;
     }
   }
+  if (!counts && rep < 0) return vl_fail(VL_EINVAL, "%s: repeats must not be negative, got %lld", op, (long long)rep);
   int64_t total = 0;
-  for (int64_t i = 0; i < len; i++) {
-    int64_t c = counts ? counts[nc == 1 ? 0 : i] : rep;
+  for (int64_t i = 0; counts && i < len; i++) {
+    int64_t c = counts[nc == 1 ? 0 : i];
     if (c < 0) {
       free(counts);
       return vl_fail(VL_EINVAL, "%s: repeats must not be negative, got %lld", op, (long long)c);
     }
-    if (__builtin_add_overflow(total, c, &total) || total > ((int64_t)1 << 40)) {
-      free(counts);
-      return vl_fail(VL_EINVAL, "%s: the result along the dim would be too long", op);
-    }
+    if (__builtin_add_overflow(total, c, &total)) total = INT64_MAX;
   }
-  if (len == 0 && !counts && rep < 0) return vl_fail(VL_EINVAL, "%s: repeats must not be negative, got %lld", op, (long long)rep);
-  int64_t *idx = index_buf(op, total);
-  if (!idx) {
-    free(counts);
-    return VL_EOOM;
+  if (!counts && __builtin_mul_overflow(len, rep, &total)) total = INT64_MAX;
+  int64_t osize[VL_MAX_DIMS];
+  memcpy(osize, t->size, sizeof(int64_t) * (size_t)t->ndim);
+  osize[d] = total;
+  vl_status s = vl_shape_check(op, has_dim ? t->ndim : 1, has_dim ? osize : &total, t->dtype, NULL);
+  vl_tensor *idx = NULL;
+  if (s == VL_OK && counts) {
+    /* element i at positions [sum of the counts before it, + its count): built on the host,
+     * where the counts are */
+    int64_t *h = index_buf(op, total);
+    if (!h) s = VL_EOOM;
+    for (int64_t i = 0, at = 0; h && i < len; i++)
+      for (int64_t c = counts[nc == 1 ? 0 : i]; c > 0; c--) h[at++] = i;
+    if (h) s = vl_from_host(h, 1, &total, VL_I64, t->storage->device, &idx);
+    free(h);
+  } else if (s == VL_OK) {
+    s = iota(t, total, &idx); /* j / rep: each position rep times, on the device */
+    if (s == VL_OK && rep > 1) s = idx_op(&idx, VL_BIN_FLOOR_DIVIDE, rep, false);
   }
-  int64_t at = 0;
-  for (int64_t i = 0; i < len; i++)
-    for (int64_t c = counts ? counts[nc == 1 ? 0 : i] : rep; c > 0; c--) idx[at++] = i;
   free(counts);
+  if (s != VL_OK) {
+    vl_tensor_release(idx);
+    return s;
+  }
   vl_tensor *x = vl_tensor_retain(t), *r = NULL;
-  vl_status s = VL_OK;
   if (!has_dim) {
     int64_t numel = len;
     s = step(&x, p->reshape(x, 1, &numel, &r), &r);
   }
-  if (s == VL_OK) s = select_by(p, &x, d, idx, total);
-  free(idx);
+  if (s == VL_OK) s = select_by(p, &x, d, idx);
+  else vl_tensor_release(idx);
   if (s != VL_OK) {
     vl_tensor_release(x);
     return s;
@@ -484,23 +511,25 @@ static vl_status pad_constant(const vl_shape_prims *p, vl_tensor **x, int d, int
  * clamped or wrapped into [0, len). */
 static vl_status pad_index(const vl_shape_prims *p, vl_tensor **x, int d, int64_t l, int64_t r, vl_pad_mode mode) {
   int64_t len = (*x)->size[d], n = len + l + r;
-  int64_t *idx = index_buf("pad", n);
-  if (!idx) return VL_EOOM;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t j = i - l;
-    if (mode == VL_PAD_REFLECT) {
-      if (j < 0) j = -j;
-      if (j >= len) j = 2 * (len - 1) - j;
-    } else if (mode == VL_PAD_REPLICATE) {
-      j = j < 0 ? 0 : j >= len ? len - 1 : j;
-    } else {
-      j = ((j % len) + len) % len;
-    }
-    idx[i] = j;
+  vl_tensor *idx = NULL, *c = NULL;
+  vl_status s = iota(*x, n, &idx);
+  if (s == VL_OK) s = idx_op(&idx, VL_BIN_SUB, l, false); /* j = i - l, in [-(len-1), 2(len-1)] */
+  if (mode == VL_PAD_REFLECT) {
+    /* reflect j at 0 and at len - 1: m - |m - |j||, m = len - 1 */
+    if (s == VL_OK) s = step(&idx, vl_unary(VL_UN_ABS, idx, &c), &c);
+    if (s == VL_OK) s = idx_op(&idx, VL_BIN_SUB, len - 1, true);
+    if (s == VL_OK) s = step(&idx, vl_unary(VL_UN_ABS, idx, &c), &c);
+    if (s == VL_OK) s = idx_op(&idx, VL_BIN_SUB, len - 1, true);
+  } else if (mode == VL_PAD_REPLICATE) {
+    if (s == VL_OK) s = step(&idx, vl_clamp(idx, 0, (double)(len - 1), &c), &c);
+  } else if (s == VL_OK) {
+    s = idx_op(&idx, VL_BIN_REMAINDER, len, false); /* circular: j mod len */
   }
-  vl_status s = select_by(p, x, d, idx, n);
-  free(idx);
-  return s;
+  if (s != VL_OK) {
+    vl_tensor_release(idx);
+    return s;
+  }
+  return select_by(p, x, d, idx);
 }
 
 vl_status vl_pad_with(const vl_shape_prims *p, vl_tensor *t, int npads, const int64_t *pads, vl_pad_mode mode,

@@ -157,6 +157,7 @@ T.test('repeat / tile: PyTorch shapes and order, a copy, gradient, errors', func
   T.alleq(a.grad, v100.tensor({ 3, 3 }, { dtype = 'f64' }), 'the sum over the repeats')
   T.raises(function() x['repeat'](x, 2) end, 'repeat: 1 repeats given for a tensor of 2 dims')
   T.raises(function() x['repeat'](x, 2, -1) end, 'repeat: repeats must not be negative, got -1 for dim 2')
+  T.raises(function() x['repeat'](x, math.maxinteger, 2) end, { 'repeat', 'too large' })
   T.raises(function() x:tile({ -1 }) end, 'tile: repeats must not be negative')
 end)
 
@@ -173,6 +174,7 @@ T.test('repeat_interleave: a number, counts, flattened, gradient, errors', funct
   T.alleq(a.grad, v100.tensor({ 2, 0, 1 }, { dtype = 'f64' }))
   T.raises(function() x:repeat_interleave(i64({ 1, 2 }), 2) end, 'repeat_interleave: repeats must be one count or one per element (3)')
   T.raises(function() x:repeat_interleave(i64({ 1, -1 }), 1) end, 'repeat_interleave: repeats must not be negative, got -1')
+  T.raises(function() x:repeat_interleave(math.maxinteger) end, { 'repeat_interleave', 'too large' })
   T.raises(function() x:repeat_interleave(-2) end, 'repeat_interleave: repeats must not be negative, got -2')
   T.raises(function() x:repeat_interleave(v100.tensor({ 1.0, 2.0 }), 1) end, 'repeat_interleave: repeats must be an i64 or i32 tensor')
 end)
