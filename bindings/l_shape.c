@@ -14,8 +14,10 @@
 
 /* Integers from a table at arg, or one integer: at most max, into v; returns the count. */
 static int int_list(lua_State *L, int arg, const char *op, const char *what, int64_t *v, int max) {
-  if (lua_isinteger(L, arg)) {
-    v[0] = (int64_t)lua_tointeger(L, arg);
+  if (lua_type(L, arg) == LUA_TNUMBER) {
+    int isint;
+    v[0] = (int64_t)lua_tointegerx(L, arg, &isint);
+    if (!isint) return luaL_error(L, "%s: %s must be integers, got %s", op, what, lua_tostring(L, arg));
     return 1;
   }
   if (!lua_istable(L, arg))
