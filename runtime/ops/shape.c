@@ -3,9 +3,9 @@
  *
  * The copies that move elements along a dim (flip, roll, the reflect/replicate/circular pads,
  * repeat_interleave) are one index_select each, with an index as long as the dim computed on the
- * tensor's device from an arange by elementwise ops (no host upload, no synchronisation, so they
- * also run inside a CUDA graph capture): the index is small beside the tensor, and index_select is
- * already a strided gather kernel on every device, so a dedicated kernel would save little. Only
+ * tensor's device from an arange by elementwise ops (no host upload, no synchronisation): the
+ * index is small beside the tensor, and index_select is already a strided gather kernel on every
+ * device, so a dedicated kernel would save little. Only
  * repeat_interleave with a tensor of counts reads them on the host (as PyTorch does: the result's
  * size depends on them). */
 #include <stdio.h>
