@@ -66,6 +66,10 @@ void l_register_ops(lua_State *L);            /* l_ops.c: into the table at the 
 void l_register_ops_module(lua_State *L);     /* l_ops.c: module-level ops (where, cat, ...) */
 int l_tensor_tostring(lua_State *L);          /* l_print.c */
 int l_record_stream(lua_State *L);            /* l_cuda.c: t:record_stream(s) */
+/* bindings/l_shape.c: the shape ops into the methods table at -2 and v100.pad into the module at -1;
+ * t:split({sizes...}, dim), called by t:split when its argument is a table. */
+void l_register_shape(lua_State *L);
+int l_split_sizes(lua_State *L);
 
 /* bindings/l_autograd.c: autograd fields (requires_grad, grad, grad_fn, is_leaf): pushes one and
  * returns 1 for those keys, else 0; __newindex (t.grad = g, t.requires_grad = b); methods into the

@@ -121,7 +121,23 @@
   X("softmax", 1)                \
   X("log_softmax", 1)
 #define VL_TENSOR_OPS_SORT(X)
-#define VL_TENSOR_OPS_SHAPE(X)
+#define VL_TENSOR_OPS_SHAPE(X) \
+  X("flatten", 1)               \
+  X("unflatten", 1)             \
+  X("movedim", 1)               \
+  X("diagonal", 1)              \
+  X("flip", 1)                  \
+  X("roll", 1)                  \
+  X("tril", 1)                  \
+  X("triu", 1)                  \
+  X("repeat", 1)                \
+  X("tile", 1)                  \
+  X("repeat_interleave", 1)     \
+  X("split", 1)                 \
+  X("chunk", 1)                 \
+  X("cat", 1)                   \
+  X("stack", 1)                 \
+  X("pad", 1)
 #define VL_TENSOR_OPS_INDEX(X) \
   X("gather", 1)                \
   X("scatter_add", 1)           \

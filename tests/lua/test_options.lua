@@ -93,6 +93,8 @@ local ENTRIES = {
   { 'v100.addmm', 'alpah', function(with)
     return v100.addmm(v100.zeros({ 2, 2 }), v100.ones({ 2, 3 }), v100.ones({ 3, 2 }), with {})
   end },
+  { 'v100.pad', 'mdoe', function(with) return v100.pad(x34(), { 1, 1 }, with {}) end },
+  { 'nn.F.pad', 'vaule', function(with) return nn.F.pad(x34(), { 1, 1 }, with { mode = 'constant' }) end },
   { 'v100.load_safetensors', 'devcie', function(with)
     local p = dir .. '/t.safetensors'
     v100.save_safetensors(p, { a = v100.ones({ 2 }) })
