@@ -27,10 +27,9 @@ static int check_shape(lua_State *L, int arg, int64_t size[VL_MAX_DIMS], const c
 static int64_t check_int(lua_State *L, int arg, const char *fn, const char *what) {
   if (lua_type(L, arg) != LUA_TNUMBER)
     return luaL_error(L, "%s: %s must be an integer, got %s", fn, what, luaL_typename(L, arg));
-  lua_Integer v;
-  if (lua_isinteger(L, arg)) v = lua_tointeger(L, arg);
-  else if (!lua_numbertointeger(lua_tonumber(L, arg), &v))
-    return luaL_error(L, "%s: %s must be an integer, got %f", fn, what, lua_tonumber(L, arg));
+  int exact;
+  lua_Integer v = lua_tointegerx(L, arg, &exact); /* a float converts only when integral and in range */
+  if (!exact) return luaL_error(L, "%s: %s must be an integer, got %f", fn, what, lua_tonumber(L, arg));
   return (int64_t)v;
 }
 
