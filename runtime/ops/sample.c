@@ -101,6 +101,36 @@ static int keyed_cmp(const void *pa, const void *pb) {
   return (a->idx > b->idx) - (a->idx < b->idx);
 }
 
+/* Restores the max-heap kb[0..k) (the root the largest key) below position j. */
+static void sift_down(keyed *kb, int64_t k, int64_t j) {
+  for (;;) {
+    int64_t c = 2 * j + 1;
+    if (c >= k) return;
+    if (c + 1 < k && keyed_cmp(&kb[c + 1], &kb[c]) > 0) c++;
+    if (keyed_cmp(&kb[c], &kb[j]) <= 0) return;
+    keyed t = kb[c];
+    kb[c] = kb[j];
+    kb[j] = t;
+    j = c;
+  }
+}
+
+/* The k smallest of the m keyed items of kb (k <= m) into kb[0..k), in increasing order: a max-heap
+ * of the k best so far (O(m log k): rows are often long and k small), then sorted. */
+static void smallest_k(keyed *kb, int64_t m, int64_t k) {
+  if (k * 4 >= m) { /* most of the row anyway: one sort */
+    qsort(kb, (size_t)m, sizeof *kb, keyed_cmp);
+    return;
+  }
+  for (int64_t i = k / 2 - 1; i >= 0; i--) sift_down(kb, k, i);
+  for (int64_t i = k; i < m; i++) {
+    if (keyed_cmp(&kb[i], &kb[0]) >= 0) continue;
+    kb[0] = kb[i];
+    sift_down(kb, k, 0);
+  }
+  qsort(kb, (size_t)k, sizeof *kb, keyed_cmp);
+}
+
 /* The f64 uniform of element e of a draw from (seed, first): counter first + e / 2, words
  * (2j, 2j + 1) with j = e % 2 (philox.h's f64 mapping). */
 static double u52_at(uint64_t seed, uint64_t first, int64_t e) {
@@ -177,7 +207,7 @@ static vl_status draw_no_replacement(const double *w, int64_t rows, int64_t n, i
       double e = -log(u52_at(seed, first, r * n + i));
       if (wi > 0) kb[m++] = (keyed){e / wi, i};
     }
-    qsort(kb, (size_t)m, sizeof *kb, keyed_cmp);
+    smallest_k(kb, m, k);
     for (int64_t s = 0; s < k; s++) res[r * k + s] = kb[s].idx;
   }
   free(kb);

@@ -151,6 +151,16 @@ T.test('multinomial: weights, rows, replacement, method form', function()
   local a = v100.multinomial(v100.rand({ 3, 10 }), 6)
   v100.manual_seed(4)
   T.tensor_eq(v100.multinomial(v100.rand({ 3, 10 }), 6), a, 'reproducible')
+  -- without replacement the samples are the draw order: k samples are the first k of n (the
+  -- selection of a few from a long row takes another path than a full sort)
+  for trial = 1, 5 do
+    local w2 = v100.rand({ 3, 200 }, { dtype = 'f64' })
+    w2[{ {}, { 1, 50 } }] = 0
+    v100.manual_seed(trial)
+    local full = v100.multinomial(w2, 150)
+    v100.manual_seed(trial)
+    T.tensor_eq(v100.multinomial(w2, 7), full:narrow(2, 1, 7), 'the first 7 of 150, trial ' .. trial)
+  end
   T.eq(v100.multinomial(v100.rand({ 0, 4 }), 2).shape, { 0, 2 })
   T.eq(v100.multinomial(v100.tensor({ 1, 2 }, { dtype = 'bf16' }):t(), 1).shape, { 1 })
 end)
