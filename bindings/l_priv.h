@@ -81,6 +81,9 @@ int l_autograd_field(lua_State *L, vl_tensor *t, const char *k);
 int l_tensor_index(lua_State *L, vl_tensor *t);
 int l_tensor_newindex(lua_State *L, vl_tensor *t);
 extern const luaL_Reg l_index_methods[]; /* nonzero, masked_select */
+/* bindings/l_create.c: randint, randperm, linspace, logspace, eye, multinomial into the module
+ * table at the top; t:multinomial, t:exponential_, t:random_ into the methods table below it. */
+void l_register_create(lua_State *L);
 int l_autograd_newindex(lua_State *L);
 void l_register_autograd_methods(lua_State *L);
 void l_register_autograd_module(lua_State *L);

@@ -146,7 +146,25 @@
   X("masked_select", 1)         \
   X("nonzero", 0)               \
   X("where", 1)
-#define VL_TENSOR_OPS_CREATE(X)
+#define VL_TENSOR_OPS_CREATE(X) \
+  X("linspace", 0)               \
+  X("logspace", 0)               \
+  X("eye", 0)                    \
+  X("empty_like", 0)             \
+  X("zeros_like", 0)             \
+  X("ones_like", 0)              \
+  X("full_like", 0)              \
+  X("rand_like", 0)              \
+  X("randn_like", 0)             \
+  X("randint", 0)                \
+  X("randint_like", 0)           \
+  X("randperm", 0)               \
+  X("multinomial", 0)            \
+  X("uniform_", 0)               \
+  X("normal_", 0)                \
+  X("bernoulli_", 0)             \
+  X("exponential_", 0)           \
+  X("random_", 0)
 #define VL_TENSOR_OPS_LINALG(X)
 #define VL_TENSOR_OPS(X)                                                        \
   VL_TENSOR_OPS_REDUCE(X) VL_TENSOR_OPS_SORT(X) VL_TENSOR_OPS_SHAPE(X) VL_TENSOR_OPS_INDEX(X) \
