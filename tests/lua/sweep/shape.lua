@@ -404,7 +404,7 @@ R[#R + 1] = {
   end),
   grads = function(S)
     return { { '2 dim 2', function(x) return x:repeat_interleave(2, 2) end, g(S, { 2, 3 }) },
-      { 'counts flat', function(x) return x:repeat_interleave(v100.tensor({ 2, 0, 1, 3 }, { dtype = 'i64' })) end, g(S, { 2, 2 }) } }
+      { 'counts flat', function(x, r) return x:repeat_interleave(r) end, g(S, { 2, 2 }), v100.tensor({ 2, 0, 1, 3 }, { dtype = 'i64' }) } }
   end,
 }
 
