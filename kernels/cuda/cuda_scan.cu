@@ -17,9 +17,9 @@
 
 /* a op b; integers wrap (unsigned arithmetic: a signed overflow is undefined in C++) */
 template <typename A>
-VL_DEV A vl_scan_op(bool prod, A a, A b) { return prod ? a * b : a + b; }
+VL_DEV A vl_scan_combine(bool prod, A a, A b) { return prod ? a * b : a + b; }
 template <>
-VL_DEV int64_t vl_scan_op<int64_t>(bool prod, int64_t a, int64_t b) {
+VL_DEV int64_t vl_scan_combine<int64_t>(bool prod, int64_t a, int64_t b) {
   const unsigned long long x = (unsigned long long)a, y = (unsigned long long)b;
   return (int64_t)(prod ? x * y : x + y);
 }
@@ -35,7 +35,7 @@ __global__ void vl_scan_cols(const T *__restrict__ in, T *__restrict__ out, int6
     A acc = prod ? (A)1 : (A)0;
     for (int64_t k = 0; k < len; k++) {
       const int64_t l = reverse ? len - 1 - k : k;
-      acc = vl_scan_op<A>(prod, acc, (A)vl_val(in[base + l * inner]));
+      acc = vl_scan_combine<A>(prod, acc, (A)vl_val(in[base + l * inner]));
       out[base + l * inner] = vl_conv<T>::f(acc);
     }
   }
@@ -48,7 +48,7 @@ VL_DEV A vl_block_scan(A v, bool prod, A *sh) {
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     A u = __shfl_up_sync(0xffffffffu, v, o);
-    if (lane >= o) v = vl_scan_op<A>(prod, u, v);
+    if (lane >= o) v = vl_scan_combine<A>(prod, u, v);
   }
   if (lane == 31) sh[warp] = v;
   __syncthreads();
@@ -57,12 +57,12 @@ VL_DEV A vl_block_scan(A v, bool prod, A *sh) {
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       A u = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w = vl_scan_op<A>(prod, u, w);
+      if (lane >= o) w = vl_scan_combine<A>(prod, u, w);
     }
     if (lane < nwarps) sh[lane] = w;
   }
   __syncthreads();
-  if (warp > 0) v = vl_scan_op<A>(prod, sh[warp - 1], v);
+  if (warp > 0) v = vl_scan_combine<A>(prod, sh[warp - 1], v);
   return v;
 }
 
@@ -82,7 +82,7 @@ __global__ void vl_scan_rows(const T *__restrict__ in, T *__restrict__ out, int6
       const int64_t l = reverse ? len - 1 - k : k;
       A v = k < len ? (A)vl_val(row[l]) : ident;
       v = vl_block_scan<A>(v, prod, sh);
-      v = vl_scan_op<A>(prod, carry, v);
+      v = vl_scan_combine<A>(prod, carry, v);
       if (k < len) orow[l] = vl_conv<T>::f(v);
       if (threadIdx.x == blockDim.x - 1) carry_sh = v; /* padding lanes hold the tile total */
       __syncthreads();
