@@ -47,15 +47,23 @@ for _, name in ipairs({ 'var', 'std' }) do
     cases = function(S, dt)
       local out = over_dims(S, dt)
       local c = {}
-      for _, k in ipairs(out) do
+      for i, k in ipairs(out) do
         c[#c + 1] = { k[1], k[2], k[3], 1 }
         c[#c + 1] = { k[1] .. ' correction 0', k[2], k[3], 0 }
+        if i % 3 == 0 then c[#c + 1] = { k[1] .. ' correction 2', k[2], k[3], 2 } end
       end
+      -- PyTorch's edges: N <= correction divides by max(0, N - correction): inf or NaN; an empty
+      -- reduction is NaN; all dims
+      c[#c + 1] = { 'one element, correction 1', S.rand({ 1, 4 }, dt), 1, 1 }
+      c[#c + 1] = { 'two elements, correction 2', S.rand({ 2, 4 }, dt), 1, 2 }
+      c[#c + 1] = { 'empty dim', S.rand({ 0, 4 }, dt), 1, 1 }
+      c[#c + 1] = { 'all dims correction 2', S.rand({ 6, 5 }, dt), { 1, 2 }, 2 }
       return c
     end,
     call = function(x, d, corr) return x[name](x, d, false, { correction = corr }) end,
     grads = function(S)
-      return { { 'dim 3', function(x) return x[name](x, 3) end, g3(S) }, { 'correction 0', function(x) return x[name](x, 1, false, { correction = 0 }) end, g3(S) } }
+      return { { 'dim 3', function(x) return x[name](x, 3) end, g3(S) }, { 'correction 0', function(x) return x[name](x, 1, false, { correction = 0 }) end, g3(S) },
+        { 'correction 2', function(x) return x[name](x, 2, false, { correction = 2 }) end, g3(S) } }
     end,
   }
 end
@@ -65,7 +73,13 @@ R[#R + 1] = {
   cases = function(S, dt)
     local c = {}
     for _, k in ipairs(over_dims(S, dt)) do
-      for _, p in ipairs({ 1, 2, math.huge, 3 }) do c[#c + 1] = { k[1] .. ' p ' .. p, k[2], p, k[3] } end
+      for _, p in ipairs({ 1, 2, math.huge, 3, 0 }) do c[#c + 1] = { k[1] .. ' p ' .. p, k[2], p, k[3] } end
+    end
+    -- p = 0 counts the non-zeros (torch.linalg.vector_norm); finite p over nothing give 0
+    c[#c + 1] = { 'p 0 with zeros', S.rand({ 6, 9 }, 'i32', -1, 1):to(dt), 0, 2 }
+    for _, p in ipairs({ 0, 1, 2, 3 }) do
+      c[#c + 1] = { 'empty dim p ' .. p, S.rand({ 0, 4 }, dt), p, 1 }
+      c[#c + 1] = { 'empty tensor p ' .. p, S.rand({ 0, 4 }, dt), p, nil }
     end
     return c
   end,
@@ -73,7 +87,7 @@ R[#R + 1] = {
   grads = function(S)
     local x = S.rand({ 3, 4, 5 }, 'f64', 0.2, 2) -- away from 0, where |x| has a kink
     return { { 'p 2', function(t) return t:norm(2, 2) end, x }, { 'p 1', function(t) return t:norm(1, 3) end, x },
-      { 'p 3', function(t) return t:norm(3, 1) end, x } }
+      { 'p 3', function(t) return t:norm(3, 1) end, x }, { 'p 0 (zero)', function(t) return t:norm(0, 2) end, x } }
   end,
 }
 
