@@ -2,9 +2,11 @@
  * forward or reverse (runtime/backend/kernels.h, vl_scan_args).
  *
  * Two kernels:
- *  - rows (inner == 1 and a long row): one block per row, walking it in tiles of blockDim.x
- *    elements: each thread loads one element (coalesced), the block scans the tile (warp shuffles,
- *    then the warps' totals in shared memory) and adds the carry of the tiles before it.
+ *  - lines (a long line along len: a row when inner == 1, or one of few columns): one block per
+ *    line, walking it in tiles of blockDim.x elements: each thread loads one element (coalesced
+ *    for rows), the block scans the tile (warp shuffles, then the warps' totals in shared memory)
+ *    and adds the carry of the tiles before it. A handful of long columns ([100000, 8] along dim
+ *    1) would otherwise be a handful of threads walking 100000 steps each.
  *  - columns (otherwise): one thread per (outer, inner) column, walking len sequentially;
  *    adjacent threads read adjacent elements when inner > 1, so the reads coalesce.
  * Accumulation in vl_acc<T> (f32 for f16/bf16/f32, f64 for f64, int64 wrapping for integers),
@@ -13,7 +15,8 @@
 #include "kernels/cuda/cuda_common.cuh"
 
 #define VL_SCAN_BLOCK 256
-#define VL_SCAN_ROW_MIN 256 /* rows at least this long (inner == 1) get a block each */
+#define VL_SCAN_ROW_MIN 256   /* lines at least this long get a block each ... */
+#define VL_SCAN_FEW_COLS 8192 /* ... when they are rows, or columns fewer than this */
 
 /* a op b; integers wrap (unsigned arithmetic: a signed overflow is undefined in C++) */
 template <typename A>
@@ -67,23 +70,24 @@ VL_DEV A vl_block_scan(A v, bool prod, A *sh) {
 }
 
 template <typename T>
-__global__ void vl_scan_rows(const T *__restrict__ in, T *__restrict__ out, int64_t outer, int64_t len,
-                             bool prod, bool reverse) {
+__global__ void vl_scan_lines(const T *__restrict__ in, T *__restrict__ out, int64_t nlines, int64_t len,
+                              int64_t inner, bool prod, bool reverse) {
   typedef typename vl_acc<T>::type A;
   __shared__ A sh[32];
   __shared__ A carry_sh;
   const A ident = prod ? (A)1 : (A)0;
-  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
-    const T *row = in + o * len;
-    T *orow = out + o * len;
+  for (int64_t c = blockIdx.x; c < nlines; c += gridDim.x) {
+    const int64_t o = c / inner, i = c - o * inner; /* line c: element l at (o * len + l) * inner + i */
+    const T *row = in + o * len * inner + i;
+    T *orow = out + o * len * inner + i;
     A carry = ident;
     for (int64_t k0 = 0; k0 < len; k0 += blockDim.x) {
       const int64_t k = k0 + threadIdx.x;
       const int64_t l = reverse ? len - 1 - k : k;
-      A v = k < len ? (A)vl_val(row[l]) : ident;
+      A v = k < len ? (A)vl_val(row[l * inner]) : ident;
       v = vl_block_scan<A>(v, prod, sh);
       v = vl_scan_combine<A>(prod, carry, v);
-      if (k < len) orow[l] = vl_conv<T>::f(v);
+      if (k < len) orow[l * inner] = vl_conv<T>::f(v);
       if (threadIdx.x == blockDim.x - 1) carry_sh = v; /* padding lanes hold the tile total */
       __syncthreads();
       carry = carry_sh;
@@ -98,12 +102,12 @@ static vl_status vl_scan_launch(const vl_scan_args *a, vl_cuda_state *st) {
   const T *in = (const T *)a->in;
   T *out = (T *)a->out;
   const bool prod = a->op == VL_SCAN_PROD;
-  if (a->inner == 1 && a->len >= VL_SCAN_ROW_MIN) {
+  const int64_t ncols = a->outer * a->inner;
+  if (a->len >= VL_SCAN_ROW_MIN && (a->inner == 1 || ncols < VL_SCAN_FEW_COLS)) {
     const int64_t cap = (int64_t)st->sm_count * 8;
-    const unsigned g = (unsigned)(a->outer < cap ? a->outer : cap);
-    vl_scan_rows<T><<<g, VL_SCAN_BLOCK, 0, stream>>>(in, out, a->outer, a->len, prod, a->reverse);
+    const unsigned g = (unsigned)(ncols < cap ? ncols : cap);
+    vl_scan_lines<T><<<g, VL_SCAN_BLOCK, 0, stream>>>(in, out, ncols, a->len, a->inner, prod, a->reverse);
   } else {
-    const int64_t ncols = a->outer * a->inner;
     vl_scan_cols<T><<<vl_grid(ncols, VL_SCAN_BLOCK, st, 4), VL_SCAN_BLOCK, 0, stream>>>(
         in, out, ncols, a->len, a->inner, prod, a->reverse);
   }
