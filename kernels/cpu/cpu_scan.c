@@ -24,12 +24,32 @@ static inline int64_t step_i64(bool prod, int64_t acc, int64_t x) {
   return prod ? (int64_t)((uint64_t)acc * (uint64_t)x) : (int64_t)((uint64_t)acc + (uint64_t)x);
 }
 
+/* f32 and f64 (the common dtypes) read and write their memory directly, the running value in
+ * double: the same values as the buffered path, without the block conversions. */
+#define VL_SCAN_ROW_TYPED(TY)                                                        \
+  do {                                                                              \
+    const TY *x = (const TY *)a->in + o * len;                                      \
+    TY *y = (TY *)a->out + o * len;                                                 \
+    double acc = prod ? 1.0 : 0.0;                                                  \
+    if (a->reverse)                                                                 \
+      for (int64_t i = len - 1; i >= 0; i--) y[i] = (TY)(acc = step_f64(prod, acc, x[i])); \
+    else                                                                            \
+      for (int64_t i = 0; i < len; i++) y[i] = (TY)(acc = step_f64(prod, acc, x[i]));      \
+  } while (0)
+
 /* Rows of length len (inner == 1), outer indices [lo, hi). */
 static void scan_rows(const vl_scan_args *a, int64_t lo, int64_t hi) {
   const bool prod = a->op == VL_SCAN_PROD, isf = vl_dtype_is_float(a->dtype);
   const int64_t es = (int64_t)vl_dtype_size(a->dtype), len = a->len;
   double fb[B];
   int64_t ib[B];
+  if (a->dtype == VL_F32 || a->dtype == VL_F64) {
+    for (int64_t o = lo; o < hi; o++) {
+      if (a->dtype == VL_F32) VL_SCAN_ROW_TYPED(float);
+      else VL_SCAN_ROW_TYPED(double);
+    }
+    return;
+  }
   for (int64_t o = lo; o < hi; o++) {
     const char *in = (const char *)a->in + o * len * es;
     char *out = (char *)a->out + o * len * es;
@@ -73,7 +93,12 @@ static void scan_lanes(const vl_scan_args *a, int64_t o, int64_t j0, int64_t w) 
   }
   for (int64_t k = 0; k < len; k++) {
     int64_t l = a->reverse ? len - 1 - k : k;
-    if (isf) {
+    if (a->dtype == VL_F32) { /* direct, as the rows' typed path; the lane loops vectorise */
+      const float *x = (const float *)in + l * inner;
+      float *y = (float *)out + l * inner;
+      if (prod) for (int64_t j = 0; j < w; j++) y[j] = (float)(fa[j] *= x[j]);
+      else for (int64_t j = 0; j < w; j++) y[j] = (float)(fa[j] += x[j]);
+    } else if (isf) {
       vl_cpu_load_f64(fb, in + l * inner * es, es, a->dtype, w);
       if (prod) for (int64_t j = 0; j < w; j++) fa[j] *= fb[j];
       else for (int64_t j = 0; j < w; j++) fa[j] += fb[j];
