@@ -239,6 +239,49 @@ T.test('any, all, count_nonzero: hand values, dims, keepdim, NaN, empty', functi
   T.eq(g:count_nonzero().requires_grad, false)
 end)
 
+T.test('any, all, count_nonzero, logsumexp: against plain Lua loops over a 3-D tensor', function()
+  -- zeros with probability 1/2, NaN sometimes; each dim reduced, and dims 1 and 3
+  local shape = { 4, 5, 6 }
+  local x = v100.rand(shape, { dtype = 'f64' }):lt(0.5):to('f64') * v100.randn(shape, { dtype = 'f64' })
+  x = x:masked_fill(v100.rand(shape):lt(0.05), nan)
+  local xt = x:totable()
+  for _, dims in ipairs({ { 1 }, { 2 }, { 3 }, { 1, 3 } }) do
+    local red = {}
+    for _, d in ipairs(dims) do red[d] = true end
+    -- the kept coordinates of every element, and per kept position: any, all, count, sum of exp
+    local want = {}
+    for i = 1, shape[1] do
+      for j = 1, shape[2] do
+        for k = 1, shape[3] do
+          local key = {}
+          for d, c in ipairs({ i, j, k }) do if not red[d] then key[#key + 1] = c end end
+          local ks = table.concat(key, ',')
+          local w = want[ks] or { any = false, all = true, count = 0, sum = 0, key = key }
+          local v = xt[i][j][k]
+          local nz = v ~= 0 -- NaN ~= 0
+          w.any, w.all, w.count = w.any or nz, w.all and nz, w.count + (nz and 1 or 0)
+          w.sum = w.sum + math.exp(v)
+          want[ks] = w
+        end
+      end
+    end
+    local a, l, c, e = x:any(dims):totable(), x:all(dims):totable(), x:count_nonzero(dims):totable(),
+      x:logsumexp(dims):to('f64'):totable()
+    local function at(t, key)
+      for _, i in ipairs(key) do t = t[i] end
+      return t
+    end
+    for _, w in pairs(want) do
+      local m = 'dims ' .. table.concat(dims, ',') .. ' at ' .. table.concat(w.key, ',')
+      T.eq(at(a, w.key), w.any, 'any ' .. m)
+      T.eq(at(l, w.key), w.all, 'all ' .. m)
+      T.eq(at(c, w.key), w.count, 'count_nonzero ' .. m)
+      local lse, ref = at(e, w.key), math.log(w.sum)
+      if ref ~= ref then T.ok(lse ~= lse, 'logsumexp NaN ' .. m) else T.near(lse, ref, 1e-12, 'logsumexp ' .. m) end
+    end
+  end
+end)
+
 T.test('var/std corrections and norm edges follow PyTorch', function()
   local x = v100.tensor({ 1, 2, 3, 4 }, { dtype = 'f64' })
   -- mean 2.5, sum of squared deviations 5
