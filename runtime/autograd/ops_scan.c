@@ -6,6 +6,7 @@
  *             y = -inf, and -inf - -inf would be NaN). */
 #include <math.h>
 
+#include "runtime/amp/autocast.h"
 #include "runtime/autograd/formula.h"
 #include "runtime/autograd/ops_scan.h"
 #include "runtime/ops/ops_internal.h"
@@ -52,6 +53,7 @@ static vl_status scan_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 }
 
 vl_status vl_ag_scan(vl_scan_op op, vl_tensor *a, int dim, vl_dtype dt, vl_tensor **out) {
+  VL_AUTOCAST(op == VL_SCAN_PROD ? VL_AC_CUMPROD : VL_AC_CUMSUM, vl_ag_scan(op, vl_ac[0], dim, dt, out), a);
   vl_tensor *r;
   VL_TRY(vl_scan(op, a, dim, dt, false, &r));
   scan_ctx c = {op, dim};

@@ -310,6 +310,17 @@ T.test('var/std corrections and norm edges follow PyTorch', function()
   T.eq(n.grad:totable(), { 0, 0 }, 'the count has a zero gradient')
 end)
 
+T.test('autocast (O1): cumsum and cumprod run in f32, as PyTorch\'s fp32 list', function()
+  local amp = require 'v100.amp'
+  local h = v100.randn({ 3, 4 }):to('f16')
+  T.eq(amp.autocast(function() return h:cumsum(2) end, { dtype = 'fp16' }).dtype, 'f32')
+  T.eq(amp.autocast(function() return h:cumprod(1) end, { dtype = 'bf16' }).dtype, 'f32')
+  T.eq(amp.ops().cumsum, 'fp32')
+  T.eq(h:cumsum(2).dtype, 'f16', 'outside a region the dtype is kept')
+  T.eq(amp.autocast(function() return v100.tensor({ 1, 2 }):cumsum(1) end, { dtype = 'fp16' }).dtype, 'i64',
+    'integers are left alone')
+end)
+
 T.test('errors name the op and what is wrong', function()
   local x = v100.ones({ 2, 3 })
   T.raises(function() return x:cumsum(3) end, 'cumsum: dim 3 out of range for a tensor of 2 dims')
