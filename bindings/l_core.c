@@ -412,6 +412,7 @@ int luaopen_v100_core(lua_State *L) {
   lua_newtable(L); /* the methods table, shared by __index and exposed as Tensor */
   l_register_tensor_methods(L);
   l_register_ops(L);
+  l_register_scan_methods(L); /* bindings/l_scan.c */
   l_register_autograd_methods(L);
   l_tensor_metatable(L);
   luaL_newlib(L, module_funcs);

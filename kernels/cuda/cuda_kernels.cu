@@ -26,6 +26,7 @@ extern "C" const vl_kernels vl_cuda_kernels = {
     .scatter_add = vl_cuda_scatter_add,
     .index_select = vl_cuda_index_select,
     .rand = vl_cuda_rand,
+    .scan = vl_cuda_scan,
 };
 #endif
 

@@ -58,6 +58,8 @@ static const struct {
     [VL_AC_EXPM1] = {"expm1", VL_AC_FP32},   /* PyTorch's fp32 list */
     [VL_AC_ERFINV] = {"erfinv", VL_AC_FP32}, /* PyTorch's fp32 list */
     [VL_AC_ATAN2] = {"atan2", VL_AC_PROMOTE}, /* PyTorch's promote list */
+    [VL_AC_CUMSUM] = {"cumsum", VL_AC_FP32},   /* PyTorch's fp32 list */
+    [VL_AC_CUMPROD] = {"cumprod", VL_AC_FP32}, /* PyTorch's fp32 list */
 };
 _Static_assert(VL_AC_NOPS <= VL_AUTOCAST_MAX_OPS, "vl_autocast.op_class is too small for the op table");
 

@@ -75,6 +75,8 @@ typedef enum vl_autocast_op {
   VL_AC_EXPM1,
   VL_AC_ERFINV,
   VL_AC_ATAN2,
+  VL_AC_CUMSUM,
+  VL_AC_CUMPROD,
   VL_AC_NOPS
 } vl_autocast_op;
 

@@ -71,6 +71,7 @@ static vl_tensor *even_ties(vl_fs *f, vl_tensor *val, vl_tensor *y, vl_tensor *g
 }
 
 static vl_tensor *norm_grad(vl_fs *f, double p, vl_tensor *x, vl_tensor *y, vl_tensor *g, const red_info *r) {
+  if (p == 0) return F_ZEROS_LIKE(x); /* a count of non-zeros is piecewise constant (PyTorch: 0) */
   if (p == 1) return F_MUL(F_UN(SIGN, x), expand_back(f, g, r));
   if (isinf(p)) return F_MUL(even_ties(f, F_UN(ABS, x), y, g, r), F_UN(SIGN, x));
   /* d ||x||_p / dx = sign(x) |x|^(p-1) / y^(p-1); zero where y == 0. */

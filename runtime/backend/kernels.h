@@ -138,6 +138,24 @@ typedef struct vl_reduce_args {
   vl_exec ex;
 } vl_reduce_args;
 
+/* ---- scans (issue 30: cumsum, cumprod) ----
+ * `in` and `out` are contiguous [outer, len, inner] of one dtype (the front end casts the input
+ * to the result dtype first): out[o, l, i] = in[o, 0, i] op ... op in[o, l, i], or with `reverse`
+ * the suffix form in[o, l, i] op ... op in[o, len - 1, i] (cumsum's backward, without a flip).
+ * Floats accumulate in f64 on the CPU; on CUDA in f32 for f16/bf16/f32 and f64 for f64, each
+ * output rounded once. Integers accumulate in int64 and wrap (as PyTorch's i64 cumprod). dtype:
+ * f32, f16, bf16, f64, i32, i64. len may be 0. */
+typedef enum vl_scan_op { VL_SCAN_SUM = 0, VL_SCAN_PROD, VL_NSCAN } vl_scan_op;
+typedef struct vl_scan_args {
+  vl_scan_op op;
+  vl_dtype dtype;
+  const void *in;
+  void *out;
+  int64_t outer, len, inner;
+  bool reverse;
+  vl_exec ex;
+} vl_scan_args;
+
 /* Softmax / log-softmax over `len` of contiguous [outer, len, inner]; out same layout and dtype
  * (f32, f16, bf16, f64); computed in f32 (f64 for f64), max-subtracted. */
 typedef struct vl_softmax_args {
@@ -271,6 +289,7 @@ typedef struct vl_kernels {
   vl_status (*scatter_add)(const vl_index_args *a);
   vl_status (*index_select)(const vl_index_args *a);
   vl_status (*rand)(const vl_rand_args *a);
+  vl_status (*scan)(const vl_scan_args *a);
 } vl_kernels;
 
 extern const vl_kernels vl_cpu_kernels;

@@ -119,7 +119,13 @@
   X("argmax", 0)                 \
   X("argmin", 0)                 \
   X("softmax", 1)                \
-  X("log_softmax", 1)
+  X("log_softmax", 1)            \
+  X("cumsum", 1)                 \
+  X("cumprod", 1)                \
+  X("logsumexp", 1)              \
+  X("any", 0)                    \
+  X("all", 0)                    \
+  X("count_nonzero", 0)
 #define VL_TENSOR_OPS_SORT(X)
 #define VL_TENSOR_OPS_SHAPE(X) \
   X("flatten", 1)               \

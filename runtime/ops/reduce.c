@@ -48,8 +48,9 @@ static vl_status reduce_op(const char *name, vl_reduce_op op, vl_tensor *a, int 
   if ((op == VL_RED_MEAN || op == VL_RED_VAR || op == VL_RED_NORM) && !is_float)
     return vl_fail(VL_EDTYPE, "%s: expected a float tensor, got %s (a %s)", name, vl_dtype_name(a->dtype),
                    vl_tensor_desc(a, d, sizeof d));
-  if (op == VL_RED_NORM && !(param > 0))
-    return vl_fail(VL_EINVAL, "%s: p must be > 0, got %g", name, param);
+  /* p = 0 counts the non-zeros, as torch.linalg.vector_norm(x, 0); negative p is not offered */
+  if (op == VL_RED_NORM && !(param >= 0))
+    return vl_fail(VL_EINVAL, "%s: p must be >= 0, got %g", name, param);
   if (op == VL_RED_VAR && !(param >= 0))
     return vl_fail(VL_EINVAL, "%s: correction must be >= 0, got %g", name, param);
   bool minmax = op == VL_RED_MAX || op == VL_RED_MIN;
@@ -59,6 +60,10 @@ static vl_status reduce_op(const char *name, vl_reduce_op op, vl_tensor *a, int 
                    vl_tensor_desc(a, d, sizeof d));
   if (minmax && p.len == 0)
     return vl_fail(VL_EINVAL, "%s: cannot reduce over an empty dim; the operation has no identity (a %s)", name,
+                   vl_tensor_desc(a, d, sizeof d));
+  /* the inf-norm is a max: PyTorch refuses it over nothing, finite p give 0 */
+  if (op == VL_RED_NORM && isinf(param) && p.len == 0)
+    return vl_fail(VL_EINVAL, "%s: cannot take the inf-norm over an empty dim; the max has no identity (a %s)", name,
                    vl_tensor_desc(a, d, sizeof d));
   vl_dtype out_dt = (op == VL_RED_SUM || op == VL_RED_PROD) && !is_float ? VL_I64 : a->dtype;
 

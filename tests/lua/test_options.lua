@@ -121,6 +121,8 @@ local ENTRIES = {
   { 'Tensor:gelu', 'aproximate', function(with) return x34():gelu(with {}) end },
   { 'Tensor:var', 'corection', function(with) return x34():var(with {}) end },
   { 'Tensor:std', 'corection', function(with) return x34():std(with {}) end },
+  { 'Tensor:cumsum', 'dtpye', function(with) return x34():cumsum(2, with {}) end },
+  { 'Tensor:cumprod', 'dtpye', function(with) return x34():cumprod(1, with { dtype = 'f64' }) end },
   { 'Tensor:backward', 'retain_grpah', function(with)
     local a = v100.ones({ 2 }, { requires_grad = true })
     return (a * 2):sum():backward(nil, with {})
