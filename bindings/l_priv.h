@@ -66,6 +66,7 @@ void l_register_ops(lua_State *L);            /* l_ops.c: into the table at the 
 void l_register_ops_module(lua_State *L);     /* l_ops.c: module-level ops (where, cat, ...) */
 int l_tensor_tostring(lua_State *L);          /* l_print.c */
 int l_record_stream(lua_State *L);            /* l_cuda.c: t:record_stream(s) */
+void l_register_einsum(lua_State *L);         /* l_einsum.c: v100.einsum into the module at the top */
 
 /* bindings/l_autograd.c: autograd fields (requires_grad, grad, grad_fn, is_leaf): pushes one and
  * returns 1 for those keys, else 0; __newindex (t.grad = g, t.requires_grad = b); methods into the
