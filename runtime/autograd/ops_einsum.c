@@ -7,7 +7,8 @@
  *   2. sums the labels nothing else needs (neither the output nor a later operand),
  * and is contracted with the result so far, left to right, as one batched GEMM through the matmul
  * front end: [batch..., left, contracted] @ [batch..., contracted, right], reached by a permute and
- * a reshape of each side (batch labels of size 1 on one side broadcast in matmul). f16/bf16
+ * a reshape of each side (the batch labels merged into at most three batch dims: those of size 1
+ * on a's side, on b's side, and the rest; matmul broadcasts the size-1 ones). f16/bf16
  * therefore accumulate in f32 inside the GEMM, and sums through the reduction's own f32
  * accumulation. Left to right keeps the order the user wrote (an optimal contraction order, as
  * opt_einsum's, is a search this does not attempt; a user who knows a cheaper order can write the
@@ -144,26 +145,30 @@ static vl_status contract(const vl_einsum_plan *p, int k, lt *a, lt *b, const bo
   for (int d = 0; d < a->nd; d++) keep_b[a->lab[d]] = true;
   VL_TRY(sum_labels(a, keep_a, false));
   VL_TRY(sum_labels(b, keep_b, false));
-  /* batch: in both and kept; contracted: in both, not kept; left / right: on one side only. */
-  int bl[VL_MAX_DIMS], ll[VL_MAX_DIMS], cl[VL_MAX_DIMS], rl[VL_MAX_DIMS], nb = 0, nl = 0, nc = 0, nr = 0;
+  /* batch: in both and kept; contracted: in both, not kept; left / right: on one side only.
+   * A batch label's class: 0 when its size is 1 in a only (a broadcast), 1 when 1 in b only,
+   * 2 when equal on both sides. */
+  int bl[VL_MAX_DIMS], bc[VL_MAX_DIMS], ll[VL_MAX_DIMS], cl[VL_MAX_DIMS], rl[VL_MAX_DIMS];
+  int nb = 0, nl = 0, nc = 0, nr = 0;
   bool one[VL_EINSUM_LABELS] = {false};
   for (int d = 0; d < a->nd; d++) {
     int l = a->lab[d], e = find(b, l);
+    int64_t sa = a->t->size[d], sb = e >= 0 ? b->t->size[e] : 0;
     if (e < 0) {
       ll[nl++] = l;
     } else if (after[l]) {
+      bc[nb] = sa == sb ? 2 : sa == 1 ? 0 : 1;
       bl[nb++] = l;
     } else {
       cl[nc++] = l;
       /* A contracted label of size 1 on one side only: sum the other side's dim first
        * (sum_i x * y_i = x * sum_i y_i), so both sides have size 1. */
-      if (a->t->size[d] != b->t->size[e]) one[l] = true;
+      if (sa != sb) one[l] = true;
     }
   }
   for (int d = 0; d < b->nd; d++)
     if (find(a, b->lab[d]) < 0) rl[nr++] = b->lab[d];
-  int need = nb + nl + nr > nb + 2 ? nb + nl + nr : nb + 2;
-  if (need > VL_MAX_DIMS) return too_many_dims(p, k, need);
+  if (nb + nl + nr > VL_MAX_DIMS) return too_many_dims(p, k, nb + nl + nr);
   for (int i = 0; i < nc; i++) {
     if (!one[cl[i]]) continue;
     lt *big = a->t->size[find(a, cl[i])] == 1 ? b : a;
@@ -171,16 +176,31 @@ static vl_status contract(const vl_einsum_plan *p, int k, lt *a, lt *b, const bo
     for (int l = 0; l < VL_EINSUM_LABELS; l++) keep[l] = l != cl[i];
     VL_TRY(sum_labels(big, keep, true));
   }
-  /* a as [batch..., L, K], b as [batch..., K, R] */
-  int oa[VL_MAX_DIMS], ob[VL_MAX_DIMS], no = 0;
+  /* a as [groups..., L, K], b as [groups..., K, R]: the batch labels of one class made adjacent
+   * and merged into one batch dim (its product on each side), so the GEMM has at most three batch
+   * dims however many batch labels there are, and matmul broadcasts the size-1 groups. */
+  int ob[VL_MAX_DIMS], oa[VL_MAX_DIMS], bo[VL_MAX_DIMS], nbo = 0, ng = 0;
   int64_t sza[VL_MAX_DIMS], szb[VL_MAX_DIMS], szr[VL_MAX_DIMS], L = 1, K = 1, R = 1;
-  for (int i = 0; i < nb; i++) {
-    oa[no] = ob[no] = bl[i];
-    sza[i] = a->t->size[find(a, bl[i])];
-    szb[i] = b->t->size[find(b, bl[i])];
-    szr[i] = sza[i] == 1 ? szb[i] : sza[i];
-    no++;
+  for (int c = 0; c < 3; c++) {
+    int64_t pa = 1, pb = 1;
+    int members = 0;
+    for (int i = 0; i < nb; i++) {
+      if (bc[i] != c) continue;
+      int64_t sa = a->t->size[find(a, bl[i])], sb = b->t->size[find(b, bl[i])];
+      pa *= sa;
+      pb *= sb;
+      szr[nbo] = sa == 1 ? sb : sa;
+      bo[nbo++] = bl[i];
+      members++;
+    }
+    if (members) {
+      sza[ng] = pa;
+      szb[ng] = pb;
+      ng++;
+    }
   }
+  memcpy(oa, bo, sizeof(int) * (size_t)nb);
+  memcpy(ob, bo, sizeof(int) * (size_t)nb);
   for (int i = 0; i < nl; i++) {
     oa[nb + i] = ll[i];
     szr[nb + i] = a->t->size[find(a, ll[i])];
@@ -195,12 +215,12 @@ static vl_status contract(const vl_einsum_plan *p, int k, lt *a, lt *b, const bo
     szr[nb + nl + i] = b->t->size[find(b, rl[i])];
     R *= szr[nb + nl + i];
   }
-  sza[nb] = L;
-  sza[nb + 1] = K;
-  szb[nb] = K;
-  szb[nb + 1] = R;
-  VL_TRY(arrange(a, oa, nb + 2, sza));
-  VL_TRY(arrange(b, ob, nb + 2, szb));
+  sza[ng] = L;
+  sza[ng + 1] = K;
+  szb[ng] = K;
+  szb[ng + 1] = R;
+  VL_TRY(arrange(a, oa, ng + 2, sza));
+  VL_TRY(arrange(b, ob, ng + 2, szb));
   vl_tensor *m, *r;
   VL_TRY(vl_ag_matmul(a->t, b->t, &m));
   vl_status s = vl_ag_reshape(m, nb + nl + nr, szr, &r);
@@ -208,7 +228,7 @@ static vl_status contract(const vl_einsum_plan *p, int k, lt *a, lt *b, const bo
   if (s != VL_OK) return s;
   lt_set(a, r);
   a->nd = nb + nl + nr;
-  memcpy(a->lab, bl, sizeof(int) * (size_t)nb);
+  memcpy(a->lab, bo, sizeof(int) * (size_t)nb);
   memcpy(a->lab + nb, ll, sizeof(int) * (size_t)nl);
   memcpy(a->lab + nb + nl, rl, sizeof(int) * (size_t)nr);
   return VL_OK;

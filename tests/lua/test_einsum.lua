@@ -124,6 +124,10 @@ T.test('against the naive reference: random operands of several equations', func
     { 'aab,bc->ca', { 3, 3, 4 }, { 4, 2 } },
     { '...a,b...->...ab', { 2, 3, 4 }, { 5, 2, 3 } },
     { 'i,j,k->ijk', { 2 }, { 3 }, { 4 } },
+    -- batch labels of all three kinds (size 1 in a, in b, equal), merged into three GEMM batch dims
+    { 'abcd,abce->abcde', { 1, 3, 2, 4 }, { 5, 3, 1, 2 } },
+    -- seven batch labels: one GEMM batch dim
+    { 'abcdefg,abcdefg->abcdefg', { 2, 1, 2, 1, 2, 1, 2 }, { 2, 1, 2, 1, 2, 1, 2 } },
   }
   for _, c in ipairs(cases) do
     local ops = {}
@@ -185,9 +189,10 @@ T.test('errors name einsum, the equation, the operand, the index and the sizes',
   T.raises(function() v100.einsum('abcde,fghij->abcdefghij', five, five) end,
     "einsum 'abcde,fghij->abcdefghij': the subscripts of the output 'abcdefghij' name more than 8 dims")
   T.raises(function() v100.einsum('abcde,fghij', five, five) end, "einsum 'abcde,fghij': the result would have 10 dims (at most 8)")
-  local seven = v100.ones({ 1, 1, 1, 1, 1, 1, 1 })
-  T.raises(function() v100.einsum('abcdefg,abcdefg->abcdefg', seven, seven) end,
-    "einsum 'abcdefg,abcdefg->abcdefg': contracting operand 2 needs a tensor of 9 dims (at most 8)")
+  -- after the first two operands, nine labels are still needed by the last two
+  local o4, o5 = v100.ones({ 1, 1, 1, 1 }), v100.ones({ 1, 1, 1, 1, 1 })
+  T.raises(function() v100.einsum('abcde,fghi,abcd,efghi->', o5, o4, o4, o5) end,
+    "einsum 'abcde,fghi,abcd,efghi->': contracting operand 2 needs a tensor of 9 dims (at most 8)")
   T.raises(function() v100.einsum('ij', v100.ones({ 2, 2 }, { dtype = 'i64' })) end,
     "einsum 'ij': operand 1 is 2x2 i64 cpu; einsum takes float tensors (f32, f16, bf16, f64)")
   T.raises(function() v100.einsum('ij,jk', A, B:to('f64')) end,

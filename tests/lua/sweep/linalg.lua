@@ -57,6 +57,8 @@ R[#R + 1] = {
     add('index only in one operand', 'ij,k->ik', S.rand({ 3, 4 }, dt), S.rand({ 5 }, dt))
     add('size-1 contracted broadcast', 'ij,ij->i', S.rand({ 4, 1 }, dt), S.rand({ 4, 5 }, dt))
     add('size-1 batch broadcast', 'bij,bjk->bik', S.rand({ 1, 3, 4 }, dt), S.rand({ 2, 4, 5 }, dt))
+    add('batch labels of three kinds', 'abcd,abce->abcde', S.rand({ 1, 3, 2, 4 }, dt), S.rand({ 5, 3, 1, 2 }, dt))
+    add('seven batch labels', 'abcdefg,abcdefg->gfedcba', S.rand({ 2, 1, 2, 1, 2, 1, 2 }, dt), S.rand({ 2, 1, 2, 1, 2, 1, 2 }, dt))
     add('spaces', ' ij , jk -> ik ', S.rand({ 2, 3 }, dt), S.rand({ 3, 2 }, dt))
     add('upper-case labels', 'Ab,bC->AC', S.rand({ 2, 3 }, dt), S.rand({ 3, 4 }, dt))
     add('scalar operand', ',ij->ij', S.rand({}, dt), S.rand({ 2, 3 }, dt))
@@ -83,6 +85,7 @@ R[#R + 1] = {
       { 'diagonal then product iij,jk->ik', e('iij,jk->ik'), g(S, { 3, 3, 2 }), g(S, { 2, 3 }) },
       { 'size-1 broadcast ij,ij->i', e('ij,ij->i'), g(S, { 3, 1 }), g(S, { 3, 4 }) },
       { 'output reordered bij,bjk->kib', e('bij,bjk->kib'), g(S, { 2, 3, 4 }), g(S, { 2, 4, 3 }) },
+      { 'batch labels of three kinds', e('abcd,abce->abcde'), g(S, { 1, 3, 2, 2 }), g(S, { 2, 3, 1, 2 }) },
     }
   end,
 }
