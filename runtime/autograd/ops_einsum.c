@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/amp/autocast.h"
 #include "runtime/autograd/formula.h"
 #include "runtime/autograd/ops.h"
 #include "runtime/ops/einsum.h"
@@ -267,6 +268,13 @@ static vl_status run(const vl_einsum_plan *p, vl_tensor *const *ops, lt *a, lt *
 }
 
 vl_status vl_ag_einsum(const char *eq, int n, vl_tensor *const *ops, vl_tensor **out) {
+  /* Under autocast the operands are cast as matmul's (einsum is GEMMs; it is on PyTorch's
+   * lower-precision list too), so operands of mixed float dtypes meet in the half dtype. */
+  if (n >= 1 && n <= VL_EINSUM_MAX_OPERANDS && vl_autocast_wants(VL_AC_MATMUL, n, ops)) {
+    vl_tensor *cast[VL_EINSUM_MAX_OPERANDS];
+    VL_TRY(vl_autocast_inputs(VL_AC_MATMUL, n, ops, cast));
+    return vl_autocast_done(n, cast, vl_ag_einsum(eq, n, cast, out));
+  }
   vl_einsum_plan *p = malloc(sizeof *p); /* ~5 KB: off the stack */
   if (!p) return vl_fail(VL_EOOM, "einsum: out of host memory");
   vl_status s = vl_einsum_plan_make(eq, n, ops, p);

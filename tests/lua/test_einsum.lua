@@ -117,6 +117,19 @@ T.test('scalars, empty dims and dtypes', function()
   end
 end)
 
+T.test('autocast: the operands are cast as matmul\'s, mixed float dtypes meet in the half dtype', function()
+  local amp = require 'v100.amp'
+  local p = amp.policy('O1', { dtype = 'fp16' })
+  local r = p:autocast(function() return v100.einsum('ij,jk->ik', A, B:to('f16')) end)
+  T.eq(r.dtype, 'f16')
+  T.alleq(r, { { 4, 5 }, { 10, 11 } })
+  local r3 = p:autocast(function() return v100.einsum('ij,jk,kl->il', f({ { 1, 2 } }), f({ { 1, 0 }, { 1, 1 } }, 'bf16'), f({ { 2 }, { 3 } })) end)
+  T.eq(r3.dtype, 'f16')
+  T.alleq(r3, { { 12 } })
+  -- outside a region the dtypes must agree
+  T.raises(function() v100.einsum('ij,jk->ik', A, B:to('f16')) end, 'operand 2 is f16 but operand 1 is f32')
+end)
+
 T.test('against the naive reference: random operands of several equations', function()
   local cases = {
     { 'abc,cd,db->a', { 2, 3, 4 }, { 4, 5 }, { 5, 3 } },
