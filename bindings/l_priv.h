@@ -66,6 +66,10 @@ void l_register_ops(lua_State *L);            /* l_ops.c: into the table at the 
 void l_register_ops_module(lua_State *L);     /* l_ops.c: module-level ops (where, cat, ...) */
 int l_tensor_tostring(lua_State *L);          /* l_print.c */
 int l_record_stream(lua_State *L);            /* l_cuda.c: t:record_stream(s) */
+/* bindings/l_shape.c: the shape ops into the methods table at -2 and v100.pad into the module at -1;
+ * t:split({sizes...}, dim), called by t:split when its argument is a table. */
+void l_register_shape(lua_State *L);
+int l_split_sizes(lua_State *L);
 void l_register_einsum(lua_State *L);         /* l_einsum.c: v100.einsum into the module at the top */
 
 /* bindings/l_autograd.c: autograd fields (requires_grad, grad, grad_fn, is_leaf): pushes one and
@@ -78,6 +82,9 @@ int l_autograd_field(lua_State *L, vl_tensor *t, const char *k);
 int l_tensor_index(lua_State *L, vl_tensor *t);
 int l_tensor_newindex(lua_State *L, vl_tensor *t);
 extern const luaL_Reg l_index_methods[]; /* nonzero, masked_select */
+/* bindings/l_create.c: randint, randperm, linspace, logspace, eye, multinomial into the module
+ * table at the top; t:multinomial, t:exponential_, t:random_ into the methods table below it. */
+void l_register_create(lua_State *L);
 int l_autograd_newindex(lua_State *L);
 void l_register_autograd_methods(lua_State *L);
 void l_register_autograd_module(lua_State *L);

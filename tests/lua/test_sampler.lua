@@ -73,9 +73,11 @@ end)
 
 T.test('a large epoch is fast', function()
   local s = dist.DistributedSampler(4000000, { rank = 1, size = 4, seed = 1 })
-  local t0 = v100.io.time()
+  -- CPU time, not wall time: the bound is about the work done, and wall time grows with
+  -- whatever else the machine runs (ctest -j, other builds)
+  local t0 = os.clock()
   local idx = s:indices()
-  local dt = v100.io.time() - t0
+  local dt = os.clock() - t0
   T.eq(idx.shape, { 1000000 })
   T.ok(dt < 0.5, string.format('4M samples, rank 1 of 4: %.3f s (0.05 s measured; the Lua tables took 1.05 s)', dt))
 end)
