@@ -71,6 +71,7 @@ int l_record_stream(lua_State *L);            /* l_cuda.c: t:record_stream(s) */
  * t:split({sizes...}, dim), called by t:split when its argument is a table. */
 void l_register_shape(lua_State *L);
 int l_split_sizes(lua_State *L);
+void l_register_einsum(lua_State *L);         /* l_einsum.c: v100.einsum into the module at the top */
 
 /* bindings/l_autograd.c: autograd fields (requires_grad, grad, grad_fn, is_leaf): pushes one and
  * returns 1 for those keys, else 0; __newindex (t.grad = g, t.requires_grad = b); methods into the

@@ -65,6 +65,9 @@ vl_status vl_ag_matmul(vl_tensor *a, vl_tensor *b, vl_tensor **out);
 vl_status vl_ag_mm(vl_tensor *a, vl_tensor *b, vl_tensor **out);
 vl_status vl_ag_bmm(vl_tensor *a, vl_tensor *b, vl_tensor **out);
 vl_status vl_ag_addmm(vl_tensor *bias, vl_tensor *a, vl_tensor *b, double beta, double alpha, vl_tensor **out);
+/* einsum over n operands (runtime/ops/einsum.h: the equation's rules; ops_einsum.c: how it is
+ * composed from recorded diagonal views, sums, permutes, reshapes and matmul). */
+vl_status vl_ag_einsum(const char *eq, int n, vl_tensor *const *ops, vl_tensor **out);
 
 /* ---- indexing and joining ---- */
 vl_status vl_ag_gather(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);

@@ -171,7 +171,12 @@
   X("bernoulli_", 0)             \
   X("exponential_", 0)           \
   X("random_", 0)
-#define VL_TENSOR_OPS_LINALG(X)
+#define VL_TENSOR_OPS_LINALG(X) \
+  X("einsum", 1)                 \
+  X("matmul", 1)                 \
+  X("mm", 1)                     \
+  X("bmm", 1)                    \
+  X("addmm", 1)
 #define VL_TENSOR_OPS(X)                                                        \
   VL_TENSOR_OPS_REDUCE(X) VL_TENSOR_OPS_SORT(X) VL_TENSOR_OPS_SHAPE(X) VL_TENSOR_OPS_INDEX(X) \
   VL_TENSOR_OPS_CREATE(X) VL_TENSOR_OPS_LINALG(X)

@@ -9,6 +9,9 @@
 --     dtypes = { 'f32', 'f16', 'i64', ... },
 --     cases = function(S, dt) return { { label, arg, ... }, ... } end,
 --     call = function(arg, ...) return result, ... end,  -- tensors, lists of tensors, numbers
+--     oracle = function(arg, ...) ... end, -- optional: the f64 reference computed another way
+--                       -- (an independent composition or a naive loop) instead of `call` on the
+--                       -- f64 copies, for ops whose every dtype runs one code path (einsum, GEMM)
 --     ref = false,      -- optional: no f64 reference (random ops; ops whose result is not
 --                       -- the f64 result rounded); the CPU sweep then only runs the cases
 --     exact = true,     -- optional: float results compared exactly too (selection, shape ops)
@@ -102,7 +105,8 @@ end
 function M.run(e, case, where)
   local args = {}
   for i = 2, #case do args[i - 1] = place(case[i], where) end
-  return table.pack(e.call(table.unpack(args, 1, #case - 1)))
+  local fn = where == 'ref' and e.oracle or e.call
+  return table.pack(fn(table.unpack(args, 1, #case - 1)))
 end
 
 -- every tensor of a result list, flattened: {path, tensor} (numbers become {path, number})

@@ -316,7 +316,8 @@ local ENTRIES = {
 
 -- Public functions that take no options table (or whose tables are data, not options).
 local NO_OPTIONS = {
-  v100 = { 'cat', 'device', 'dtype_is_float', 'dtype_of', 'enable_grad', 'gemm_stats', 'get_allow_tf32',
+  -- v100.einsum(eq, {a, b}): its table argument is the list of operands, not options
+  v100 = { 'cat', 'device', 'dtype_is_float', 'dtype_of', 'einsum', 'enable_grad', 'gemm_stats', 'get_allow_tf32',
     'get_deterministic', 'get_num_threads', 'is_grad_enabled', 'is_tensor', 'isatty', 'manual_seed', 'no_grad',
     'ops', 'rng_state', 'save_safetensors', 'set_allow_tf32', 'set_cudnn_benchmark', 'set_deterministic',
     'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'stack', 'version_string', 'versions', 'where' },
