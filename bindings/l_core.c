@@ -416,6 +416,7 @@ int luaopen_v100_core(lua_State *L) {
   l_tensor_metatable(L);
   luaL_newlib(L, module_funcs);
   l_register_ops_module(L);
+  l_register_sort(L);
   l_register_autograd_module(L);
   luaL_setfuncs(L, l_safetensors_funcs, 0);
   lua_pushvalue(L, -2);

@@ -65,6 +65,8 @@ void l_register_operators(lua_State *L);      /* l_ops.c: __add etc. into the me
 void l_register_ops(lua_State *L);            /* l_ops.c: into the table at the top */
 void l_register_ops_module(lua_State *L);     /* l_ops.c: module-level ops (where, cat, ...) */
 int l_tensor_tostring(lua_State *L);          /* l_print.c */
+/* l_sort.c: sort, topk, ... into the methods table at -2, searchsorted into the module at -1. */
+void l_register_sort(lua_State *L);
 int l_record_stream(lua_State *L);            /* l_cuda.c: t:record_stream(s) */
 
 /* bindings/l_autograd.c: autograd fields (requires_grad, grad, grad_fn, is_leaf): pushes one and

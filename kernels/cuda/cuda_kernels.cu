@@ -26,6 +26,8 @@ extern "C" const vl_kernels vl_cuda_kernels = {
     .scatter_add = vl_cuda_scatter_add,
     .index_select = vl_cuda_index_select,
     .rand = vl_cuda_rand,
+    .sort = vl_cuda_sort,
+    .searchsorted = vl_cuda_searchsorted,
 };
 #endif
 

@@ -120,7 +120,14 @@
   X("argmin", 0)                 \
   X("softmax", 1)                \
   X("log_softmax", 1)
-#define VL_TENSOR_OPS_SORT(X)
+#define VL_TENSOR_OPS_SORT(X) \
+  X("sort", 1)                 \
+  X("argsort", 0)              \
+  X("topk", 1)                 \
+  X("kthvalue", 1)             \
+  X("median", 1)               \
+  X("unique", 0)               \
+  X("searchsorted", 0)
 #define VL_TENSOR_OPS_SHAPE(X)
 #define VL_TENSOR_OPS_INDEX(X) \
   X("gather", 1)                \
