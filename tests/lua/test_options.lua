@@ -111,6 +111,13 @@ local ENTRIES = {
   { 'Tensor:gelu', 'aproximate', function(with) return x34():gelu(with {}) end },
   { 'Tensor:var', 'corection', function(with) return x34():var(with {}) end },
   { 'Tensor:std', 'corection', function(with) return x34():std(with {}) end },
+  { 'Tensor:sort', 'decending', function(with) return x34():sort(2, with {}) end },
+  { 'Tensor:argsort', 'stabel', function(with) return x34():argsort(with {}) end },
+  { 'Tensor:topk', 'largets', function(with) return x34():topk(2, 2, with {}) end },
+  { 'Tensor:unique', 'return_invers', function(with) return x34():unique(with {}) end },
+  { 'v100.searchsorted', 'rigth', function(with)
+    return v100.searchsorted(v100.tensor({ 1, 2, 3 }), v100.tensor({ 2 }), with {})
+  end },
   { 'Tensor:backward', 'retain_grpah', function(with)
     local a = v100.ones({ 2 }, { requires_grad = true })
     return (a * 2):sum():backward(nil, with {})
