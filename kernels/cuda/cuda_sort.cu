@@ -8,7 +8,8 @@
  * the result equals the CPU's exactly. The values are then copied as bits from the input at the
  * sorted positions. Keys are 32-bit for the dtypes of up to 4 bytes and 64-bit for f64 / i64: two
  * instantiations of the CUB sort. Scratch (keys, positions, offsets, CUB's temporary storage)
- * is one block of the device's caching allocator, freed after the work is enqueued on the stream.
+ * is one block of the device's caching allocator, freed after the work is enqueued on the stream;
+ * rows go to CUB in chunks of whole rows (its sizes are int).
  *
  * searchsorted: one thread per value, PyTorch's binary search with its comparisons. */
 #include <cub/device/device_segmented_sort.cuh>
@@ -49,9 +50,10 @@ VL_DEV int64_t row_at(int64_t r, int64_t j, int64_t len, int64_t inner) {
 }
 
 template <typename T, typename K>
-__global__ void sort_keys_kernel(const T *in, K *keys, int *pos, int64_t n, int64_t len, int64_t inner, K flip) {
+__global__ void sort_keys_kernel(const T *in, K *keys, int *pos, int64_t r0, int64_t n, int64_t len, int64_t inner,
+                                 K flip) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-    int64_t r = e / len, j = e % len;
+    int64_t r = r0 + e / len, j = e % len;
     keys[e] = (K)sort_key(in[row_at(r, j, len, inner)]) ^ flip;
     pos[e] = (int)j;
   }
@@ -64,10 +66,10 @@ __global__ void sort_offsets_kernel(int *off, int64_t rows, int64_t len) {
 
 /* Values copied as bits (U: an unsigned integer of the dtype's size), positions widened to i64. */
 template <typename U>
-__global__ void sort_gather_kernel(const U *in, const int *pos, U *values, int64_t *indices, int64_t n, int64_t len,
-                                   int64_t inner) {
+__global__ void sort_gather_kernel(const U *in, const int *pos, U *values, int64_t *indices, int64_t r0, int64_t n,
+                                   int64_t len, int64_t inner) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-    int64_t r = e / len, j = e % len, p = pos[e];
+    int64_t r = r0 + e / len, j = e % len, p = pos[e];
     int64_t at = row_at(r, j, len, inner);
     values[at] = in[row_at(r, p, len, inner)];
     indices[at] = p;
@@ -85,17 +87,36 @@ struct sort_block {
 
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
+/* CUB's scratch need for one call over `rows` segments of `len`. */
+template <typename K>
+static vl_status cub_temp(int64_t rows, int64_t len, cudaStream_t stream, size_t *bytes) {
+  *bytes = 0;
+  VL_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(NULL, *bytes, (const K *)NULL, (K *)NULL, (const int *)NULL,
+                                                          (int *)NULL, (int)(rows * len), (int)rows, (const int *)NULL,
+                                                          (const int *)NULL, stream));
+  return VL_OK;
+}
+
+/* Rows go to CUB in chunks of about VL_SORT_CHUNK elements (whole rows; one longer row alone), so
+ * CUB's int sizes hold and the scratch stays bounded (24 bytes per element with 64-bit keys). */
+#define VL_SORT_CHUNK ((int64_t)1 << 27)
+
 template <typename T, typename K>
 static vl_status sort_typed(const vl_sort_args *a, vl_cuda_state *st) {
   cudaStream_t stream = (cudaStream_t)a->ex.stream;
-  int64_t n = a->outer * a->inner * a->len, rows = a->outer * a->inner;
-  if (n > INT_MAX)
-    return vl_fail(VL_EINVAL, "sort: %lld elements are more than the CUDA sort takes at once (%d)", (long long)n, INT_MAX);
+  int64_t rows = a->outer * a->inner, len = a->len;
+  if (len > INT_MAX)
+    return vl_fail(VL_EINVAL, "sort: a row of %lld elements is longer than the CUDA sort takes (%d)", (long long)len,
+                   INT_MAX);
+  int64_t crows = VL_SORT_CHUNK / len < 1 ? 1 : VL_SORT_CHUNK / len; /* rows per CUB call */
+  if (crows > rows) crows = rows;
+  int64_t n = crows * len, last = rows % crows; /* last: the rows of a shorter final chunk, if any */
+  size_t temp = 0, temp_last = 0;
+  VL_TRY(cub_temp<K>(crows, len, stream, &temp));
+  if (last) VL_TRY(cub_temp<K>(last, len, stream, &temp_last));
+  if (temp_last > temp) temp = temp_last;
   size_t kb = align256(sizeof(K) * (size_t)n), pb = align256(sizeof(int) * (size_t)n);
-  size_t ob = align256(sizeof(int) * (size_t)(rows + 1)), temp = 0;
-  VL_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(NULL, temp, (const K *)NULL, (K *)NULL, (const int *)NULL,
-                                                          (int *)NULL, (int)n, (int)rows, (const int *)NULL,
-                                                          (const int *)NULL, stream));
+  size_t ob = align256(sizeof(int) * (size_t)(crows + 1));
   sort_block sb;
   VL_TRY(vl_cuda_alloc(a->ex.device, &sb.pool));
   VL_TRY(vl_alloc_malloc(sb.pool, 2 * kb + 2 * pb + ob + align256(temp), stream, &sb.blk));
@@ -106,18 +127,22 @@ static vl_status sort_typed(const vl_sort_args *a, vl_cuda_state *st) {
   void *tmp = base + 2 * kb + 2 * pb + ob;
   const int block = 256;
   K flip = a->descending ? (K)~(K)0 : (K)0;
-  sort_keys_kernel<T, K><<<vl_grid(n, block, st, 4), block, 0, stream>>>((const T *)a->in, k_in, p_in, n, a->len,
-                                                                          a->inner, flip);
-  VL_LAUNCH_CHECK();
-  sort_offsets_kernel<<<vl_grid(rows + 1, block, st, 4), block, 0, stream>>>(off, rows, a->len);
-  VL_LAUNCH_CHECK();
-  VL_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(tmp, temp, (const K *)k_in, k_out, (const int *)p_in, p_out,
-                                                          (int)n, (int)rows, (const int *)off, (const int *)off + 1,
-                                                          stream));
-  VL_DISPATCH_SIZE(a->dtype, U, "sort",
-                   sort_gather_kernel<U><<<vl_grid(n, block, st, 4), block, 0, stream>>>(
-                       (const U *)a->in, p_out, (U *)a->values, a->indices, n, a->len, a->inner));
-  VL_LAUNCH_CHECK();
+  for (int64_t r0 = 0; r0 < rows; r0 += crows) {
+    int64_t cr = rows - r0 < crows ? rows - r0 : crows, cn = cr * len;
+    size_t tb = temp;
+    sort_keys_kernel<T, K><<<vl_grid(cn, block, st, 4), block, 0, stream>>>((const T *)a->in, k_in, p_in, r0, cn,
+                                                                             len, a->inner, flip);
+    VL_LAUNCH_CHECK();
+    sort_offsets_kernel<<<vl_grid(cr + 1, block, st, 4), block, 0, stream>>>(off, cr, len);
+    VL_LAUNCH_CHECK();
+    VL_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(tmp, tb, (const K *)k_in, k_out, (const int *)p_in, p_out,
+                                                            (int)cn, (int)cr, (const int *)off, (const int *)off + 1,
+                                                            stream));
+    VL_DISPATCH_SIZE(a->dtype, U, "sort",
+                     sort_gather_kernel<U><<<vl_grid(cn, block, st, 4), block, 0, stream>>>(
+                         (const U *)a->in, p_out, (U *)a->values, a->indices, r0, cn, len, a->inner));
+    VL_LAUNCH_CHECK();
+  }
   return VL_OK;
 }
 
