@@ -32,6 +32,20 @@ T.test('sort: ascending and descending, stable ties, indices 0-based', function(
   T.eq(x:sort({ stable = false }):totable(), { 1, 1, 2, 3, 3 }) -- accepted; the sort is always stable
 end)
 
+T.test('sort: long rows keep ties in input order (the merge path, not only short runs)', function()
+  -- 200 elements i % 3: the 0s are at 0, 3, ..., 198, the 1s at 1, 4, ..., 199, the 2s at 2, ..., 197
+  local x = (v100.arange(0, 200, { dtype = 'i64' }) % 3):to('f32')
+  local want, want_desc = {}, {}
+  for r = 0, 2 do for i = r, 199, 3 do want[#want + 1] = i end end
+  for r = 2, 0, -1 do for i = r, 199, 3 do want_desc[#want_desc + 1] = i end end
+  local _, i = x:sort()
+  T.eq(i:totable(), want)
+  _, i = x:sort(1, { descending = true })
+  T.eq(i:totable(), want_desc)
+  _, i = x:view(4, 50):t():contiguous():t():sort(2) -- the same on strided rows of 50
+  T.eq(i[1]:totable(), (function() local l = {} for r = 0, 2 do for j = r, 49, 3 do l[#l + 1] = j end end return l end)())
+end)
+
 T.test('sort: NaN is the largest, -0.0 ties with +0.0 and keeps its bits', function()
   local x = t({ 2, nan, -1, 0.0, -0.0, nan, -math.huge, math.huge })
   local v, i = x:sort()
