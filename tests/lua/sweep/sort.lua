@@ -36,6 +36,43 @@ local function over_dims(S, dt)
   return out
 end
 
+-- Invariants each call checks on its own result (raising when one breaks), so the CPU sweep fails
+-- on a broken op even though its f64 reference runs the same kernel: the values are x at the
+-- indices, in order (NaN largest), ties in index order; ranks of kthvalue / median; unique and
+-- searchsorted against brute-force counts.
+local function broken(what) error('sort family invariant broken: ' .. what, 0) end
+local function f64(t) return t:to({ dtype = 'f64', device = 'cpu' }) end
+local function any(b) return b:sum():item() > 0 end
+local function differ(a, b) return any(a:ne(b):logical_and(a:eq(a):logical_or(b:eq(b)))) end -- NaN == NaN
+
+local function check_order(x, d, v, i, desc, keep)
+  if x:dim() == 0 or v:numel() == 0 then return end
+  local xf, vf, ic = f64(x), f64(v), i:cpu()
+  if not keep then vf, ic = vf:unsqueeze(d), ic:unsqueeze(d) end
+  if differ(xf:gather(d, ic), vf) then broken('the values are not the input at the indices') end
+  local n = vf.shape[d < 0 and #vf.shape + d + 1 or d]
+  if n < 2 then return end
+  local a, b, ia, ib = vf:narrow(d, 1, n - 1), vf:narrow(d, 2, n - 1), ic:narrow(d, 1, n - 1), ic:narrow(d, 2, n - 1)
+  local na, nb = a:isnan(), b:isnan()
+  local bad = desc and a:lt(b):logical_or(nb:logical_and(na:logical_not()))
+      or a:gt(b):logical_or(na:logical_and(nb:logical_not()))
+  local tie = a:eq(b):logical_or(na:logical_and(nb))
+  if any(bad) then broken('the values are out of order') end
+  if any(tie:logical_and(ia:gt(ib))) then broken('equal values out of index order') end
+end
+
+-- v (keepdim form) is the k-th smallest of x along d: #(x < v) <= k - 1 < #(x <= v) in rows
+-- without NaN; with median (nan_first) a row holding NaN gives NaN
+local function check_rank(x, d, v, k, nan_row_gives_nan)
+  if x:dim() == 0 then return end
+  local xf, vf = f64(x), f64(v)
+  local nan_row = xf:isnan():sum(d, true):gt(0)
+  local lt, le = xf:lt(vf):sum(d, true), xf:le(vf):sum(d, true)
+  local bad = lt:gt(k - 1):logical_or(le:lt(k)):logical_and(nan_row:logical_not())
+  if any(bad) then broken('a value of the wrong rank') end
+  if nan_row_gives_nan and any(nan_row:logical_and(vf:isnan():logical_not())) then broken('NaN row without NaN') end
+end
+
 -- f64 inputs for the gradient cases (distinct values: no tie at finite-difference distance)
 local function g3(S) return S.rand({ 3, 4, 5 }, 'f64') end
 
@@ -52,7 +89,11 @@ R[#R + 1] = {
     c[#c + 1] = { '0-dim', S.rand({}, dt), -1, false }
     return c
   end,
-  call = function(x, d, desc) return x:sort(d, { descending = desc }) end,
+  call = function(x, d, desc)
+    local v, i = x:sort(d, { descending = desc })
+    check_order(x, d, v, i, desc, true)
+    return v, i
+  end,
   grads = function(S)
     return { { 'dim 2', function(x) return (x:sort(2)) end, g3(S) },
       { 'dim 1 descending', function(x) return (x:sort(1, { descending = true })) end, g3(S) } }
@@ -69,7 +110,11 @@ R[#R + 1] = {
     end
     return c
   end,
-  call = function(x, d, desc) return x:argsort(d, { descending = desc }) end,
+  call = function(x, d, desc)
+    local i = x:argsort(d, { descending = desc })
+    if x:dim() > 0 then check_order(x, d, x:gather(d, i), i, desc, true) end
+    return i
+  end,
 }
 
 R[#R + 1] = {
@@ -90,7 +135,11 @@ R[#R + 1] = {
     c[#c + 1] = { 'ties, k 7', rnd(S.rand({ 5, 30 }, dt, -2, 2)), 7, 2, true }
     return c
   end,
-  call = function(x, k, d, largest) return x:topk(k, d, { largest = largest }) end,
+  call = function(x, k, d, largest)
+    local v, i = x:topk(k, d, { largest = largest })
+    check_order(x, d, v, i, largest, true)
+    return v, i
+  end,
   grads = function(S)
     return { { 'k 2 dim 3', function(x) return (x:topk(2, 3)) end, g3(S) },
       { 'k 3 dim 1 smallest', function(x) return (x:topk(3, 1, { largest = false })) end, g3(S) } }
@@ -109,7 +158,12 @@ R[#R + 1] = {
     c[#c + 1] = { 'ties', rnd(S.rand({ 5, 30 }, dt, -2, 2)), 15, 2, true }
     return c
   end,
-  call = function(x, k, d, keep) return x:kthvalue(k, d, keep) end,
+  call = function(x, k, d, keep)
+    local v, i = x:kthvalue(k, d, keep)
+    check_order(x, d, v, i, false, keep)
+    check_rank(x, d, keep and v or v:unsqueeze(d), k, false)
+    return v, i
+  end,
   grads = function(S)
     return { { 'k 2 dim 2', function(x) return (x:kthvalue(2, 2)) end, g3(S) },
       { 'k 3 dim 3 keepdim', function(x) return (x:kthvalue(3, 3, true)) end, g3(S) } }
@@ -131,7 +185,18 @@ R[#R + 1] = {
     c[#c + 1] = { 'size-1 dim', S.rand({ 4, 1 }, dt), 2, false }
     return c
   end,
-  call = function(x, d, keep) if d then return x:median(d, keep) end return x:median() end,
+  call = function(x, d, keep)
+    if not d then
+      local m = x:median()
+      check_rank(x:reshape(-1), 1, m:reshape(1), (x:numel() - 1) // 2 + 1, true)
+      return m
+    end
+    local v, i = x:median(d, keep)
+    check_order(x, d, v, i, false, keep)
+    local n = x.shape[d < 0 and #x.shape + d + 1 or d]
+    check_rank(x, d, keep and v or v:unsqueeze(d), (n - 1) // 2 + 1, true)
+    return v, i
+  end,
   grads = function(S)
     return { { 'dim 2', function(x) return (x:median(2)) end, g3(S) },
       { 'all', function(x) return x:median() end, g3(S) } }
@@ -154,7 +219,17 @@ R[#R + 1] = {
     if is_float(dt) then c[#c + 1] = { 'nan and signed zeros', specials(S, rnd(S.rand({ 50 }, dt, -2, 2)), dt) } end
     return c
   end,
-  call = function(x) return x:unique({ return_inverse = true, return_counts = true }) end,
+  call = function(x)
+    local u, inv, c = x:unique({ return_inverse = true, return_counts = true })
+    local uf, xf = f64(u), f64(x):reshape(-1)
+    if u:numel() > 1 then -- strictly ascending, NaNs (each its own value) last
+      local a, b = uf:narrow(1, 1, u:numel() - 1), uf:narrow(1, 2, u:numel() - 1)
+      if any(a:lt(b):logical_or(b:isnan()):logical_not()) then broken('unique values not strictly ascending') end
+    end
+    if x:numel() > 0 and differ(uf:index_select(1, inv:cpu():reshape(-1)), xf) then broken('values[inverse] ~= x') end
+    if c:sum():item() ~= x:numel() or (c:numel() > 0 and c:min():item() < 1) then broken('counts') end
+    return u, inv, c
+  end,
 }
 
 R[#R + 1] = {
@@ -177,7 +252,18 @@ R[#R + 1] = {
     return c
   end,
   -- the sequence is sorted by the op under test's sibling (sort is swept above)
-  call = function(seq, v, right, i32) return v100.searchsorted((seq:sort()), v, { right = right, out_int32 = i32 }) end,
+  call = function(seq, v, right, i32)
+    local s = seq:sort()
+    local r = v100.searchsorted(s, v, { right = right, out_int32 = i32 })
+    if v100.is_tensor(v) and v:numel() > 0 then -- brute force: how many boundaries are < v (<= v when right)
+      local sf, vf = f64(s), f64(v):unsqueeze(-1)
+      if s:dim() > 1 then sf = sf:unsqueeze(-2) end
+      local cnt = (right and sf:le(vf) or sf:lt(vf)):sum(-1)
+      cnt = v100.where(f64(v):isnan(), s.shape[#s.shape], cnt) -- a NaN value goes to n
+      if differ(f64(r), f64(cnt)) then broken('searchsorted against counting') end
+    end
+    return r
+  end,
 }
 
 return R
