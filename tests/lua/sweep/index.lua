@@ -20,7 +20,7 @@ R[#R + 1] = {
   end,
   call = function(x, d, i) return x:gather(d, i) end,
   grads = function(S)
-    return { { 'dim 2', function(x) return x:gather(2, v100.tensor({ { 0, 2, 2 }, { 1, 1, 0 } }, { dtype = 'i64' })) end, S.rand({ 2, 3 }, 'f64') } }
+    return { { 'dim 2', function(x, i) return x:gather(2, i) end, S.rand({ 2, 3 }, 'f64'), v100.tensor({ { 0, 2, 2 }, { 1, 1, 0 } }, { dtype = 'i64' }) } }
   end,
 }
 
@@ -35,7 +35,7 @@ R[#R + 1] = {
   call = function(x, d, i, src) return x:scatter_add(d, i, src) end,
   grads = function(S)
     local i = v100.tensor({ { 0, 2, 0 }, { 1, 1, 2 } }, { dtype = 'i64' })
-    return { { 'dim 2', function(x, s) return x:scatter_add(2, i, s) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 3 }, 'f64') } }
+    return { { 'dim 2', function(x, s, ix) return x:scatter_add(2, ix, s) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 3 }, 'f64'), i } }
   end,
 }
 
@@ -51,7 +51,7 @@ R[#R + 1] = {
   end,
   call = function(x, d, i) return x:index_select(d, i) end,
   grads = function(S)
-    return { { 'repeated rows', function(x) return x:index_select(1, v100.tensor({ 2, 0, 2 }, { dtype = 'i64' })) end, S.rand({ 3, 4 }, 'f64') } }
+    return { { 'repeated rows', function(x, i) return x:index_select(1, i) end, S.rand({ 3, 4 }, 'f64'), v100.tensor({ 2, 0, 2 }, { dtype = 'i64' }) } }
   end,
 }
 
@@ -66,7 +66,7 @@ R[#R + 1] = {
   call = function(x, m, v) return x:masked_fill(m, v) end,
   grads = function(S)
     local m = v100.tensor({ { true, false, false }, { false, true, false } })
-    return { { 'mask', function(x) return x:masked_fill(m, 0.5) end, S.rand({ 2, 3 }, 'f64') } }
+    return { { 'mask', function(x, mk) return x:masked_fill(mk, 0.5) end, S.rand({ 2, 3 }, 'f64'), m } }
   end,
 }
 
@@ -80,7 +80,7 @@ R[#R + 1] = {
   call = function(x, m) return x:masked_select(m) end,
   grads = function(S)
     local m = v100.tensor({ { true, false, true }, { false, true, false } })
-    return { { 'mask', function(x) return x:masked_select(m) end, S.rand({ 2, 3 }, 'f64') } }
+    return { { 'mask', function(x, mk) return x:masked_select(mk) end, S.rand({ 2, 3 }, 'f64'), m } }
   end,
 }
 
@@ -108,7 +108,7 @@ R[#R + 1] = {
   call = function(m, a, b) return v100.where(m, a, b) end,
   grads = function(S)
     local m = v100.tensor({ { true, false, true }, { false, true, false } })
-    return { { 'both', function(a, b) return v100.where(m, a, b) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 3 }, 'f64') } }
+    return { { 'both', function(a, b, mk) return v100.where(mk, a, b) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 3 }, 'f64'), m } }
   end,
 }
 
