@@ -66,6 +66,8 @@ void l_register_ops(lua_State *L);            /* l_ops.c: into the table at the 
 void l_register_ops_module(lua_State *L);     /* l_ops.c: module-level ops (where, cat, ...) */
 void l_register_scan_methods(lua_State *L);   /* l_scan.c: cumsum, cumprod, logsumexp, any, all, count_nonzero */
 int l_tensor_tostring(lua_State *L);          /* l_print.c */
+/* l_sort.c: sort, topk, ... into the methods table at -2, searchsorted into the module at -1. */
+void l_register_sort(lua_State *L);
 int l_record_stream(lua_State *L);            /* l_cuda.c: t:record_stream(s) */
 /* bindings/l_shape.c: the shape ops into the methods table at -2 and v100.pad into the module at -1;
  * t:split({sizes...}, dim), called by t:split when its argument is a table. */

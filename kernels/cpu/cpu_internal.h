@@ -173,5 +173,7 @@ vl_status vl_cpu_scatter_add(const vl_index_args *a);
 vl_status vl_cpu_index_select(const vl_index_args *a);
 vl_status vl_cpu_rand(const vl_rand_args *a);
 vl_status vl_cpu_scan(const vl_scan_args *a); /* cpu_scan.c */
+vl_status vl_cpu_sort(const vl_sort_args *a);             /* cpu_sort.c */
+vl_status vl_cpu_searchsorted(const vl_search_args *a);  /* cpu_sort.c */
 
 #endif

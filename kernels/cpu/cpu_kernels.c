@@ -166,6 +166,8 @@ const vl_kernels vl_cpu_kernels = {
     .index_select = vl_cpu_index_select,
     .rand = vl_cpu_rand,
     .scan = vl_cpu_scan,
+    .sort = vl_cpu_sort,
+    .searchsorted = vl_cpu_searchsorted,
 };
 
 /* The CPU kernels cover everything the front ends may hand a backend (vl_supports_base): both

@@ -307,6 +307,8 @@ vl_status vl_cuda_scatter_add(const vl_index_args *a);
 vl_status vl_cuda_index_select(const vl_index_args *a);
 vl_status vl_cuda_rand(const vl_rand_args *a);
 vl_status vl_cuda_scan(const vl_scan_args *a); /* cuda_scan.cu */
+vl_status vl_cuda_sort(const vl_sort_args *a);            /* cuda_sort.cu */
+vl_status vl_cuda_searchsorted(const vl_search_args *a); /* cuda_sort.cu */
 vl_status vl_cuda_check_async(int device);
 void vl_cuda_shutdown(void);
 

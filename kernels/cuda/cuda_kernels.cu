@@ -27,6 +27,8 @@ extern "C" const vl_kernels vl_cuda_kernels = {
     .index_select = vl_cuda_index_select,
     .rand = vl_cuda_rand,
     .scan = vl_cuda_scan,
+    .sort = vl_cuda_sort,
+    .searchsorted = vl_cuda_searchsorted,
 };
 #endif
 

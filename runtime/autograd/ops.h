@@ -82,6 +82,13 @@ vl_status vl_ag_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tenso
  * row-major order); x[mask] = v and x[idx] = v (rows along dim 1, each once; v one element, one
  * per position, or for rows a shape that broadcasts to them), in place on a contiguous x. */
 vl_status vl_ag_masked_select(vl_tensor *x, vl_tensor *mask, vl_tensor **out);
+/* Sorting and selection (runtime/autograd/ops_sort.c, the raw ops in runtime/ops/ops.h): the
+ * values' gradient is scattered back through the indices; indices may be NULL (not wanted). */
+vl_status vl_ag_sort(vl_tensor *x, int dim, bool descending, vl_tensor **values, vl_tensor **indices);
+vl_status vl_ag_topk(vl_tensor *x, int64_t k, int dim, bool largest, vl_tensor **values, vl_tensor **indices);
+vl_status vl_ag_kthvalue(vl_tensor *x, int64_t k, int dim, bool keepdim, vl_tensor **values, vl_tensor **indices);
+vl_status vl_ag_median(vl_tensor *x, int dim, bool keepdim, vl_tensor **values, vl_tensor **indices);
+vl_status vl_ag_median_all(vl_tensor *x, vl_tensor **out);
 vl_status vl_ag_masked_put_(vl_tensor *x, vl_tensor *mask, vl_tensor *src);
 vl_status vl_ag_index_put_(vl_tensor *x, vl_tensor *idx, vl_tensor *src);
 vl_status vl_ag_cat(int n, vl_tensor *const *ts, int dim, vl_tensor **out);

@@ -266,6 +266,37 @@ static inline int vl_rand_per_group(vl_dtype dt, vl_rand_kind kind, uint64_t ran
   return dt == VL_F64 && kind != VL_RAND_BERNOULLI ? 2 : 4;
 }
 
+/* Sorting (runtime/ops/sort.c): `in` is contiguous and viewed as [outer, len, inner]; each of the
+ * outer * inner rows (len elements at stride inner) is sorted stably: equal keys keep their input
+ * order, in either direction. `values` (in's dtype) and `indices` (i64, the 0-based position along
+ * len of each value) are contiguous in the same layout. The order is total and the same on every
+ * backend: NaN (any payload) is the largest value, -0.0 and +0.0 are equal (a tie), so CUDA's
+ * result equals the CPU's bit for bit. Any dtype. len >= 1, outer * inner >= 1. */
+typedef struct vl_sort_args {
+  vl_dtype dtype;
+  const void *in;
+  void *values;
+  int64_t *indices;
+  int64_t outer, len, inner;
+  bool descending;
+  vl_exec ex;
+} vl_sort_args;
+
+/* searchsorted: for each of the `rows` rows, the m values of row r (contiguous, values + r*m) are
+ * looked up in the n sorted boundaries of row r (seq + r*n; seq_rows == 1: one row for all). out
+ * (contiguous rows x m, i64, or i32 when out_i32) gets the insertion point in [0, n]: the first
+ * position whose boundary is >= value (> value when right), with PyTorch's exact comparisons
+ * (a NaN value goes to n). seq and values share one dtype (any). */
+typedef struct vl_search_args {
+  vl_dtype dtype;
+  const void *seq;
+  const void *values;
+  void *out;
+  int64_t rows, seq_rows, n, m;
+  bool right, out_i32;
+  vl_exec ex;
+} vl_search_args;
+
 typedef struct vl_kernels {
   const char *name;                                     /* "cpu" or "cuda" */
   /* [out] = value, any dtype */
@@ -290,6 +321,8 @@ typedef struct vl_kernels {
   vl_status (*index_select)(const vl_index_args *a);
   vl_status (*rand)(const vl_rand_args *a);
   vl_status (*scan)(const vl_scan_args *a);
+  vl_status (*sort)(const vl_sort_args *a);
+  vl_status (*searchsorted)(const vl_search_args *a);
 } vl_kernels;
 
 extern const vl_kernels vl_cpu_kernels;

@@ -126,7 +126,14 @@
   X("any", 0)                    \
   X("all", 0)                    \
   X("count_nonzero", 0)
-#define VL_TENSOR_OPS_SORT(X)
+#define VL_TENSOR_OPS_SORT(X) \
+  X("sort", 1)                 \
+  X("argsort", 0)              \
+  X("topk", 1)                 \
+  X("kthvalue", 1)             \
+  X("median", 1)               \
+  X("unique", 0)               \
+  X("searchsorted", 0)
 #define VL_TENSOR_OPS_SHAPE(X) \
   X("flatten", 1)               \
   X("unflatten", 1)             \

@@ -153,6 +153,27 @@ vl_status vl_stack(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
 vl_status vl_split(vl_tensor *t, int64_t split_size, int dim, vl_tensor ***outs, int *n);
 vl_status vl_chunk(vl_tensor *t, int chunks, int dim, vl_tensor ***outs, int *n);
 
+/* ---- sorting and selection (runtime/ops/sort.c) ----
+ * The order of all of them is one stable ascending (or descending) sort along dim: NaN is the
+ * largest value, -0.0 ties with +0.0, ties keep their input order (so topk's and kthvalue's ties
+ * give the lower index first). Indices are i64, 0-based positions along dim. A 0-dim input takes
+ * dim 0 or -1 and gives 0-dim results. Values and indices are contiguous. */
+vl_status vl_sort(vl_tensor *x, int dim, bool descending, vl_tensor **values, vl_tensor **indices);
+/* The k largest (or smallest) along dim, sorted; 0 <= k <= size(dim). */
+vl_status vl_topk(vl_tensor *x, int64_t k, int dim, bool largest, vl_tensor **values, vl_tensor **indices);
+/* The k-th smallest (k 1-based, 1 <= k <= size(dim)), dim kept as size 1 with keepdim. */
+vl_status vl_kthvalue(vl_tensor *x, int64_t k, int dim, bool keepdim, vl_tensor **values, vl_tensor **indices);
+/* The lower median along dim (size(dim) >= 1); a row with NaN gives its first NaN. */
+vl_status vl_median(vl_tensor *x, int dim, bool keepdim, vl_tensor **values, vl_tensor **indices);
+/* The distinct values of the flattened x, ascending (every NaN distinct); with want_inverse the
+ * i64 position in *values of each element of x (x's shape), with want_counts each value's count.
+ * Reads on the host (a synchronisation on a GPU): the result's size depends on the data. */
+vl_status vl_unique(vl_tensor *x, bool want_inverse, bool want_counts, vl_tensor **values, vl_tensor **inverse,
+                    vl_tensor **counts);
+/* Insertion points (0-based, i64 or i32) of values in the sorted last dim of seq: 1-D seq for all
+ * values, or the same leading dims as values; both compared in their promoted dtype. */
+vl_status vl_searchsorted(vl_tensor *seq, vl_tensor *values, bool right, bool out_i32, vl_tensor **out);
+
 #ifdef __cplusplus
 }
 #endif

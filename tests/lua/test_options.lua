@@ -123,6 +123,13 @@ local ENTRIES = {
   { 'Tensor:std', 'corection', function(with) return x34():std(with {}) end },
   { 'Tensor:cumsum', 'dtpye', function(with) return x34():cumsum(2, with {}) end },
   { 'Tensor:cumprod', 'dtpye', function(with) return x34():cumprod(1, with { dtype = 'f64' }) end },
+  { 'Tensor:sort', 'decending', function(with) return x34():sort(2, with {}) end },
+  { 'Tensor:argsort', 'stabel', function(with) return x34():argsort(with {}) end },
+  { 'Tensor:topk', 'largets', function(with) return x34():topk(2, 2, with {}) end },
+  { 'Tensor:unique', 'return_invers', function(with) return x34():unique(with {}) end },
+  { 'v100.searchsorted', 'rigth', function(with)
+    return v100.searchsorted(v100.tensor({ 1, 2, 3 }), v100.tensor({ 2 }), with {})
+  end },
   { 'Tensor:backward', 'retain_grpah', function(with)
     local a = v100.ones({ 2 }, { requires_grad = true })
     return (a * 2):sum():backward(nil, with {})
