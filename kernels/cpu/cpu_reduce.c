@@ -64,6 +64,19 @@ static void reduce_f64(const red_plan *pl, const char *in, vl_dtype dt, int64_t 
   int64_t scratch_idx[B]; /* lane indices when the caller wants none */
   for (int64_t o = 0; o < outer; o++) {
     const char *base = in + o * len * inner * es;
+    if (inner == 1 && dt == VL_F32 && pl->tf == TF_ID && len < INT32_MAX &&
+        (pl->cb == CB_SUM || pl->cb == CB_MAX || pl->cb == CB_MIN)) {
+      /* A contiguous f32 row: the vector code (cpu_vmath.h), several accumulators (the loop
+       * below is one dependent chain of double adds) and no conversion pass. */
+      if (pl->cb == CB_SUM) {
+        acc[o] = vl_vm_sum_row_f32((const float *)base, len);
+      } else {
+        int64_t ai;
+        vl_vm_ext_row_f32((const float *)base, len, pl->cb == CB_MAX, &acc[o], &ai);
+        if (idx) idx[o] = ai;
+      }
+      continue;
+    }
     if (inner == 1) {
       double a = init_f64(pl->cb);
       int64_t ai = 0;
@@ -91,6 +104,11 @@ static void reduce_f64(const red_plan *pl, const char *in, vl_dtype dt, int64_t 
       int64_t w = inner - j0 < B ? inner - j0 : B;
       double *a = acc + o * inner + j0;
       int64_t *ai = idx ? idx + o * inner + j0 : scratch_idx;
+      if (dt == VL_F32 && pl->tf == TF_ID && (pl->cb == CB_MAX || pl->cb == CB_MIN) && len < INT32_MAX) {
+        /* f32 extrema over a middle dim: float lanes across the inner dim, the same rule */
+        vl_vm_ext_lanes_f32((const float *)base + j0, inner, len, w, pl->cb == CB_MAX, a, ai);
+        continue;
+      }
       for (int64_t j = 0; j < w; j++) {
         a[j] = init_f64(pl->cb);
         ai[j] = 0;

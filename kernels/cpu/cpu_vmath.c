@@ -28,6 +28,13 @@ typedef struct {
   void (*softmax_row)(const float *x, float *y, int64_t len, bool log_out);
   void (*softmax_bw_row)(const float *y, const float *g, float *dx, int64_t len, bool log_out);
   void (*sum_lanes)(const float *x, int64_t ld, int64_t len, int64_t w, double *acc);
+  double (*sum_row)(const float *x, int64_t n);
+  void (*ext_row)(const float *x, int64_t n, bool max, double *val, int64_t *idx);
+  void (*ext_lanes)(const float *x, int64_t ld, int64_t len, int64_t w, bool max, double *val, int64_t *idx);
+  void (*ln_row)(const float *x, float *y, int64_t n, const double *w, const double *b, double eps, double *mean,
+                 double *rstd);
+  void (*ln_bw_row)(const float *x, const float *g, float *dx, int64_t n, double mean, double rstd, const double *w,
+                    double *dw, double *db);
   void (*philox_f32)(uint64_t seed, uint64_t first, int64_t g0, int64_t n, bool bernoulli, uint32_t thresh,
                      double a, double b, float *out);
 } vl_vm_table;
@@ -41,12 +48,16 @@ typedef struct {
 #define VM_ATTR __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
 #define VM_FMA(a, b, c) \
   ((__typeof__(a))_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#define VM_DHW __m512d
+#define VM_DFMA _mm512_fmadd_pd
 #include "kernels/cpu/cpu_vmath_impl.h"
 #undef VM_SFX
 #undef VM_NAME
 #undef VW
 #undef VM_ATTR
 #undef VM_FMA
+#undef VM_DHW
+#undef VM_DFMA
 
 #define VM_SFX avx2
 #define VM_NAME "avx2"
@@ -54,12 +65,16 @@ typedef struct {
 #define VM_ATTR __attribute__((target("avx2,fma")))
 #define VM_FMA(a, b, c) \
   ((__typeof__(a))_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#define VM_DHW __m256d
+#define VM_DFMA _mm256_fmadd_pd
 #include "kernels/cpu/cpu_vmath_impl.h"
 #undef VM_SFX
 #undef VM_NAME
 #undef VW
 #undef VM_ATTR
 #undef VM_FMA
+#undef VM_DHW
+#undef VM_DFMA
 #endif
 
 #define VM_SFX gen
@@ -73,6 +88,8 @@ typedef struct {
 #undef VW
 #undef VM_ATTR
 #undef VM_FMA
+#undef VM_DHW
+#undef VM_DFMA
 
 /* The instances this CPU can run, best first; the last is always the generic one. */
 static int vm_available(const vl_vm_table **out) {
@@ -134,6 +151,26 @@ void vl_vm_softmax_bw_row_f32(const float *y, const float *g, float *dx, int64_t
 
 void vl_vm_sum_lanes_f32(const float *x, int64_t ld, int64_t len, int64_t w, double *acc) {
   vm()->sum_lanes(x, ld, len, w, acc);
+}
+
+double vl_vm_sum_row_f32(const float *x, int64_t n) { return vm()->sum_row(x, n); }
+
+void vl_vm_ext_row_f32(const float *x, int64_t n, bool max, double *val, int64_t *idx) {
+  vm()->ext_row(x, n, max, val, idx);
+}
+
+void vl_vm_ext_lanes_f32(const float *x, int64_t ld, int64_t len, int64_t w, bool max, double *val, int64_t *idx) {
+  vm()->ext_lanes(x, ld, len, w, max, val, idx);
+}
+
+void vl_vm_layernorm_row_f32(const float *x, float *y, int64_t n, const double *w, const double *b, double eps,
+                             double *mean, double *rstd) {
+  vm()->ln_row(x, y, n, w, b, eps, mean, rstd);
+}
+
+void vl_vm_layernorm_bw_row_f32(const float *x, const float *g, float *dx, int64_t n, double mean, double rstd,
+                                const double *w, double *dw, double *db) {
+  vm()->ln_bw_row(x, g, dx, n, mean, rstd, w, dw, db);
 }
 
 void vl_vm_philox_f32(uint64_t seed, uint64_t first, int64_t g0, int64_t n, vl_rand_kind kind, double a, double b,

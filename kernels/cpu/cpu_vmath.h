@@ -50,6 +50,27 @@ void vl_vm_softmax_bw_row_f32(const float *y, const float *g, float *dx, int64_t
  * of a reduction over a middle dim: a bias gradient). */
 void vl_vm_sum_lanes_f32(const float *x, int64_t ld, int64_t len, int64_t w, double *acc);
 
+/* The sum of a contiguous f32 row in double: four vector accumulators in a fixed order that
+ * depends on n only (a row is never split between threads). */
+double vl_vm_sum_row_f32(const float *x, int64_t n);
+
+/* The first maximum (max) or minimum of a contiguous f32 row, or its first NaN, and its position
+ * (0 for an empty row, whose value is -inf / +inf): the scalar scan's answer. n < 2^31. */
+void vl_vm_ext_row_f32(const float *x, int64_t n, bool max, double *val, int64_t *idx);
+
+/* The same over a middle dim: val[j], idx[j] of x[l * ld + j] over l < len, j < w; len < 2^31. */
+void vl_vm_ext_lanes_f32(const float *x, int64_t ld, int64_t len, int64_t w, bool max, double *val, int64_t *idx);
+
+/* One f32 layer norm row (n > 0): y = ((x - mean) rstd) w + b in double, rounded once; mean and
+ * rstd = 1 / sqrt(var + eps) (biased variance, two passes) returned in double. */
+void vl_vm_layernorm_row_f32(const float *x, float *y, int64_t n, const double *w, const double *b, double eps,
+                             double *mean, double *rstd);
+
+/* One f32 layer norm backward row: dx from dy (g), x and the saved mean / rstd; dw += dy xhat,
+ * db += dy (double, per column). */
+void vl_vm_layernorm_bw_row_f32(const float *x, const float *g, float *dx, int64_t n, double mean, double rstd,
+                                const double *w, double *dw, double *db);
+
 /* Elements [4 g0, 4 g0 + n) of an f32 uniform (a + (b - a) u) or bernoulli (u < a) draw from the
  * Philox stream of runtime/core/philox.h (key seed, group g at counter first + g, 23-bit
  * uniforms), into out[0..n): bit for bit the scalar mapping, VW groups at a time. */

@@ -325,6 +325,112 @@ static void test_sum_lanes(void) {
   CHECK(memcmp(acc, want, sizeof acc) == 0, "%s sum_lanes differs from the ordered double sum", vl_vm_isa());
 }
 
+/* Row sums against a long-double sum (they differ only in the order of double additions), at
+ * lengths around the vector and unroll widths, and the scalar scan's extremum rule: the first
+ * maximum / minimum (ties, +-0 compare equal), the first NaN over any number, -inf / +inf and
+ * position 0 when nothing beats the start, in rows and in columns. */
+static int64_t scan_ext(const float *x, int64_t ld, int64_t n, bool max, double *val) {
+  double a = max ? -INFINITY : INFINITY;
+  int64_t ai = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double v = x[i * ld];
+    if (a == a && (v != v || (max ? v > a : v < a))) a = v, ai = i;
+  }
+  *val = a;
+  return ai;
+}
+
+static void test_row_reductions(void) {
+  enum { NMAX = 300 };
+  static float x[NMAX], c[NMAX * 5];
+  const int lens[] = {0, 1, 3, 15, 16, 17, 63, 64, 65, 127, 200, 300};
+  for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+    int n = lens[li];
+    for (int i = 0; i < n; i++) x[i] = (float)vl_test_nrand() * 100.0f;
+    long double want = 0;
+    for (int i = 0; i < n; i++) want += x[i];
+    double got = vl_vm_sum_row_f32(x, n);
+    CHECK(fabs(got - (double)want) <= 1e-12 * (1 + fabsl(want)), "%s sum_row len %d: %.17g, want %.17Lg",
+          vl_vm_isa(), n, got, want);
+    for (int variant = 0; variant < 5; variant++) {
+      /* 0: random; 1: few values (ties); 2: a NaN; 3: two NaNs and ties; 4: all -0/+0 or +-inf */
+      for (int i = 0; i < n; i++) {
+        if (variant == 1 || variant == 3) x[i] = (float)(i * 7 % 5) - 2.0f;
+        if (variant == 4) x[i] = i % 3 == 0 ? -0.0f : i % 3 == 1 ? 0.0f : (i % 2 ? INFINITY : -INFINITY);
+      }
+      if ((variant == 2 || variant == 3) && n > 2) x[n * 2 / 3] = NAN;
+      if (variant == 3 && n > 4) x[n - 1] = NAN;
+      for (int mx = 0; mx < 2; mx++) {
+        double v, wv;
+        int64_t i, wi = scan_ext(x, 1, n, mx, &wv);
+        vl_vm_ext_row_f32(x, n, mx, &v, &i);
+        CHECK(i == wi && (memcmp(&v, &wv, sizeof v) == 0 || (v != v && wv != wv)),
+              "%s %s row len %d variant %d: %g at %lld, want %g at %lld", vl_vm_isa(), mx ? "max" : "min", n,
+              variant, v, (long long)i, wv, (long long)wi);
+        /* the same values as 5 columns of a [n, 5] block (ld 5), column j shifted by j */
+        for (int l = 0; l < n; l++)
+          for (int j = 0; j < 5; j++) c[l * 5 + j] = x[(l + j) % n];
+        double cv[5];
+        int64_t ci[5];
+        vl_vm_ext_lanes_f32(c, 5, n, 5, mx, cv, ci);
+        for (int j = 0; j < 5; j++) {
+          wi = scan_ext(c + j, 5, n, mx, &wv);
+          CHECK(ci[j] == wi && (memcmp(&cv[j], &wv, sizeof wv) == 0 || (cv[j] != cv[j] && wv != wv)),
+                "%s %s column %d len %d variant %d: %g at %lld, want %g at %lld", vl_vm_isa(), mx ? "max" : "min",
+                j, n, variant, cv[j], (long long)ci[j], wv, (long long)wi);
+        }
+      }
+    }
+  }
+}
+
+/* Layer norm rows against the double formula of the scalar path (two-pass statistics), forward
+ * and backward, at lengths around the vector width. */
+static void test_layernorm_rows(void) {
+  enum { NMAX = 70 };
+  static float x[NMAX], g[NMAX], y[NMAX], dx[NMAX];
+  static double w[NMAX], b[NMAX], dw[NMAX], db[NMAX];
+  const int lens[] = {1, 5, 16, 17, 33, 70};
+  for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+    int n = lens[li];
+    for (int i = 0; i < n; i++) {
+      x[i] = (float)(vl_test_nrand() * 3.0 + 1.0);
+      g[i] = (float)vl_test_nrand();
+      w[i] = 1.0 + 0.1 * i;
+      b[i] = 0.01 * i;
+      dw[i] = db[i] = 0.5;
+    }
+    double mean, rstd, m = 0, v = 0;
+    vl_vm_layernorm_row_f32(x, y, n, w, b, 1e-5, &mean, &rstd);
+    for (int i = 0; i < n; i++) m += x[i];
+    m /= n;
+    for (int i = 0; i < n; i++) v += (x[i] - m) * (x[i] - m);
+    double r = 1.0 / sqrt(v / n + 1e-5);
+    CHECK(fabs(mean - m) <= 1e-12 * (1 + fabs(m)) && fabs(rstd - r) <= 1e-12 * r, "%s layer norm len %d stats",
+          vl_vm_isa(), n);
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+      double want = (x[i] - m) * r * w[i] + b[i];
+      if (fabs(y[i] - want) > 2e-7 * (1 + fabs(want))) ok = false;
+    }
+    CHECK(ok, "%s layer norm len %d: y differs from the double formula", vl_vm_isa(), n);
+    vl_vm_layernorm_bw_row_f32(x, g, dx, n, m, r, w, dw, db);
+    double s1 = 0, s2 = 0;
+    for (int i = 0; i < n; i++) {
+      double xh = (x[i] - m) * r;
+      s1 += g[i] * w[i];
+      s2 += g[i] * w[i] * xh;
+      if (fabs(dw[i] - (0.5 + g[i] * xh)) > 1e-12 || fabs(db[i] - (0.5 + g[i])) > 1e-12) ok = false;
+    }
+    s1 /= n, s2 /= n;
+    for (int i = 0; i < n; i++) {
+      double xh = (x[i] - m) * r, want = r * (g[i] * w[i] - s1 - xh * s2);
+      if (fabs(dx[i] - want) > 1e-6 * (1 + fabs(want))) ok = false;
+    }
+    CHECK(ok, "%s layer norm backward len %d differs from the double formula", vl_vm_isa(), n);
+  }
+}
+
 /* The vector Philox against runtime/core/philox.h's scalar mapping, bit for bit: bernoulli at
  * probabilities on, between and beyond the uniforms' grid, and uniforms in [a, b). */
 static void test_philox(void) {
@@ -370,6 +476,8 @@ int main(void) {
     test_exact_binary();
     test_softmax_rows();
     test_sum_lanes();
+    test_row_reductions();
+    test_layernorm_rows();
     test_philox();
   }
   CHECK(ran >= 1 && vl_vm_select("generic"), "the generic instance always runs");
