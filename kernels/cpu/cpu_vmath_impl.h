@@ -179,9 +179,7 @@ VM_INL VF VM(vsigmoid)(VF x) {
 /* erfc(|x| / sqrt 2) 2^32, and when e0 is given exp(-x^2 / 2) 2^32. u and Q(u) are computed in
  * double: Q's terms reach 3 and u's rounding is amplified by 1 + u Q'(u) (2.8 at u = 1), which
  * in float cost up to 8 ulp near x = 0; the float part is then exp and three products. */
-VM_INL VF VM(verfc_s)(VF x, VF *e0) {
-  VF xa = VM(minc)(VM(vabs)(x), 16.0f); /* erfc and exp(-x^2/2) are 0 in float beyond */
-  VD xd = VM(widen)(xa);
+VM_INL VF VM(verfc_sd)(VD xd, VF *e0) {
   /* u = 1 / (1 + 0.4 t): the float quotient and one Newton step in double (error ~2^-48; a
    * double division costs twice the rest of this function on AVX-512) */
   VD dn = VM_FMAD(xd, VM(splatd)(0.28284271247461901), 1.0);
@@ -201,6 +199,12 @@ VM_INL VF VM(verfc_s)(VF x, VF *e0) {
   if (e0) *e0 = VM(vexpd)(h);
   return VM(narrow)(u) * VM(vexpd)(h + q);
 }
+VM_INL VF VM(verfc_s)(VF x, VF *e0) {
+  VF xa = VM(minc)(VM(vabs)(x), 16.0f); /* erfc and exp(-x^2/2) are 0 in float beyond */
+  return VM(verfc_sd)(VM(widen)(xa), e0);
+}
+/* The same at a double argument xd in [0, 16]. */
+VM_INL VF VM(verfc_d)(VD xd) { return VM(verfc_sd)(xd, NULL); }
 
 /* x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2: erfc / 2 for negative x, 1 - erfc / 2 otherwise. */
 VM_INL VF VM(vgelu)(VF x) {
@@ -251,6 +255,107 @@ VM_INL VF VM(vgelu_tanh_grad)(VF x) {
   return VM(sel)(x < 0.0f, VM(narrow)(s1 * (xdw * r + 1.0)), VM(narrow)(r * (xdw * s1 + 1.0)));
 }
 
+/* ---- erf, expm1, log1p ----
+ * Each in double lanes where float would lose bits to cancellation, rounded once at the end
+ * (the scalar path is the double libm function rounded to float: this stays within ~1 ulp of
+ * it; libm per element cost 12 ns, 25x exp's vector code). */
+
+/* 1 / d for d in double lanes: the float quotient refined by one Newton step (~2^-48). */
+VM_INL VD VM(drecip)(VD d) {
+  VD q = VM(widen)(1.0f / VM(narrow)(d));
+  return q * (2.0 - d * q);
+}
+
+/* erf(x): for |x| < 1 its Taylor series x P(x^2) to x^23 in double (the first term left out is
+ * below 1e-10 of the result), else 1 - erfc(|x|) from GELU's erfc (relative accuracy; erfc <=
+ * 0.16 there, so the subtraction adds at most a fraction of an ulp), the sign copied. */
+VM_INL VF VM(verf)(VF x) {
+  VF t = VM(minc)(VM(vabs)(x), 10.0f); /* erf is 1 in float beyond 4 */
+  VD td = VM(widen)(t), z = td * td;
+  /* 2 / sqrt(pi) (-1)^k / (k! (2k + 1)), k = 11..0, as literals: a constant from an array
+   * became a splat built through the stack (a store-forwarding stall per lane, 30x slower) */
+  VD q = VM_FMAD(z, VM(splatd)(-1.2290555301717926e-09), 1.4807192815879218e-08);
+  q = VM_FMAD(q, z, -1.6365844691234924e-07);
+  q = VM_FMAD(q, z, 1.6462114365889246e-06);
+  q = VM_FMAD(q, z, -1.492565035840625e-05);
+  q = VM_FMAD(q, z, 0.00012055332981789664);
+  q = VM_FMAD(q, z, -0.0008548327023450852);
+  q = VM_FMAD(q, z, 0.005223977625442188);
+  q = VM_FMAD(q, z, -0.026866170645131252);
+  q = VM_FMAD(q, z, 0.11283791670955126);
+  q = VM_FMAD(q, z, -0.37612638903183754);
+  q = VM_FMAD(q, z, 1.1283791670955126);
+  VF small = VM(narrow)(td * q);
+  /* erfc(t) = GELU's erfc(|y| / sqrt 2) at y = t sqrt 2, times 2^32 */
+  VF big = 1.0f - VM(verfc_d)(td * 1.4142135623730951) * 0x1p-32f;
+  VF r = VM(sel)(t < 1.0f, small, big);
+  return (VF)((VI)r | VM(vsignbit)(x));
+}
+
+/* expm1(x) = 2^n (expm1(r) + 1) - 1 = 2^n expm1(r) + (2^n - 1), n = round(x / ln 2), r = x - n ln 2
+ * (|r| <= 0.35, its Taylor series to r^13 in double), all in double: no cancellation, one
+ * rounding. -0 stays -0. */
+VM_INL VF VM(vexpm1)(VF x) {
+  const float magic = 12582912.0f;
+  VF xc = VM(maxc)(VM(minc)(x, 89.0f), -30.0f); /* expm1 is -1 / inf in float beyond */
+  VF kf = VM_FMA(xc, VM(splat)(1.442695041e+00f), VM(splat)(magic));
+  VI ki = (VI)kf - (VI)VM(splat)(magic);
+  VD xd = VM(widen)(xc), nd = VM(widen)(kf - magic);
+  VD r = VM(fmad)(nd, VM(splatd)(-0.69314718055994529), xd); /* ln 2 in two parts */
+  r = VM(fmad)(nd, VM(splatd)(-2.3190468138462996e-17), r);
+  VD q = VM_FMAD(r, VM(splatd)(1.0 / 6227020800.0), 1.0 / 479001600.0); /* 1/13!, 1/12!, ..., 1/2 */
+  q = VM_FMAD(q, r, 1.0 / 39916800.0);
+  q = VM_FMAD(q, r, 1.0 / 3628800.0);
+  q = VM_FMAD(q, r, 1.0 / 362880.0);
+  q = VM_FMAD(q, r, 1.0 / 40320.0);
+  q = VM_FMAD(q, r, 1.0 / 5040.0);
+  q = VM_FMAD(q, r, 1.0 / 720.0);
+  q = VM_FMAD(q, r, 1.0 / 120.0);
+  q = VM_FMAD(q, r, 1.0 / 24.0);
+  q = VM_FMAD(q, r, 1.0 / 6.0);
+  q = VM_FMAD(q, r, 1.0 / 2.0);
+  VD em = VM(fmad)(q, r * r, r); /* expm1(r) = r + r^2 (1/2 + r/6 + ...) */
+  VL kl = __builtin_convertvector(ki, VL);
+  VD sc = (VD)((kl + 1023) << 52); /* 2^n, n in [-44, 129]: a normal double */
+  VF res = VM(narrow)(VM(fmad)(sc, em, sc - 1.0));
+  return VM(sel)(x == 0.0f, x, VM(sel)(x != x, x, res));
+}
+
+/* log1p(x) = k ln 2 + log(m) + c / u, u = 1 + x in double = 2^k m (m in [sqrt 1/2, sqrt 2)),
+ * c = x - (u - 1) the rounding error of u (it matters for tiny x), log m = 2s + s^3 P(s^2) with
+ * s = (m - 1) / (m + 1), |s| < 0.172, to s^23 in double. The domain's edges as libm's. */
+VM_INL VF VM(vlog1p)(VF x) {
+  VF xs = VM(sel)(x > -1.0f, x, VM(splat)(0.0f)); /* the others are replaced below */
+  xs = VM(minc)(xs, 0x1.fffffep+127f);             /* +inf: replaced below */
+  VD xd = VM(widen)(xs), u = xd + 1.0;
+  VD c = xd - (u - 1.0); /* exact: u - 1 is */
+  VL t = (VL)u - (VL)VM(splatd)(0.70710678118654752);
+  VL k = t >> 52;
+  VD m = (VD)((t & 0x000fffffffffffffLL) + (VL)VM(splatd)(0.70710678118654752));
+  VD f = m - 1.0;
+  VD s = f * VM(drecip)(f + 2.0), z = s * s;
+  VD q = VM_FMAD(z, VM(splatd)(2.0 / 23), 2.0 / 21); /* 2 / (2j + 3), j = 10..0 */
+  q = VM_FMAD(q, z, 2.0 / 19);
+  q = VM_FMAD(q, z, 2.0 / 17);
+  q = VM_FMAD(q, z, 2.0 / 15);
+  q = VM_FMAD(q, z, 2.0 / 13);
+  q = VM_FMAD(q, z, 2.0 / 11);
+  q = VM_FMAD(q, z, 2.0 / 9);
+  q = VM_FMAD(q, z, 2.0 / 7);
+  q = VM_FMAD(q, z, 2.0 / 5);
+  q = VM_FMAD(q, z, 2.0 / 3);
+  VD lm = VM(fmad)(s * z, q, s + s);
+  VD kd = __builtin_convertvector(__builtin_convertvector(k, VI), VD);
+  VD r = VM(fmad)(kd, VM(splatd)(2.3190468138462996e-17), lm + c * VM(drecip)(u));
+  r = VM(fmad)(kd, VM(splatd)(0.69314718055994529), r);
+  VF res = VM(narrow)(r);
+  res = VM(sel)(x == __builtin_inff(), x, res);
+  res = VM(sel)(x == -1.0f, VM(splat)(-__builtin_inff()), res);
+  res = VM(sel)(x < -1.0f, VM(splat)(__builtin_nanf("")), res);
+  res = VM(sel)(x == 0.0f, x, res);
+  return VM(sel)(x != x, x, res);
+}
+
 /* ---- loops ---- */
 /* o[i] = F(x[i]): full vectors, then the tail padded with `fill`. */
 #define VM_MAP1(F, FILL)                                                              \
@@ -273,6 +378,9 @@ static VM_ATTR bool VM(unary)(vl_unary_op op, float *o, const float *x, int64_t 
     case VL_UN_SIGMOID: VM_MAP1(VM(vsigmoid), 0.0f); return true;
     case VL_UN_GELU: VM_MAP1(VM(vgelu), 0.0f); return true;
     case VL_UN_GELU_TANH: VM_MAP1(VM(vgelu_tanh), 0.0f); return true;
+    case VL_UN_ERF: VM_MAP1(VM(verf), 0.0f); return true;
+    case VL_UN_EXPM1: VM_MAP1(VM(vexpm1), 0.0f); return true;
+    case VL_UN_LOG1P: VM_MAP1(VM(vlog1p), 0.0f); return true;
     case VL_UN_NEG: VM_MAP1(VM(vneg), 0.0f); return true;
     case VL_UN_ABS: VM_MAP1(VM(vabs1), 0.0f); return true;
     case VL_UN_SQUARE: VM_MAP1(VM(vsquare), 0.0f); return true;

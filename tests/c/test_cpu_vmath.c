@@ -28,6 +28,9 @@ static double sigm(double w) { return w >= 0 ? 1.0 / (1.0 + exp(-w)) : exp(w) / 
 static double r_exp(double x, double *m) { return *m = exp(x); }
 static double r_log(double x, double *m) { return *m = log(x); }
 static double r_tanh(double x, double *m) { return *m = tanh(x); }
+static double r_erf(double x, double *m) { return *m = erf(x); }
+static double r_expm1(double x, double *m) { return *m = expm1(x); }
+static double r_log1p(double x, double *m) { return *m = log1p(x); }
 static double r_sigmoid(double x, double *m) { return *m = sigm(x); }
 static double r_gelu(double x, double *m) { return *m = 0.5 * x * erfc(-x * SQRT1_2); }
 /* x sigmoid(2u) is 0.5 x (1 + tanh(u)) without its cancellation for negative x. */
@@ -64,6 +67,9 @@ static const fn_case CASES[] = {
     {"gelu_tanh", VL_UN_GELU_TANH, 0, r_gelu_tanh, 2.5},
     {"gelu_backward", -1, VL_BIN_GELU_BACKWARD, r_gelu_grad, 4},
     {"gelu_tanh_backward", -1, VL_BIN_GELU_TANH_BACKWARD, r_gelu_tanh_grad, 2.5},
+    {"erf", VL_UN_ERF, 0, r_erf, 1},
+    {"expm1", VL_UN_EXPM1, 0, r_expm1, 1},
+    {"log1p", VL_UN_LOG1P, 0, r_log1p, 1},
 };
 #define NCASES (int)(sizeof CASES / sizeof *CASES)
 
