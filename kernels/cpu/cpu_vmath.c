@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_vmath.h"
+#include "kernels/ew_formulas.h" /* the scalar formulas, for lanes the vector code leaves */
 
 /* Vectors wider than the baseline ABI's never cross a call: the helpers are always inlined. */
 #if defined(__clang__)

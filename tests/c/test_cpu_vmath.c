@@ -206,6 +206,11 @@ static double scalar_bin(vl_binary_op op, double a, double b, double alpha, bool
     case VL_BIN_RELU_BACKWARD: return b > 0 ? a : 0.0;
     case VL_BIN_TANH_BACKWARD: return a * (1.0 - b * b);
     case VL_BIN_SIGMOID_BACKWARD: return a * (b * (1.0 - b));
+    case VL_BIN_REMAINDER: { /* kernels/ew_formulas.h's vl_f_remainder */
+      double m = fmod(a, b);
+      if (m != 0 && ((b < 0) != (m < 0))) m += b;
+      return m;
+    }
     default: return NAN;
   }
 }
@@ -218,8 +223,12 @@ static void test_exact_binary(void) {
     b[i] = (float)(vl_test_nrand() * 3.0);
   }
   a[3] = NAN, b[5] = NAN, a[7] = INFINITY, b[7] = -INFINITY, b[9] = 0.0f, a[11] = -0.0f, b[11] = 0.0f;
+  /* remainder: lanes its vector code leaves to the scalar formula (an infinite divisor, a huge
+   * quotient) in the first vector, exact zeros of both signs and ties in the later ones */
+  a[12] = -5.0f, b[12] = INFINITY, a[15] = 1e30f, b[15] = 3.0f;
+  a[20] = -4.0f, b[20] = 2.0f, a[21] = 4.0f, b[21] = -2.0f, a[22] = -0.0f, b[22] = 1.5f, a[23] = 7.5f, b[23] = -2.5f;
   const vl_binary_op ops[] = {VL_BIN_ADD, VL_BIN_SUB, VL_BIN_MUL, VL_BIN_DIV, VL_BIN_MAXIMUM,
-                              VL_BIN_MINIMUM, VL_BIN_RELU_BACKWARD, VL_BIN_TANH_BACKWARD,
+                              VL_BIN_MINIMUM, VL_BIN_REMAINDER, VL_BIN_RELU_BACKWARD, VL_BIN_TANH_BACKWARD,
                               VL_BIN_SIGMOID_BACKWARD};
   const double scalars[] = {0.5, 1.0 / 3.0, -2.0, 1e40};
   for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
@@ -231,7 +240,9 @@ static void test_exact_binary(void) {
       CHECK(vl_vm_binary_f32(op, o, a, b, 1, 0, alpha, false, N));
       bool ok = true;
       for (int i = 0; i < N; i++)
-        if (!vl_test_same(o[i], (float)scalar_bin(op, a[i], b[i], alpha, false))) ok = false;
+        if (!vl_test_same(o[i], (float)scalar_bin(op, a[i], b[i], alpha, false)) ||
+            (o[i] == o[i] && signbit(o[i]) != signbit((float)scalar_bin(op, a[i], b[i], alpha, false))))
+          ok = false;
       CHECK(ok, "%s binary op %d alpha %g: differs from the scalar path", vl_vm_isa(), (int)op, alpha);
     }
     if (act) {
@@ -245,7 +256,8 @@ static void test_exact_binary(void) {
         float sf = (float)s;
         bool handled = vl_vm_binary_f32(op, o, a, &sf, 0, s, 1.0, rev, N);
         if (!handled) {
-          CHECK(op == VL_BIN_MAXIMUM || op == VL_BIN_MINIMUM, "op %d scalar %g refused", (int)op, s);
+          CHECK(op == VL_BIN_MAXIMUM || op == VL_BIN_MINIMUM || op == VL_BIN_REMAINDER, "op %d scalar %g refused",
+                (int)op, s);
           continue;
         }
         bool ok = true;
