@@ -280,6 +280,47 @@ static void test_exact_binary(void) {
   }
 }
 
+/* atan2 of floats against libm's double atan2 rounded to float (the scalar path): within 1 ulp
+ * over magnitudes from subnormal to 1e38 and every octant, bitwise at zeros, infinities and NaNs
+ * (their vectors take the scalar formula), in both operand orders. */
+static void test_atan2(void) {
+  enum { N = 4099 };
+  static float y[N], x[N], o[N];
+  for (int i = 0; i < N; i++) {
+    double sy = pow(10.0, (i % 77) - 38.0), sx = pow(10.0, ((i * 13) % 77) - 38.0);
+    y[i] = (float)(vl_test_nrand() * (i % 5 ? 1.0 : sy));
+    x[i] = (float)(vl_test_nrand() * (i % 5 ? 1.0 : sx));
+    if (i % 11 == 0) x[i] = y[i] * (i % 2 ? -1.0f : 1.0f); /* |y| == |x| */
+  }
+  const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f, 0x1p-149f};
+  for (int i = 0; i < 64; i++) y[4000 + i] = sp[i % 8], x[4000 + i] = sp[i / 8];
+  for (int rev = 0; rev < 2; rev++) {
+    CHECK(vl_vm_binary_f32(VL_BIN_ATAN2, o, y, x, 1, 0, 1.0, rev, N));
+    double worst = 0;
+    bool special_ok = true;
+    for (int i = 0; i < N; i++) {
+      double yy = rev ? x[i] : y[i], xx = rev ? y[i] : x[i];
+      float want = (float)atan2(yy, xx);
+      if (i >= 4000 && i < 4064) {
+        if (!vl_test_same(o[i], want) || (o[i] == o[i] && signbit(o[i]) != signbit(want))) special_ok = false;
+        continue;
+      }
+      double e = fabs((double)o[i] - atan2(yy, xx)) / ulp_at(atan2(yy, xx));
+      if (e > worst) worst = e;
+    }
+    printf("  %-9s %-18s max %.2f ulp\n", vl_vm_isa(), rev ? "atan2 (reversed)" : "atan2", worst);
+    CHECK(worst <= 1.0, "%s atan2: %.2f ulp (limit 1)", vl_vm_isa(), worst);
+    CHECK(special_ok, "%s atan2: zeros, infinities or NaNs differ from libm", vl_vm_isa());
+  }
+  float s = 0.75f;
+  CHECK(vl_vm_binary_f32(VL_BIN_ATAN2, o, y, &s, 0, 0.75, 1.0, false, 100));
+  bool ok = true;
+  for (int i = 0; i < 100; i++)
+    if (fabs((double)o[i] - atan2(y[i], 0.75)) > ulp_at(atan2(y[i], 0.75))) ok = false;
+  CHECK(ok, "%s atan2 with a scalar divisor", vl_vm_isa());
+  CHECK(!vl_vm_binary_f32(VL_BIN_ATAN2, o, y, &s, 0, 0.1, 1.0, false, 100), "a scalar that is no float is refused");
+}
+
 /* ---- rows ---- */
 static void test_softmax_rows(void) {
   const int lens[] = {1, 3, 7, 8, 9, 16, 31, 128, 1000};
@@ -492,6 +533,7 @@ int main(void) {
     test_accuracy();
     test_runs();
     test_exact_binary();
+    test_atan2();
     test_softmax_rows();
     test_sum_lanes();
     test_row_reductions();
