@@ -475,7 +475,8 @@ VM_INL VF VM(atan2_1)(VF y, VF x) {
   VF lo = VM(sel)(swap, ax, ay), hi = VM(sel)(swap, ay, ax);
   VI big = lo > hi * 0.41421356f;
   VD lod = VM(widen)(lo), hid = VM(widen)(hi);
-  VD t = VM(dsel)(big, lod - hid, lod) / VM(dsel)(big, lod + hid, hid); /* sums of floats: exact */
+  /* sums of floats: exact; the reciprocal to ~2^-48 (a double division cost a third of the time) */
+  VD t = VM(dsel)(big, lod - hid, lod) * VM(drecip)(VM(dsel)(big, lod + hid, hid));
   VD z = t * t;
   VD q = VM_FMAD(z, VM(splatd)(1.0 / 25), -1.0 / 23); /* (-1)^k / (2k + 1), k = 12..0 */
   q = VM_FMAD(q, z, 1.0 / 21);
