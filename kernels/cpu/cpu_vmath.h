@@ -1,7 +1,9 @@
 /* kernels/cpu/cpu_vmath.h: vectorised f32 math for the CPU kernels' contiguous fast paths.
  *
- * exp, log, tanh, sigmoid, both GELUs and the activation backward formulas as polynomial
- * approximations over GCC vector extensions (cpu_vmath_impl.h), compiled once per instruction
+ * exp, log, tanh, sigmoid, both GELUs and the activation backward formulas, erf, expm1, log1p,
+ * remainder and atan2 (cpu_vmath_fns_impl.h), row reductions and layer norm rows
+ * (cpu_vmath_rows_impl.h) as polynomial approximations and loops over GCC vector extensions
+ * (cpu_vmath_impl.h and the two files it includes), compiled once per instruction
  * set: AVX-512 (16 lanes), AVX2 + FMA (8 lanes), both with fused multiply-adds, and a portable
  * one (4 lanes: SSE2 on x86-64, NEON on aarch64), picked once per process by the CPU's features
  * (cpu_vmath.c). Every element
@@ -13,7 +15,9 @@
  * plus +-0, +-inf, NaN, subnormals and the breakpoints): exp 1.07 ulp, log 1.88, tanh 1.52,
  * sigmoid 2.30, GELU 3.05, tanh-GELU 1.79 (arguments of exp formed in double, so large negative
  * inputs keep their relative accuracy down to the subnormals), the GELU gradient 3.74 and the
- * tanh-GELU gradient 1.82 ulp of the larger of its two terms (they cancel where it crosses 0).
+ * tanh-GELU gradient 1.82 ulp of the larger of its two terms (they cancel where it crosses 0);
+ * erf 0.80, expm1 0.50, log1p 0.50 and atan2 0.48 ulp (double lanes, one rounding: these agree
+ * with the scalar path's double libm rounded to float but for ties); remainder bitwise.
  * Infinities and NaNs come out as the double formula gives them. The instances may differ from
  * each other in the last bits (lane counts, fused or separate multiply-adds).
  *
@@ -26,13 +30,15 @@
 
 #include "runtime/backend/kernels.h"
 
-/* o[i] = op(x[i]) for VL_UN_EXP, LOG, TANH, SIGMOID, GELU, GELU_TANH, NEG, ABS, SQUARE, RELU. */
+/* o[i] = op(x[i]) for VL_UN_EXP, LOG, TANH, SIGMOID, GELU, GELU_TANH, ERF, EXPM1, LOG1P, NEG, ABS,
+ * SQUARE, RELU. */
 bool vl_vm_unary_f32(vl_unary_op op, float *o, const float *x, int64_t n);
 
 /* o[i] = a[i] op b[i] (b_stride 1) or a[i] op b[0] (b_stride 0), for ADD, SUB (a + alpha b,
- * a - alpha b), MUL, DIV, MAXIMUM, MINIMUM and the activation backward ops (a the gradient, b
- * the saved input or output). `rev` computes b op a (binary_scalar's reversed form). ADD, SUB,
- * MUL, DIV, MAXIMUM, MINIMUM, RELU/TANH/SIGMOID_BACKWARD give bitwise the scalar path's result:
+ * a - alpha b), MUL, DIV, MAXIMUM, MINIMUM, REMAINDER, ATAN2 and the activation backward ops (a
+ * the gradient, b the saved input or output). `rev` computes b op a (binary_scalar's reversed
+ * form). ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, REMAINDER, RELU/TANH/SIGMOID_BACKWARD give bitwise
+ * the scalar path's result:
  * float arithmetic where that equals the double-then-round one (alpha 1, b a float), double
  * lanes otherwise. `bd` is b[0] as a double for b_stride 0 (a scalar never rounded to float). */
 bool vl_vm_binary_f32(vl_binary_op op, float *o, const float *a, const float *b, int64_t b_stride,
