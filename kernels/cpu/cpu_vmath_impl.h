@@ -465,18 +465,20 @@ static VM_ATTR void VM(softmax_bw_row)(const float *y, const float *g, float *dx
   }
 }
 
+/* Row by row, each row's w lanes added into acc (in L1): reading down a column, one cache line
+ * per 4 KiB page, left the prefetchers idle (sum over the first dim 6x the last dim's time).
+ * Each lane still adds its column in row order. */
 static VM_ATTR void VM(sum_lanes)(const float *x, int64_t ld, int64_t len, int64_t w, double *acc) {
-  int64_t j = 0;
-  for (; j + VW <= w; j += VW) {
-    VD a;
-    memcpy(&a, acc + j, sizeof a);
-    for (int64_t l = 0; l < len; l++) a += VM(widen)(VM(ld)(x + l * ld + j));
-    memcpy(acc + j, &a, sizeof a);
-  }
-  for (; j < w; j++) {
-    double a = acc[j];
-    for (int64_t l = 0; l < len; l++) a += x[l * ld + j];
-    acc[j] = a;
+  for (int64_t l = 0; l < len; l++) {
+    const float *row = x + l * ld;
+    int64_t j = 0;
+    for (; j + VW <= w; j += VW) {
+      VD a;
+      memcpy(&a, acc + j, sizeof a);
+      a += VM(widen)(VM(ld)(row + j));
+      memcpy(acc + j, &a, sizeof a);
+    }
+    for (; j < w; j++) acc[j] += row[j];
   }
 }
 

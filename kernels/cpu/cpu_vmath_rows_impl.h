@@ -56,26 +56,39 @@ static VM_ATTR void VM(ext_row)(const float *x, int64_t n, bool max, double *val
   *idx = bi == INT64_MAX ? 0 : bi;
 }
 
-/* Column extrema over a middle dim: acc[j] / idx[j] for j < w take the first extremum (first
- * NaN) of x[l * ld + j] over l < len, float lanes across j, positions as int32 (len < 2^31). */
+/* Column extrema over a middle dim: val[j] / idx[j] for j < w take the first extremum (first
+ * NaN) of x[l * ld + j] over l < len, float lanes across j, positions as int32 (len < 2^31).
+ * Row by row (each row's w lanes against the running state, kept for up to VL_VM_EXT_W lanes
+ * at a time), as the column sums: reading down a column defeats the prefetchers. */
+#ifndef VL_VM_EXT_W
+#define VL_VM_EXT_W 256
+#endif
 static VM_ATTR void VM(ext_lanes)(const float *x, int64_t ld, int64_t len, int64_t w, bool max, double *val,
                                   int64_t *idx) {
   const float init = max ? -__builtin_inff() : __builtin_inff();
-  for (int64_t j0 = 0; j0 < w; j0 += VW) {
-    int64_t m = w - j0 < VW ? w - j0 : VW;
-    VF acc = VM(splat)(init);
-    VI best = {0}, pos = {0};
-    for (int64_t l = 0; l < len; l++) {
-      const float *p = x + l * ld + j0;
-      VF v = m == VW ? VM(ld)(p) : VM(ldn)(p, m, init);
-      VI up = (acc == acc) & ((v != v) | (max ? v > acc : v < acc));
-      acc = VM(sel)(up, v, acc);
-      best = (up & pos) | (~up & best);
-      pos += 1;
+  enum { NB = VL_VM_EXT_W / VW };
+  VF acc[NB];
+  VI best[NB];
+  for (int64_t j00 = 0; j00 < w; j00 += VL_VM_EXT_W) {
+    int64_t ww = w - j00 < VL_VM_EXT_W ? w - j00 : VL_VM_EXT_W, nb = (ww + VW - 1) / VW;
+    for (int64_t b = 0; b < nb; b++) {
+      acc[b] = VM(splat)(init);
+      best[b] = (VI){0};
     }
-    for (int64_t j = 0; j < m; j++) {
-      val[j0 + j] = acc[j];
-      idx[j0 + j] = best[j];
+    for (int64_t l = 0; l < len; l++) {
+      const float *row = x + l * ld + j00;
+      VI pos = (VI){0} + (int32_t)l;
+      for (int64_t b = 0; b < nb; b++) {
+        int64_t m = ww - b * VW < VW ? ww - b * VW : VW;
+        VF v = m == VW ? VM(ld)(row + b * VW) : VM(ldn)(row + b * VW, m, init);
+        VI up = (acc[b] == acc[b]) & ((v != v) | (max ? v > acc[b] : v < acc[b]));
+        acc[b] = VM(sel)(up, v, acc[b]);
+        best[b] = (up & pos) | (~up & best[b]);
+      }
+    }
+    for (int64_t j = 0; j < ww; j++) {
+      val[j00 + j] = acc[j / VW][j % VW];
+      idx[j00 + j] = best[j / VW][j % VW];
     }
   }
 }

@@ -443,6 +443,26 @@ static void test_row_reductions(void) {
   }
 }
 
+/* Column extrema over more lanes than one block of the kernel (300 > 256), with NaNs and ties. */
+static void test_wide_columns(void) {
+  enum { L = 7, W = 300 };
+  static float c[L * W];
+  static double v[W];
+  static int64_t ix[W];
+  for (int i = 0; i < L * W; i++) c[i] = (float)(i * 37 % 11) - 5.0f;
+  c[3 * W + 17] = NAN, c[5 * W + 17] = NAN, c[6 * W + 299] = NAN;
+  for (int mx = 0; mx < 2; mx++) {
+    vl_vm_ext_lanes_f32(c, W, L, W, mx, v, ix);
+    bool ok = true;
+    for (int j = 0; j < W; j++) {
+      double wv;
+      int64_t wi = scan_ext(c + j, W, L, mx, &wv);
+      if (ix[j] != wi || !vl_test_same(v[j], wv)) ok = false;
+    }
+    CHECK(ok, "%s %s over %d columns differs from the scalar scan", vl_vm_isa(), mx ? "max" : "min", W);
+  }
+}
+
 /* Layer norm rows against the double formula of the scalar path (two-pass statistics), forward
  * and backward, at lengths around the vector width. */
 static void test_layernorm_rows(void) {
@@ -537,6 +557,7 @@ int main(void) {
     test_softmax_rows();
     test_sum_lanes();
     test_row_reductions();
+    test_wide_columns();
     test_layernorm_rows();
     test_philox();
   }
