@@ -51,6 +51,9 @@ typedef struct {
   ((__typeof__(a))_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
 #define VM_DHW __m512d
 #define VM_DFMA _mm512_fmadd_pd
+#define VM_FSQRT(v) ((__typeof__(v))_mm512_sqrt_ps((__m512)(v)))
+#define VM_DSQRT_T __m512d
+#define VM_DSQRT _mm512_sqrt_pd
 #include "kernels/cpu/cpu_vmath_impl.h"
 #undef VM_SFX
 #undef VM_NAME
@@ -59,6 +62,9 @@ typedef struct {
 #undef VM_FMA
 #undef VM_DHW
 #undef VM_DFMA
+#undef VM_FSQRT
+#undef VM_DSQRT_T
+#undef VM_DSQRT
 
 #define VM_SFX avx2
 #define VM_NAME "avx2"
@@ -68,6 +74,9 @@ typedef struct {
   ((__typeof__(a))_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
 #define VM_DHW __m256d
 #define VM_DFMA _mm256_fmadd_pd
+#define VM_FSQRT(v) ((__typeof__(v))_mm256_sqrt_ps((__m256)(v)))
+#define VM_DSQRT_T __m256d
+#define VM_DSQRT _mm256_sqrt_pd
 #include "kernels/cpu/cpu_vmath_impl.h"
 #undef VM_SFX
 #undef VM_NAME
@@ -76,6 +85,9 @@ typedef struct {
 #undef VM_FMA
 #undef VM_DHW
 #undef VM_DFMA
+#undef VM_FSQRT
+#undef VM_DSQRT_T
+#undef VM_DSQRT
 #endif
 
 #define VM_SFX gen
@@ -83,6 +95,11 @@ typedef struct {
 #define VW 4
 #define VM_ATTR
 #define VM_FMA(a, b, c) ((a) * (b) + (c))
+#ifdef VL_VM_HAVE_AVX2 /* x86-64: SSE2's square roots (elsewhere the impl's per-lane libm calls) */
+#define VM_FSQRT(v) ((__typeof__(v))_mm_sqrt_ps((__m128)(v)))
+#define VM_DSQRT_T __m128d
+#define VM_DSQRT _mm_sqrt_pd
+#endif
 #include "kernels/cpu/cpu_vmath_impl.h"
 #undef VM_SFX
 #undef VM_NAME
@@ -91,6 +108,9 @@ typedef struct {
 #undef VM_FMA
 #undef VM_DHW
 #undef VM_DFMA
+#undef VM_FSQRT
+#undef VM_DSQRT_T
+#undef VM_DSQRT
 
 /* The instances this CPU can run, best first; the last is always the generic one. */
 static int vm_available(const vl_vm_table **out) {

@@ -99,6 +99,29 @@ VM_INL VD VM(fmad)(VD a, VD b, VD c) {
 }
 #define VM_FMAD(a, b, c) VM(fmad)((a), (b), VM(splatd)(c))
 
+/* IEEE square roots (correctly rounded, so the float one equals the double one rounded): the
+ * instance's instructions (VM_FSQRT, VM_DSQRT on VM_DSQRT_T parts), else libm per lane. */
+VM_INL VF VM(vsqrt)(VF x) {
+#ifdef VM_FSQRT
+  return VM_FSQRT(x);
+#else
+  for (int j = 0; j < VW; j++) x[j] = sqrtf(x[j]);
+  return x;
+#endif
+}
+VM_INL VD VM(vsqrtd)(VD x) {
+#ifdef VM_DSQRT
+  enum { NP = sizeof(VD) / sizeof(VM_DSQRT_T) };
+  VM_DSQRT_T p[NP];
+  memcpy(p, &x, sizeof x);
+  for (int k = 0; k < NP; k++) p[k] = VM_DSQRT(p[k]);
+  memcpy(&x, p, sizeof x);
+#else
+  for (int j = 0; j < VW; j++) x[j] = sqrt(x[j]);
+#endif
+  return x;
+}
+
 /* ---- exp ---- */
 VM_INL VF VM(vexp2)(VF x, VF xl) {
   const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
@@ -269,6 +292,12 @@ VM_INL VF VM(vgelu_tanh_grad)(VF x) {
 VM_INL VF VM(vneg)(VF x) { return -x; }
 VM_INL VF VM(vabs1)(VF x) { return VM(vabs)(x); }
 VM_INL VF VM(vsquare)(VF x) { return x * x; }
+/* The exact ones: bitwise the scalar path's (one IEEE operation, or none). */
+VM_INL VF VM(vsign)(VF x) {
+  return VM(sel)(x > 0.0f, VM(splat)(1.0f), VM(sel)(x < 0.0f, VM(splat)(-1.0f), x));
+}
+VM_INL VF VM(vrecip)(VF x) { return 1.0f / x; }
+VM_INL VF VM(vrsqrt)(VF x) { return VM(narrow)(1.0 / VM(vsqrtd)(VM(widen)(x))); } /* as (float)(1 / sqrt(double)) */
 VM_INL VF VM(vrelu)(VF x) { return VM(sel)((x > 0.0f) | (x != x), x, VM(splat)(0.0f)); }
 
 static VM_ATTR bool VM(unary)(vl_unary_op op, float *o, const float *x, int64_t n) {
@@ -282,6 +311,10 @@ static VM_ATTR bool VM(unary)(vl_unary_op op, float *o, const float *x, int64_t 
     case VL_UN_ERF: VM_MAP1(VM(verf), 0.0f); return true;
     case VL_UN_EXPM1: VM_MAP1(VM(vexpm1), 0.0f); return true;
     case VL_UN_LOG1P: VM_MAP1(VM(vlog1p), 0.0f); return true;
+    case VL_UN_SIGN: VM_MAP1(VM(vsign), 0.0f); return true;
+    case VL_UN_RECIPROCAL: VM_MAP1(VM(vrecip), 1.0f); return true;
+    case VL_UN_SQRT: VM_MAP1(VM(vsqrt), 1.0f); return true;
+    case VL_UN_RSQRT: VM_MAP1(VM(vrsqrt), 1.0f); return true;
     case VL_UN_NEG: VM_MAP1(VM(vneg), 0.0f); return true;
     case VL_UN_ABS: VM_MAP1(VM(vabs1), 0.0f); return true;
     case VL_UN_SQUARE: VM_MAP1(VM(vsquare), 0.0f); return true;

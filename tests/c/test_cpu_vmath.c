@@ -241,7 +241,7 @@ static void test_exact_binary(void) {
       bool ok = true;
       for (int i = 0; i < N; i++)
         if (!vl_test_same(o[i], (float)scalar_bin(op, a[i], b[i], alpha, false)) ||
-            (o[i] == o[i] && signbit(o[i]) != signbit((float)scalar_bin(op, a[i], b[i], alpha, false))))
+            (o[i] == o[i] && !signbit(o[i]) != !signbit((float)scalar_bin(op, a[i], b[i], alpha, false))))
           ok = false;
       CHECK(ok, "%s binary op %d alpha %g: differs from the scalar path", vl_vm_isa(), (int)op, alpha);
     }
@@ -267,14 +267,26 @@ static void test_exact_binary(void) {
       }
   }
   /* the exact unary ops */
-  const vl_unary_op uops[] = {VL_UN_NEG, VL_UN_ABS, VL_UN_SQUARE, VL_UN_RELU};
+  const vl_unary_op uops[] = {VL_UN_NEG,  VL_UN_ABS,        VL_UN_SQUARE, VL_UN_RELU,
+                              VL_UN_SIGN, VL_UN_RECIPROCAL, VL_UN_SQRT,   VL_UN_RSQRT};
+  a[13] = 0x1p-149f, a[14] = -INFINITY, a[16] = 0.0f; /* a subnormal, -inf, +0 (a[11] is -0) */
   for (size_t k = 0; k < sizeof uops / sizeof *uops; k++) {
     CHECK(vl_vm_unary_f32(uops[k], o, a, N));
     bool ok = true;
     for (int i = 0; i < N; i++) {
-      double v = a[i], w = uops[k] == VL_UN_NEG ? -v : uops[k] == VL_UN_ABS ? fabs(v)
-                          : uops[k] == VL_UN_SQUARE ? v * v : (v > 0 || v != v ? v : 0.0);
-      if (!vl_test_same(o[i], (float)w) || signbit(o[i]) != signbit((float)w)) ok = false;
+      double v = a[i], w;
+      switch (uops[k]) {
+        case VL_UN_NEG: w = -v; break;
+        case VL_UN_ABS: w = fabs(v); break;
+        case VL_UN_SQUARE: w = v * v; break;
+        case VL_UN_SIGN: w = v > 0 ? 1.0 : v < 0 ? -1.0 : v; break;
+        case VL_UN_RECIPROCAL: w = 1.0 / v; break;
+        case VL_UN_SQRT: w = sqrt(v); break;
+        case VL_UN_RSQRT: w = 1.0 / sqrt(v); break;
+        default: w = v > 0 || v != v ? v : 0.0; break;
+      }
+      /* signbit's nonzero value is not normalised: compared as booleans */
+      if (!vl_test_same(o[i], (float)w) || (o[i] == o[i] && !signbit(o[i]) != !signbit((float)w))) ok = false;
     }
     CHECK(ok, "%s unary op %d differs from the scalar path", vl_vm_isa(), (int)uops[k]);
   }
@@ -302,7 +314,7 @@ static void test_atan2(void) {
       double yy = rev ? x[i] : y[i], xx = rev ? y[i] : x[i];
       float want = (float)atan2(yy, xx);
       if (i >= 4000 && i < 4064) {
-        if (!vl_test_same(o[i], want) || (o[i] == o[i] && signbit(o[i]) != signbit(want))) special_ok = false;
+        if (!vl_test_same(o[i], want) || (o[i] == o[i] && !signbit(o[i]) != !signbit(want))) special_ok = false;
         continue;
       }
       double e = fabs((double)o[i] - atan2(yy, xx)) / ulp_at(atan2(yy, xx));
