@@ -108,8 +108,8 @@ VM_INL VF VM(vlog1p)(VF x) {
  * q = trunc(a / b) of the double division is the exact one (a / b is at least 2^-24 of b away
  * from an integer unless it is one, far more than the division's rounding), q b is exact in
  * double (24 + 24 bits) and so is a - q b, the float fmod; adding b where the signs differ is
- * exact too (a multiple of b's ulp below |b|). A vector with any other lane (NaN, inf, 0, huge
- * quotients) goes through the scalar formula. 47 ms -> ~2 ms for 2M floats. */
+ * exact too (a multiple of b's ulp below |b|). Other lanes (NaN, inf, 0, huge quotients) take
+ * the scalar formula. 47 ms -> ~2 ms for 2M floats. */
 VM_INL VF VM(rem1)(VF a, VF b) {
   VD ad = VM(widen)(a), bd = VM(widen)(b);
   VI qi = __builtin_convertvector(ad / bd, VI); /* truncates; |q| < 2^23 */
@@ -133,12 +133,10 @@ static VM_ATTR void VM(remainder)(float *o, const float *pa, const float *pb, VF
     VI ok = (VM(vabs)(a) < ab * 0x1p23f) & (ab <= 0x1.fffffep+127f) & (ab > 0.0f);
     bool all = true;
     for (int j = 0; j < VW; j++) all = all && ok[j];
-    VF r;
-    if (all) {
-      r = VM(rem1)(a, b);
-    } else {
-      for (int j = 0; j < VW; j++) r[j] = (float)vl_f_remainder(a[j], b[j]);
-    }
+    VF r = VM(rem1)(a, b);
+    if (!all) /* lane by lane, so that an element's result never depends on its neighbours */
+      for (int j = 0; j < VW; j++)
+        if (!ok[j]) r[j] = (float)vl_f_remainder(a[j], b[j]);
     if (m == VW) VM(st)(o + i, r);
     else VM(stn)(o + i, r, m);
   }
@@ -160,8 +158,9 @@ VM_INL VF VM(atan2_1)(VF y, VF x) {
   VF lo = VM(sel)(swap, ax, ay), hi = VM(sel)(swap, ay, ax);
   VI big = lo > hi * 0.41421356f;
   VD lod = VM(widen)(lo), hid = VM(widen)(hi);
-  /* sums of floats: exact; the reciprocal to ~2^-48 (a double division cost a third of the time) */
-  VD t = VM(dsel)(big, lod - hid, lod) * VM(drecip)(VM(dsel)(big, lod + hid, hid));
+  /* sums of floats: exact; a double division (drecip's float reciprocal overflows for
+   * subnormal operands) */
+  VD t = VM(dsel)(big, lod - hid, lod) / VM(dsel)(big, lod + hid, hid);
   VD z = t * t;
   VD q = VM_FMAD(z, VM(splatd)(1.0 / 25), -1.0 / 23); /* (-1)^k / (2k + 1), k = 12..0 */
   q = VM_FMAD(q, z, 1.0 / 21);
@@ -195,12 +194,10 @@ static VM_ATTR void VM(atan2v)(float *o, const float *pa, const float *pb, VF bs
     VI ok = (aa > 0.0f) & (aa <= 0x1.fffffep+127f) & (ab > 0.0f) & (ab <= 0x1.fffffep+127f);
     bool all = true;
     for (int j = 0; j < VW; j++) all = all && ok[j];
-    VF r;
-    if (all) {
-      r = VM(atan2_1)(a, b);
-    } else { /* zeros, infinities, NaNs: libm's special cases */
-      for (int j = 0; j < VW; j++) r[j] = (float)vl_f_atan2(a[j], b[j]);
-    }
+    VF r = VM(atan2_1)(a, b);
+    if (!all) /* zeros, infinities, NaNs: libm's special cases, lane by lane (as remainder) */
+      for (int j = 0; j < VW; j++)
+        if (!ok[j]) r[j] = (float)vl_f_atan2(a[j], b[j]);
     if (m == VW) VM(st)(o + i, r);
     else VM(stn)(o + i, r, m);
   }
