@@ -202,3 +202,55 @@ static VM_ATTR void VM(atan2v)(float *o, const float *pa, const float *pb, VF bs
     else VM(stn)(o + i, r, m);
   }
 }
+
+/* sin and cos of floats: n = round(x 2/pi) and r = x - n pi/2 in double (pi/2 in three parts:
+ * |r| <= pi/4 to ~1e-16), the Taylor series of sin r to r^15 and of cos r to r^16 (the
+ * first terms left out are below 1e-13), the quadrant's choice and sign, one rounding. Lanes
+ * with |x| >= 2^16 (Cody-Waite's reduction would lose bits), infinities and NaNs take the scalar
+ * formula (libm), lane by lane. */
+VM_INL VF VM(vsincos)(VF x, bool cosine) {
+  VD xd = VM(widen)(x);
+  VD k = VM_FMAD(xd, VM(splatd)(0.63661977236758134), 6755399441055744.0); /* 1.5 2^52: rounds */
+  VL q = (VL)k + (cosine ? 1 : 0);                                      /* n (+1 for cos) mod 4 */
+  VD n = k - 6755399441055744.0;
+  /* pi/2 = P1 + P2 + P3, P1 and P2 of 33 bits: n P1 and n P2 are exact for |n| < 2^20, with or
+   * without fused multiply-adds (the generic instance has none) */
+  VD r = (xd - n * 1.5707963267341256) - n * 6.077100506303966e-11;
+  r = VM(fmad)(n, VM(splatd)(-2.0222662487959506e-21), r);
+  VD z = r * r;
+  VD ps = VM_FMAD(z, VM(splatd)(-7.647163731819816e-13), 1.6059043836821613e-10);
+  ps = VM_FMAD(ps, z, -2.505210838544172e-08);
+  ps = VM_FMAD(ps, z, 2.7557319223985893e-06);
+  ps = VM_FMAD(ps, z, -0.0001984126984126984);
+  ps = VM_FMAD(ps, z, 0.008333333333333333);
+  ps = VM_FMAD(ps, z, -0.16666666666666666);
+  VD sn = VM(fmad)(r * z, ps, r);
+  VD pc = VM_FMAD(z, VM(splatd)(4.779477332387385e-14), -1.1470745597729725e-11);
+  pc = VM_FMAD(pc, z, 2.08767569878681e-09);
+  pc = VM_FMAD(pc, z, -2.755731922398589e-07);
+  pc = VM_FMAD(pc, z, 2.48015873015873e-05);
+  pc = VM_FMAD(pc, z, -0.001388888888888889);
+  pc = VM_FMAD(pc, z, 0.041666666666666664);
+  VD cs = VM(fmad)(z * z, pc, 1.0 - z * 0.5); /* 1 - z/2 rounds once: below 2^-54 of cos r >= 0.7 */
+  VL odd = -(q & 1);
+  VD res = (VD)(((VL)cs & odd) | ((VL)sn & ~odd));
+  res = (VD)((VL)res ^ ((q & 2) << 62)); /* quadrants 2 and 3: negated */
+  VF out = VM(narrow)(res);
+  return cosine ? out : VM(sel)(x == 0.0f, x, out); /* sin(-0) = -0 */
+}
+
+static VM_ATTR void VM(sincos_map)(float *o, const float *x, int64_t n, bool cosine) {
+  for (int64_t i = 0; i < n; i += VW) {
+    int64_t m = n - i < VW ? n - i : VW;
+    VF v = m == VW ? VM(ld)(x + i) : VM(ldn)(x + i, m, 0.0f);
+    VF r = VM(vsincos)(VM(sel)(VM(vabs)(v) < 65536.0f, v, VM(splat)(0.0f)), cosine);
+    VI far = ~(VM(vabs)(v) < 65536.0f); /* and NaN */
+    bool any = false;
+    for (int j = 0; j < VW; j++) any = any || far[j];
+    if (any)
+      for (int j = 0; j < VW; j++)
+        if (far[j]) r[j] = (float)(cosine ? cos((double)v[j]) : sin((double)v[j]));
+    if (m == VW) VM(st)(o + i, r);
+    else VM(stn)(o + i, r, m);
+  }
+}

@@ -311,6 +311,8 @@ static VM_ATTR bool VM(unary)(vl_unary_op op, float *o, const float *x, int64_t 
     case VL_UN_ERF: VM_MAP1(VM(verf), 0.0f); return true;
     case VL_UN_EXPM1: VM_MAP1(VM(vexpm1), 0.0f); return true;
     case VL_UN_LOG1P: VM_MAP1(VM(vlog1p), 0.0f); return true;
+    case VL_UN_SIN: VM(sincos_map)(o, x, n, false); return true;
+    case VL_UN_COS: VM(sincos_map)(o, x, n, true); return true;
     case VL_UN_SIGN: VM_MAP1(VM(vsign), 0.0f); return true;
     case VL_UN_RECIPROCAL: VM_MAP1(VM(vrecip), 1.0f); return true;
     case VL_UN_SQRT: VM_MAP1(VM(vsqrt), 1.0f); return true;

@@ -29,6 +29,8 @@ static double r_exp(double x, double *m) { return *m = exp(x); }
 static double r_log(double x, double *m) { return *m = log(x); }
 static double r_tanh(double x, double *m) { return *m = tanh(x); }
 static double r_erf(double x, double *m) { return *m = erf(x); }
+static double r_sin(double x, double *m) { return *m = sin(x); }
+static double r_cos(double x, double *m) { return *m = cos(x); }
 static double r_expm1(double x, double *m) { return *m = expm1(x); }
 static double r_log1p(double x, double *m) { return *m = log1p(x); }
 static double r_sigmoid(double x, double *m) { return *m = sigm(x); }
@@ -70,6 +72,8 @@ static const fn_case CASES[] = {
     {"erf", VL_UN_ERF, 0, r_erf, 1},
     {"expm1", VL_UN_EXPM1, 0, r_expm1, 1},
     {"log1p", VL_UN_LOG1P, 0, r_log1p, 1},
+    {"sin", VL_UN_SIN, 0, r_sin, 1},
+    {"cos", VL_UN_COS, 0, r_cos, 1},
 };
 #define NCASES (int)(sizeof CASES / sizeof *CASES)
 
