@@ -198,6 +198,10 @@ static void reduce_par(red_job *j, int64_t outer) {
  * bias gradient was one thread's sequential walk). Up to LANES_ROWS rows this is the plain row
  * order of reduce_f64. */
 #define LANES_ROWS 256
+/* Lanes per task: rows are read in stretches of LANES_W floats (8 KiB, two pages: 256 lanes were
+ * one 1 KiB piece per 4 KiB row, a stride the prefetchers follow poorly) into an L1-resident
+ * row of double accumulators. */
+#define LANES_W 2048
 typedef struct {
   const float *in;
   int64_t len, inner, nch, nlb;
@@ -208,9 +212,9 @@ static void lanes_range(void *vj, int64_t lo, int64_t hi) {
   const lanes_job *j = vj;
   int64_t per = j->nch * j->nlb;
   for (int64_t t = lo; t < hi; t++) {
-    int64_t o = t / per, c = (t % per) / j->nlb, j0 = (t % j->nlb) * B;
+    int64_t o = t / per, c = (t % per) / j->nlb, j0 = (t % j->nlb) * LANES_W;
     int64_t l0 = c * LANES_ROWS, rows = j->len - l0 < LANES_ROWS ? j->len - l0 : LANES_ROWS;
-    int64_t w = j->inner - j0 < B ? j->inner - j0 : B;
+    int64_t w = j->inner - j0 < LANES_W ? j->inner - j0 : LANES_W;
     double *p = j->part + (o * j->nch + c) * j->inner + j0;
     for (int64_t k = 0; k < w; k++) p[k] = 0.0;
     vl_vm_sum_lanes_f32(j->in + (o * j->len + l0) * j->inner + j0, j->inner, rows, w, p);
@@ -219,14 +223,14 @@ static void lanes_range(void *vj, int64_t lo, int64_t hi) {
 
 static vl_status sum_lanes_f32(const vl_reduce_args *a, double *acc) {
   lanes_job j = {.in = a->in, .len = a->len, .inner = a->inner, .nch = (a->len + LANES_ROWS - 1) / LANES_ROWS,
-                 .nlb = (a->inner + B - 1) / B};
+                 .nlb = (a->inner + LANES_W - 1) / LANES_W};
   if (j.nch < 1) j.nch = 1;
   j.part = malloc((size_t)(a->outer * j.nch * a->inner) * sizeof *j.part);
   if (!j.part) return vl_fail(VL_EOOM, "sum (cpu): cannot allocate %lld partial sums", (long long)(a->outer * j.nch * a->inner));
   if (a->len == 0) {
     for (int64_t i = 0; i < a->outer * a->inner; i++) j.part[i] = 0.0;
   } else {
-    int64_t tasks = a->outer * j.nch * j.nlb, task_elems = LANES_ROWS * (a->inner < B ? a->inner : B);
+    int64_t tasks = a->outer * j.nch * j.nlb, task_elems = LANES_ROWS * (a->inner < LANES_W ? a->inner : LANES_W);
     vl_cpu_parallel_for(tasks, task_elems >= 16384 ? 1 : 16384 / task_elems, lanes_range, &j);
   }
   for (int64_t o = 0; o < a->outer; o++)
