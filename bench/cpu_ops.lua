@@ -1,6 +1,7 @@
--- bench/cpu_ops.lua: CPU elementwise ops, activation gradients, softmax and its backward, sums and
--- layer norm on 2048 x 1024 f32 with 1 thread and with the default count (v100.set_num_threads),
--- in ms (median of 7 runs after one warm-up). `v100lua bench/cpu_ops.lua`; bench/cpu_ops.py is PyTorch's
+-- bench/cpu_ops.lua: CPU elementwise ops, activation gradients, softmax and its backward, sums,
+-- extrema, layer norm and issue 30's ops (erf ... gather: special functions, binary ops, selection
+-- by mask and index) on 2048 x 1024 f32 with 1 thread and with the default count
+-- (v100.set_num_threads), -- in ms (median of 7 runs after one warm-up). `v100lua bench/cpu_ops.lua`; bench/cpu_ops.py is PyTorch's
 -- side with the same names.
 --
 -- Each thread count prints two lines: wall-clock ms, then the process's CPU ms per call (os.clock,
@@ -63,6 +64,12 @@ local ops = {
   { 'masked_select', function() return x:masked_select(mask) end },
   { 'index_select', function() return x:index_select(1, rows) end },
   { 'gather', function() return x:gather(2, gidx) end },
+  { 'max(2)', function() local v, i = x:max(2); i:free(); return v end },
+  { 'max(1)', function() local v, i = x:max(1); i:free(); return v end },
+  { 'sin', function() return x:sin() end },
+  { 'cos', function() return x:cos() end },
+  { 'rsqrt', function() return pos:rsqrt() end },
+  { 'sign', function() return x:sign() end },
 }
 local all = v100.get_num_threads()
 for _, th in ipairs(all > 1 and { 1, all } or { 1 }) do

@@ -64,6 +64,12 @@ def main():
             ("masked_select", lambda: x.masked_select(mask)),
             ("index_select", lambda: x.index_select(0, rows)),
             ("gather", lambda: x.gather(1, gidx)),
+            ("max(2)", lambda: x.max(1)),
+            ("max(1)", lambda: x.max(0)),
+            ("sin", lambda: x.sin()),
+            ("cos", lambda: x.cos()),
+            ("rsqrt", lambda: pos.rsqrt()),
+            ("sign", lambda: x.sign()),
         ]
         print(f"torch {torch.__version__} threads {th} (ms, 2048 x 1024 f32): "
               + "  ".join(f"{n} {bench(f):.2f}" for n, f in r), flush=True)
