@@ -1,8 +1,8 @@
 -- bench/cpu_ops.lua: CPU elementwise ops, activation gradients, softmax and its backward, sums,
 -- extrema, layer norm and issue 30's ops (erf ... gather: special functions, binary ops, selection
 -- by mask and index) on 2048 x 1024 f32 with 1 thread and with the default count
--- (v100.set_num_threads), -- in ms (median of 7 runs after one warm-up). `v100lua bench/cpu_ops.lua`; bench/cpu_ops.py is PyTorch's
--- side with the same names.
+-- (v100.set_num_threads), in ms (median of 7 runs after one warm-up). `v100lua bench/cpu_ops.lua`;
+-- bench/cpu_ops.py is PyTorch's side with the same names.
 --
 -- Each thread count prints two lines: wall-clock ms, then the process's CPU ms per call (os.clock,
 -- all threads together; the median of its own 7 values). On a shared machine the CPU time is the
