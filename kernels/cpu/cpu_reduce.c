@@ -244,6 +244,64 @@ static vl_status sum_lanes_f32(const vl_reduce_args *a, double *acc) {
   return VL_OK;
 }
 
+/* Long contiguous f32 rows (a whole-tensor sum, max or min; a few long rows): cut into fixed
+ * chunks of ROW_CHUNK elements (never by thread count), each chunk reduced by the vector code
+ * on some thread, then the chunks joined in order: sums added chunk by chunk, extrema by the
+ * first-extremum / first-NaN rule (each chunk gives its own first one, positions offset). The
+ * same result for any thread count; before, a whole-tensor reduction ran on one thread. */
+#define ROW_CHUNK 65536
+typedef struct {
+  const float *in;
+  int64_t len, nch;
+  int cb;
+  double *pv;
+  int64_t *pi;
+} rowchunk_job;
+
+static void rowchunk_range(void *vj, int64_t lo, int64_t hi) {
+  const rowchunk_job *j = vj;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t o = t / j->nch, c = t % j->nch, l0 = c * ROW_CHUNK;
+    int64_t n = j->len - l0 < ROW_CHUNK ? j->len - l0 : ROW_CHUNK;
+    const float *p = j->in + o * j->len + l0;
+    if (j->cb == CB_SUM) {
+      j->pv[t] = vl_vm_sum_row_f32(p, n);
+    } else {
+      vl_vm_ext_row_f32(p, n, j->cb == CB_MAX, &j->pv[t], &j->pi[t]);
+      j->pi[t] += l0;
+    }
+  }
+}
+
+static vl_status reduce_long_rows_f32(const vl_reduce_args *a, int cb, double *acc, int64_t *idx) {
+  rowchunk_job j = {.in = a->in, .len = a->len, .nch = (a->len + ROW_CHUNK - 1) / ROW_CHUNK, .cb = cb};
+  int64_t tasks = a->outer * j.nch;
+  j.pv = malloc((size_t)tasks * sizeof *j.pv);
+  j.pi = malloc((size_t)tasks * sizeof *j.pi);
+  if (!j.pv || !j.pi) {
+    free(j.pv);
+    free(j.pi);
+    return vl_fail(VL_EOOM, "reduce (cpu): cannot allocate %lld partial results", (long long)tasks);
+  }
+  vl_cpu_parallel_for(tasks, 1, rowchunk_range, &j);
+  for (int64_t o = 0; o < a->outer; o++) {
+    const double *v = j.pv + o * j.nch;
+    const int64_t *pi = j.pi + o * j.nch;
+    double r = v[0];
+    int64_t ri = pi[0];
+    for (int64_t c = 1; c < j.nch; c++) {
+      if (cb == CB_SUM) r += v[c];
+      else if (cb == CB_MAX) VL_EXT_STEP(r, ri, v[c], pi[c], >);
+      else VL_EXT_STEP(r, ri, v[c], pi[c], <);
+    }
+    acc[o] = r;
+    if (idx) idx[o] = ri;
+  }
+  free(j.pv);
+  free(j.pi);
+  return VL_OK;
+}
+
 static const char *red_name(vl_reduce_op op) {
   static const char *const names[] = {"sum", "prod", "mean", "max", "min", "var", "norm"};
   VL_TABLE_SIZE(names, VL_NREDUCE);
@@ -293,8 +351,10 @@ vl_status vl_cpu_reduce(const vl_reduce_args *a) {
     for (int64_t i = 0; i < nout; i++) mean[i] /= len;
     pl.tf = TF_DEV2;
   }
-  if (a->in_dtype == VL_F32 && a->inner > 1 && pl.tf == TF_ID && pl.cb == CB_SUM) {
-    vl_status st = sum_lanes_f32(a, acc);
+  bool long_rows = a->in_dtype == VL_F32 && a->inner == 1 && a->len > ROW_CHUNK && pl.tf == TF_ID &&
+                   (pl.cb == CB_SUM || pl.cb == CB_MAX || pl.cb == CB_MIN);
+  if (long_rows || (a->in_dtype == VL_F32 && a->inner > 1 && pl.tf == TF_ID && pl.cb == CB_SUM)) {
+    vl_status st = long_rows ? reduce_long_rows_f32(a, pl.cb, acc, want_idx ? a->indices : NULL) : sum_lanes_f32(a, acc);
     if (st != VL_OK) {
       free(acc);
       free(mean);
