@@ -1,7 +1,7 @@
 /* kernels/cpu/cpu_vmath.h: vectorised f32 math for the CPU kernels' contiguous fast paths.
  *
  * exp, log, tanh, sigmoid, both GELUs and the activation backward formulas, erf, expm1, log1p,
- * remainder and atan2 (cpu_vmath_fns_impl.h), row reductions and layer norm rows
+ * sin, cos, remainder and atan2 (cpu_vmath_fns_impl.h), row reductions and layer norm rows
  * (cpu_vmath_rows_impl.h) as polynomial approximations and loops over GCC vector extensions
  * (cpu_vmath_impl.h and the two files it includes), compiled once per instruction
  * set: AVX-512 (16 lanes), AVX2 + FMA (8 lanes), both with fused multiply-adds, and a portable
@@ -16,8 +16,9 @@
  * sigmoid 2.30, GELU 3.05, tanh-GELU 1.79 (arguments of exp formed in double, so large negative
  * inputs keep their relative accuracy down to the subnormals), the GELU gradient 3.74 and the
  * tanh-GELU gradient 1.82 ulp of the larger of its two terms (they cancel where it crosses 0);
- * erf 0.80, expm1 0.50, log1p 0.50 and atan2 0.48 ulp (double lanes, one rounding: these agree
- * with the scalar path's double libm rounded to float but for ties); remainder bitwise.
+ * erf 0.83, expm1 0.50, log1p 0.50, sin 0.50, cos 0.50 and atan2 0.48 ulp (double lanes, one
+ * rounding: these agree with the scalar path's double libm rounded to float but for near-ties);
+ * remainder bitwise.
  * Infinities and NaNs come out as the double formula gives them. The instances may differ from
  * each other in the last bits (lane counts, fused or separate multiply-adds).
  *
@@ -30,8 +31,9 @@
 
 #include "runtime/backend/kernels.h"
 
-/* o[i] = op(x[i]) for VL_UN_EXP, LOG, TANH, SIGMOID, GELU, GELU_TANH, ERF, EXPM1, LOG1P, NEG, ABS,
- * SQUARE, RELU. */
+/* o[i] = op(x[i]) for VL_UN_EXP, LOG, TANH, SIGMOID, GELU, GELU_TANH, ERF, EXPM1, LOG1P, SIN, COS,
+ * and, bitwise the scalar path's: NEG, ABS, SQUARE, RELU, SIGN, RECIPROCAL, SQRT, RSQRT, ROUND,
+ * FLOOR, CEIL, TRUNC. */
 bool vl_vm_unary_f32(vl_unary_op op, float *o, const float *x, int64_t n);
 
 /* o[i] = a[i] op b[i] (b_stride 1) or a[i] op b[0] (b_stride 0), for ADD, SUB (a + alpha b,

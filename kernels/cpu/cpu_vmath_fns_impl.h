@@ -1,6 +1,6 @@
 /* kernels/cpu/cpu_vmath_fns_impl.h: part of cpu_vmath_impl.h (included by it, once per
  * instance, with its macros and helpers in scope; no include guard): the f32 erf, expm1, log1p,
- * remainder and atan2 of the elementwise fast paths. */
+ * remainder, atan2, sin and cos of the elementwise fast paths. */
 
 /* ---- erf, expm1, log1p ----
  * Each in double lanes where float would lose bits to cancellation, rounded once at the end

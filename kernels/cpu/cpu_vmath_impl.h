@@ -298,6 +298,27 @@ VM_INL VF VM(vsign)(VF x) {
 }
 VM_INL VF VM(vrecip)(VF x) { return 1.0f / x; }
 VM_INL VF VM(vrsqrt)(VF x) { return VM(narrow)(1.0 / VM(vsqrtd)(VM(widen)(x))); } /* as (float)(1 / sqrt(double)) */
+/* Rounding to integers, exact: below 2^23 in magnitude, |x| + 2^23 - 2^23 is |x| rounded to
+ * the nearest integer, ties to even (the default rounding mode: rint); floor and ceil step it
+ * by 1 where it went the wrong way; the result takes x's sign (floor(0.3) = +0, ceil(-0.7) = -0,
+ * as libm's). From 2^23 up, infinities and NaNs: x itself. */
+VM_INL VF VM(vrint_abs)(VF ax) { return (ax + 0x1p23f) - 0x1p23f; }
+VM_INL VF VM(vround_to)(VF x, int mode) { /* 0 rint, 1 floor, 2 ceil, 3 trunc */
+  VF ax = VM(vabs)(x);
+  VF t = (VF)((VI)VM(vrint_abs)(ax) | VM(vsignbit)(x)); /* rint(x) */
+  if (mode == 1) t = VM(sel)(t > x, t - 1.0f, t);
+  if (mode == 2) t = VM(sel)(t < x, t + 1.0f, t);
+  if (mode == 3) {
+    VF f = VM(vrint_abs)(ax);
+    t = VM(sel)(f > ax, f - 1.0f, f);
+  }
+  t = (VF)((VI)VM(vabs)(t) | VM(vsignbit)(x));
+  return VM(sel)(ax < 0x1p23f, t, x);
+}
+VM_INL VF VM(vrint)(VF x) { return VM(vround_to)(x, 0); }
+VM_INL VF VM(vfloor)(VF x) { return VM(vround_to)(x, 1); }
+VM_INL VF VM(vceil)(VF x) { return VM(vround_to)(x, 2); }
+VM_INL VF VM(vtrunc)(VF x) { return VM(vround_to)(x, 3); }
 VM_INL VF VM(vrelu)(VF x) { return VM(sel)((x > 0.0f) | (x != x), x, VM(splat)(0.0f)); }
 
 static VM_ATTR bool VM(unary)(vl_unary_op op, float *o, const float *x, int64_t n) {
@@ -314,6 +335,10 @@ static VM_ATTR bool VM(unary)(vl_unary_op op, float *o, const float *x, int64_t 
     case VL_UN_SIN: VM(sincos_map)(o, x, n, false); return true;
     case VL_UN_COS: VM(sincos_map)(o, x, n, true); return true;
     case VL_UN_SIGN: VM_MAP1(VM(vsign), 0.0f); return true;
+    case VL_UN_ROUND: VM_MAP1(VM(vrint), 0.0f); return true;
+    case VL_UN_FLOOR: VM_MAP1(VM(vfloor), 0.0f); return true;
+    case VL_UN_CEIL: VM_MAP1(VM(vceil), 0.0f); return true;
+    case VL_UN_TRUNC: VM_MAP1(VM(vtrunc), 0.0f); return true;
     case VL_UN_RECIPROCAL: VM_MAP1(VM(vrecip), 1.0f); return true;
     case VL_UN_SQRT: VM_MAP1(VM(vsqrt), 1.0f); return true;
     case VL_UN_RSQRT: VM_MAP1(VM(vrsqrt), 1.0f); return true;

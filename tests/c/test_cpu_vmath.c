@@ -271,9 +271,14 @@ static void test_exact_binary(void) {
       }
   }
   /* the exact unary ops */
-  const vl_unary_op uops[] = {VL_UN_NEG,  VL_UN_ABS,        VL_UN_SQUARE, VL_UN_RELU,
-                              VL_UN_SIGN, VL_UN_RECIPROCAL, VL_UN_SQRT,   VL_UN_RSQRT};
+  const vl_unary_op uops[] = {VL_UN_NEG,  VL_UN_ABS,        VL_UN_SQUARE, VL_UN_RELU,  VL_UN_SIGN,
+                              VL_UN_RECIPROCAL, VL_UN_SQRT, VL_UN_RSQRT, VL_UN_ROUND, VL_UN_FLOOR,
+                              VL_UN_CEIL, VL_UN_TRUNC};
   a[13] = 0x1p-149f, a[14] = -INFINITY, a[16] = 0.0f; /* a subnormal, -inf, +0 (a[11] is -0) */
+  /* halves (ties to even), just below / above integers, near and beyond 2^23 */
+  const float edge[] = {0.5f, -0.5f, 1.5f, -2.5f, 2.5f, -0.7f, 0.3f, 0x1.fffffep-1f, -0x1.fffffep-1f, 8388607.5f,
+                        -8388607.5f, 8388608.0f, 16777215.0f, -1e30f, 3.0f, -3.0f};
+  for (int i = 0; i < 16; i++) a[17 + i] = edge[i];
   for (size_t k = 0; k < sizeof uops / sizeof *uops; k++) {
     CHECK(vl_vm_unary_f32(uops[k], o, a, N));
     bool ok = true;
@@ -287,6 +292,10 @@ static void test_exact_binary(void) {
         case VL_UN_RECIPROCAL: w = 1.0 / v; break;
         case VL_UN_SQRT: w = sqrt(v); break;
         case VL_UN_RSQRT: w = 1.0 / sqrt(v); break;
+        case VL_UN_ROUND: w = rint(v); break;
+        case VL_UN_FLOOR: w = floor(v); break;
+        case VL_UN_CEIL: w = ceil(v); break;
+        case VL_UN_TRUNC: w = trunc(v); break;
         default: w = v > 0 || v != v ? v : 0.0; break;
       }
       /* signbit's nonzero value is not normalised: compared as booleans */
