@@ -1,7 +1,8 @@
--- bench/cpu_ops.lua: CPU elementwise ops, activation gradients, softmax and its backward, sums and
--- layer norm on 2048 x 1024 f32 with 1 thread and with the default count (v100.set_num_threads),
--- in ms (median of 7 runs after one warm-up). `v100lua bench/cpu_ops.lua`; bench/cpu_ops.py is PyTorch's
--- side with the same names.
+-- bench/cpu_ops.lua: CPU elementwise ops, activation gradients, softmax and its backward, sums,
+-- extrema, layer norm and issue 30's ops (erf ... gather: special functions, binary ops, selection
+-- by mask and index) on 2048 x 1024 f32 with 1 thread and with the default count
+-- (v100.set_num_threads), in ms (median of 7 runs after one warm-up). `v100lua bench/cpu_ops.lua`;
+-- bench/cpu_ops.py is PyTorch's side with the same names.
 --
 -- Each thread count prints two lines: wall-clock ms, then the process's CPU ms per call (os.clock,
 -- all threads together; the median of its own 7 values). On a shared machine the CPU time is the
@@ -16,6 +17,11 @@ local g = v100.randn{ 2048, 1024 }
 local xt = v100.randn{ 1024, 2048 }:t()
 local sm = x:softmax(2)
 local pos = x:abs() + 0.5
+-- issue 30's ops: a boolean mask (about half true), a row permutation (7 is prime to 2048) and a
+-- gather index along the last dim, the same values as bench/cpu_ops.py's
+local mask = x:gt(0)
+local rows = (v100.arange(2048) * 7) % 2048
+local gidx = ((v100.arange(2048 * 1024) * 7) % 1024):reshape{ 2048, 1024 }
 -- Each result is freed at once, as PyTorch's refcounting frees its own: a result left to the
 -- collector would make the next allocation fault in fresh pages, a cost of the script, not the op.
 -- (The first pass over the ops still faulted: 5 ms of a 1.3 ms exp.)
@@ -48,6 +54,22 @@ local ops = {
   { 'sum(2)', function() return x:sum(2) end },
   { 'sum(1)', function() return x:sum(1) end },
   { 'layernorm', function() return F.layer_norm(x, { 1024 }) end },
+  { 'erf', function() return x:erf() end },
+  { 'expm1', function() return x:expm1() end },
+  { 'log1p', function() return pos:log1p() end },
+  { 'remainder', function() return x:remainder(y) end },
+  { 'atan2', function() return x:atan2(y) end },
+  { 'lerp', function() return x:lerp(y, 0.3) end },
+  { 'nan_to_num', function() return x:nan_to_num() end },
+  { 'masked_select', function() return x:masked_select(mask) end },
+  { 'index_select', function() return x:index_select(1, rows) end },
+  { 'gather', function() return x:gather(2, gidx) end },
+  { 'max(2)', function() local v, i = x:max(2); i:free(); return v end },
+  { 'max(1)', function() local v, i = x:max(1); i:free(); return v end },
+  { 'sin', function() return x:sin() end },
+  { 'cos', function() return x:cos() end },
+  { 'rsqrt', function() return pos:rsqrt() end },
+  { 'sign', function() return x:sign() end },
 }
 local all = v100.get_num_threads()
 for _, th in ipairs(all > 1 and { 1, all } or { 1 }) do

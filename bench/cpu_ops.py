@@ -32,6 +32,9 @@ def main():
     xt = torch.randn(1024, 2048).t()
     sm = x.softmax(1)
     pos = x.abs() + 0.5
+    mask = x > 0
+    rows = torch.arange(2048) * 7 % 2048
+    gidx = (torch.arange(2048 * 1024) * 7 % 1024).reshape(2048, 1024)
     for th in ([1, a.threads] if a.threads > 1 else [1]):
         torch.set_num_threads(th)
         r = [
@@ -51,6 +54,22 @@ def main():
             ("sum(2)", lambda: x.sum(1)),
             ("sum(1)", lambda: x.sum(0)),
             ("layernorm", lambda: F.layer_norm(x, (1024,))),
+            ("erf", lambda: x.erf()),
+            ("expm1", lambda: x.expm1()),
+            ("log1p", lambda: pos.log1p()),
+            ("remainder", lambda: x.remainder(y)),
+            ("atan2", lambda: x.atan2(y)),
+            ("lerp", lambda: x.lerp(y, 0.3)),
+            ("nan_to_num", lambda: x.nan_to_num()),
+            ("masked_select", lambda: x.masked_select(mask)),
+            ("index_select", lambda: x.index_select(0, rows)),
+            ("gather", lambda: x.gather(1, gidx)),
+            ("max(2)", lambda: x.max(1)),
+            ("max(1)", lambda: x.max(0)),
+            ("sin", lambda: x.sin()),
+            ("cos", lambda: x.cos()),
+            ("rsqrt", lambda: pos.rsqrt()),
+            ("sign", lambda: x.sign()),
         ]
         print(f"torch {torch.__version__} threads {th} (ms, 2048 x 1024 f32): "
               + "  ".join(f"{n} {bench(f):.2f}" for n, f in r), flush=True)

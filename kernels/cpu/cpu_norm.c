@@ -253,6 +253,15 @@ static void ln_fw_range(void *vj, int64_t lo, int64_t hi) {
     return;
   }
   for (int64_t r = lo; r < hi; r++) {
+    if (a->dtype == VL_F32 && N > 0) {
+      /* f32 rows: the vector code (cpu_vmath.h), the same double formula in vector lanes */
+      double mean, rstd;
+      vl_vm_layernorm_row_f32((const float *)a->x + r * N, (float *)a->y + r * N, N, j->w, j->b, a->eps, &mean,
+                              &rstd);
+      if (a->mean) vl_cpu_st_f64((char *)a->mean + r * ps, a->param_dtype, mean);
+      if (a->rstd) vl_cpu_st_f64((char *)a->rstd + r * ps, a->param_dtype, rstd);
+      continue;
+    }
     vl_cpu_load_f64(x, (const char *)a->x + r * N * es, es, a->dtype, N);
     double mean = 0, var = 0;
     for (int64_t k = 0; k < N; k++) mean += x[k];
@@ -300,6 +309,13 @@ static void ln_bw_range(void *vj, int64_t lo, int64_t hi) {
     for (int64_t k = 0; k < N; k++) dw[k] = db[k] = 0;
     int64_t r1 = (c + 1) * j->per < a->rows ? (c + 1) * j->per : a->rows;
     for (int64_t r = c * j->per; r < r1; r++) {
+      if (a->dtype == VL_F32) {
+        double mean = vl_cpu_ld_f64((const char *)a->mean + r * ps, a->param_dtype);
+        double rstd = vl_cpu_ld_f64((const char *)a->rstd + r * ps, a->param_dtype);
+        vl_vm_layernorm_bw_row_f32((const float *)a->x + r * N, (const float *)a->dy + r * N, (float *)a->dx + r * N,
+                                   N, mean, rstd, j->w, dw, db);
+        continue;
+      }
       vl_cpu_load_f64(x, (const char *)a->x + r * N * es, es, a->dtype, N);
       vl_cpu_load_f64(g, (const char *)a->dy + r * N * es, es, a->dtype, N);
       double mean = vl_cpu_ld_f64((const char *)a->mean + r * ps, a->param_dtype);

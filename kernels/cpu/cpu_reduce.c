@@ -64,6 +64,19 @@ static void reduce_f64(const red_plan *pl, const char *in, vl_dtype dt, int64_t 
   int64_t scratch_idx[B]; /* lane indices when the caller wants none */
   for (int64_t o = 0; o < outer; o++) {
     const char *base = in + o * len * inner * es;
+    if (inner == 1 && dt == VL_F32 && pl->tf == TF_ID && len < INT32_MAX &&
+        (pl->cb == CB_SUM || pl->cb == CB_MAX || pl->cb == CB_MIN)) {
+      /* A contiguous f32 row: the vector code (cpu_vmath.h), several accumulators (the loop
+       * below is one dependent chain of double adds) and no conversion pass. */
+      if (pl->cb == CB_SUM) {
+        acc[o] = vl_vm_sum_row_f32((const float *)base, len);
+      } else {
+        int64_t ai;
+        vl_vm_ext_row_f32((const float *)base, len, pl->cb == CB_MAX, &acc[o], &ai);
+        if (idx) idx[o] = ai;
+      }
+      continue;
+    }
     if (inner == 1) {
       double a = init_f64(pl->cb);
       int64_t ai = 0;
@@ -91,6 +104,11 @@ static void reduce_f64(const red_plan *pl, const char *in, vl_dtype dt, int64_t 
       int64_t w = inner - j0 < B ? inner - j0 : B;
       double *a = acc + o * inner + j0;
       int64_t *ai = idx ? idx + o * inner + j0 : scratch_idx;
+      if (dt == VL_F32 && pl->tf == TF_ID && (pl->cb == CB_MAX || pl->cb == CB_MIN) && len < INT32_MAX) {
+        /* f32 extrema over a middle dim: float lanes across the inner dim, the same rule */
+        vl_vm_ext_lanes_f32((const float *)base + j0, inner, len, w, pl->cb == CB_MAX, a, ai);
+        continue;
+      }
       for (int64_t j = 0; j < w; j++) {
         a[j] = init_f64(pl->cb);
         ai[j] = 0;
@@ -180,6 +198,10 @@ static void reduce_par(red_job *j, int64_t outer) {
  * bias gradient was one thread's sequential walk). Up to LANES_ROWS rows this is the plain row
  * order of reduce_f64. */
 #define LANES_ROWS 256
+/* Lanes per task: rows are read in stretches of LANES_W floats (8 KiB, two pages: 256 lanes were
+ * one 1 KiB piece per 4 KiB row, a stride the prefetchers follow poorly) into an L1-resident
+ * row of double accumulators. */
+#define LANES_W 2048
 typedef struct {
   const float *in;
   int64_t len, inner, nch, nlb;
@@ -190,9 +212,9 @@ static void lanes_range(void *vj, int64_t lo, int64_t hi) {
   const lanes_job *j = vj;
   int64_t per = j->nch * j->nlb;
   for (int64_t t = lo; t < hi; t++) {
-    int64_t o = t / per, c = (t % per) / j->nlb, j0 = (t % j->nlb) * B;
+    int64_t o = t / per, c = (t % per) / j->nlb, j0 = (t % j->nlb) * LANES_W;
     int64_t l0 = c * LANES_ROWS, rows = j->len - l0 < LANES_ROWS ? j->len - l0 : LANES_ROWS;
-    int64_t w = j->inner - j0 < B ? j->inner - j0 : B;
+    int64_t w = j->inner - j0 < LANES_W ? j->inner - j0 : LANES_W;
     double *p = j->part + (o * j->nch + c) * j->inner + j0;
     for (int64_t k = 0; k < w; k++) p[k] = 0.0;
     vl_vm_sum_lanes_f32(j->in + (o * j->len + l0) * j->inner + j0, j->inner, rows, w, p);
@@ -201,14 +223,14 @@ static void lanes_range(void *vj, int64_t lo, int64_t hi) {
 
 static vl_status sum_lanes_f32(const vl_reduce_args *a, double *acc) {
   lanes_job j = {.in = a->in, .len = a->len, .inner = a->inner, .nch = (a->len + LANES_ROWS - 1) / LANES_ROWS,
-                 .nlb = (a->inner + B - 1) / B};
+                 .nlb = (a->inner + LANES_W - 1) / LANES_W};
   if (j.nch < 1) j.nch = 1;
   j.part = malloc((size_t)(a->outer * j.nch * a->inner) * sizeof *j.part);
   if (!j.part) return vl_fail(VL_EOOM, "sum (cpu): cannot allocate %lld partial sums", (long long)(a->outer * j.nch * a->inner));
   if (a->len == 0) {
     for (int64_t i = 0; i < a->outer * a->inner; i++) j.part[i] = 0.0;
   } else {
-    int64_t tasks = a->outer * j.nch * j.nlb, task_elems = LANES_ROWS * (a->inner < B ? a->inner : B);
+    int64_t tasks = a->outer * j.nch * j.nlb, task_elems = LANES_ROWS * (a->inner < LANES_W ? a->inner : LANES_W);
     vl_cpu_parallel_for(tasks, task_elems >= 16384 ? 1 : 16384 / task_elems, lanes_range, &j);
   }
   for (int64_t o = 0; o < a->outer; o++)
@@ -219,6 +241,64 @@ static vl_status sum_lanes_f32(const vl_reduce_args *a, double *acc) {
       acc[o * a->inner + k] = s;
     }
   free(j.part);
+  return VL_OK;
+}
+
+/* Long contiguous f32 rows (a whole-tensor sum, max or min; a few long rows): cut into fixed
+ * chunks of ROW_CHUNK elements (never by thread count), each chunk reduced by the vector code
+ * on some thread, then the chunks joined in order: sums added chunk by chunk, extrema by the
+ * first-extremum / first-NaN rule (each chunk gives its own first one, positions offset). The
+ * same result for any thread count; before, a whole-tensor reduction ran on one thread. */
+#define ROW_CHUNK 65536
+typedef struct {
+  const float *in;
+  int64_t len, nch;
+  int cb;
+  double *pv;
+  int64_t *pi;
+} rowchunk_job;
+
+static void rowchunk_range(void *vj, int64_t lo, int64_t hi) {
+  const rowchunk_job *j = vj;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t o = t / j->nch, c = t % j->nch, l0 = c * ROW_CHUNK;
+    int64_t n = j->len - l0 < ROW_CHUNK ? j->len - l0 : ROW_CHUNK;
+    const float *p = j->in + o * j->len + l0;
+    if (j->cb == CB_SUM) {
+      j->pv[t] = vl_vm_sum_row_f32(p, n);
+    } else {
+      vl_vm_ext_row_f32(p, n, j->cb == CB_MAX, &j->pv[t], &j->pi[t]);
+      j->pi[t] += l0;
+    }
+  }
+}
+
+static vl_status reduce_long_rows_f32(const vl_reduce_args *a, int cb, double *acc, int64_t *idx) {
+  rowchunk_job j = {.in = a->in, .len = a->len, .nch = (a->len + ROW_CHUNK - 1) / ROW_CHUNK, .cb = cb};
+  int64_t tasks = a->outer * j.nch;
+  j.pv = malloc((size_t)tasks * sizeof *j.pv);
+  j.pi = malloc((size_t)tasks * sizeof *j.pi);
+  if (!j.pv || !j.pi) {
+    free(j.pv);
+    free(j.pi);
+    return vl_fail(VL_EOOM, "reduce (cpu): cannot allocate %lld partial results", (long long)tasks);
+  }
+  vl_cpu_parallel_for(tasks, 1, rowchunk_range, &j);
+  for (int64_t o = 0; o < a->outer; o++) {
+    const double *v = j.pv + o * j.nch;
+    const int64_t *pi = j.pi + o * j.nch;
+    double r = v[0];
+    int64_t ri = pi[0];
+    for (int64_t c = 1; c < j.nch; c++) {
+      if (cb == CB_SUM) r += v[c];
+      else if (cb == CB_MAX) VL_EXT_STEP(r, ri, v[c], pi[c], >);
+      else VL_EXT_STEP(r, ri, v[c], pi[c], <);
+    }
+    acc[o] = r;
+    if (idx) idx[o] = ri;
+  }
+  free(j.pv);
+  free(j.pi);
   return VL_OK;
 }
 
@@ -271,8 +351,10 @@ vl_status vl_cpu_reduce(const vl_reduce_args *a) {
     for (int64_t i = 0; i < nout; i++) mean[i] /= len;
     pl.tf = TF_DEV2;
   }
-  if (a->in_dtype == VL_F32 && a->inner > 1 && pl.tf == TF_ID && pl.cb == CB_SUM) {
-    vl_status st = sum_lanes_f32(a, acc);
+  bool long_rows = a->in_dtype == VL_F32 && a->inner == 1 && a->len > ROW_CHUNK && pl.tf == TF_ID &&
+                   (pl.cb == CB_SUM || pl.cb == CB_MAX || pl.cb == CB_MIN);
+  if (long_rows || (a->in_dtype == VL_F32 && a->inner > 1 && pl.tf == TF_ID && pl.cb == CB_SUM)) {
+    vl_status st = long_rows ? reduce_long_rows_f32(a, pl.cb, acc, want_idx ? a->indices : NULL) : sum_lanes_f32(a, acc);
     if (st != VL_OK) {
       free(acc);
       free(mean);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_vmath.h"
+#include "kernels/ew_formulas.h" /* the scalar formulas, for lanes the vector code leaves */
 
 /* Vectors wider than the baseline ABI's never cross a call: the helpers are always inlined. */
 #if defined(__clang__)
@@ -28,6 +29,13 @@ typedef struct {
   void (*softmax_row)(const float *x, float *y, int64_t len, bool log_out);
   void (*softmax_bw_row)(const float *y, const float *g, float *dx, int64_t len, bool log_out);
   void (*sum_lanes)(const float *x, int64_t ld, int64_t len, int64_t w, double *acc);
+  double (*sum_row)(const float *x, int64_t n);
+  void (*ext_row)(const float *x, int64_t n, bool max, double *val, int64_t *idx);
+  void (*ext_lanes)(const float *x, int64_t ld, int64_t len, int64_t w, bool max, double *val, int64_t *idx);
+  void (*ln_row)(const float *x, float *y, int64_t n, const double *w, const double *b, double eps, double *mean,
+                 double *rstd);
+  void (*ln_bw_row)(const float *x, const float *g, float *dx, int64_t n, double mean, double rstd, const double *w,
+                    double *dw, double *db);
   void (*philox_f32)(uint64_t seed, uint64_t first, int64_t g0, int64_t n, bool bernoulli, uint32_t thresh,
                      double a, double b, float *out);
 } vl_vm_table;
@@ -41,12 +49,22 @@ typedef struct {
 #define VM_ATTR __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
 #define VM_FMA(a, b, c) \
   ((__typeof__(a))_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#define VM_DHW __m512d
+#define VM_DFMA _mm512_fmadd_pd
+#define VM_FSQRT(v) ((__typeof__(v))_mm512_sqrt_ps((__m512)(v)))
+#define VM_DSQRT_T __m512d
+#define VM_DSQRT _mm512_sqrt_pd
 #include "kernels/cpu/cpu_vmath_impl.h"
 #undef VM_SFX
 #undef VM_NAME
 #undef VW
 #undef VM_ATTR
 #undef VM_FMA
+#undef VM_DHW
+#undef VM_DFMA
+#undef VM_FSQRT
+#undef VM_DSQRT_T
+#undef VM_DSQRT
 
 #define VM_SFX avx2
 #define VM_NAME "avx2"
@@ -54,12 +72,22 @@ typedef struct {
 #define VM_ATTR __attribute__((target("avx2,fma")))
 #define VM_FMA(a, b, c) \
   ((__typeof__(a))_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#define VM_DHW __m256d
+#define VM_DFMA _mm256_fmadd_pd
+#define VM_FSQRT(v) ((__typeof__(v))_mm256_sqrt_ps((__m256)(v)))
+#define VM_DSQRT_T __m256d
+#define VM_DSQRT _mm256_sqrt_pd
 #include "kernels/cpu/cpu_vmath_impl.h"
 #undef VM_SFX
 #undef VM_NAME
 #undef VW
 #undef VM_ATTR
 #undef VM_FMA
+#undef VM_DHW
+#undef VM_DFMA
+#undef VM_FSQRT
+#undef VM_DSQRT_T
+#undef VM_DSQRT
 #endif
 
 #define VM_SFX gen
@@ -67,12 +95,22 @@ typedef struct {
 #define VW 4
 #define VM_ATTR
 #define VM_FMA(a, b, c) ((a) * (b) + (c))
+#ifdef VL_VM_HAVE_AVX2 /* x86-64: SSE2's square roots (elsewhere the impl's per-lane libm calls) */
+#define VM_FSQRT(v) ((__typeof__(v))_mm_sqrt_ps((__m128)(v)))
+#define VM_DSQRT_T __m128d
+#define VM_DSQRT _mm_sqrt_pd
+#endif
 #include "kernels/cpu/cpu_vmath_impl.h"
 #undef VM_SFX
 #undef VM_NAME
 #undef VW
 #undef VM_ATTR
 #undef VM_FMA
+#undef VM_DHW
+#undef VM_DFMA
+#undef VM_FSQRT
+#undef VM_DSQRT_T
+#undef VM_DSQRT
 
 /* The instances this CPU can run, best first; the last is always the generic one. */
 static int vm_available(const vl_vm_table **out) {
@@ -134,6 +172,26 @@ void vl_vm_softmax_bw_row_f32(const float *y, const float *g, float *dx, int64_t
 
 void vl_vm_sum_lanes_f32(const float *x, int64_t ld, int64_t len, int64_t w, double *acc) {
   vm()->sum_lanes(x, ld, len, w, acc);
+}
+
+double vl_vm_sum_row_f32(const float *x, int64_t n) { return vm()->sum_row(x, n); }
+
+void vl_vm_ext_row_f32(const float *x, int64_t n, bool max, double *val, int64_t *idx) {
+  vm()->ext_row(x, n, max, val, idx);
+}
+
+void vl_vm_ext_lanes_f32(const float *x, int64_t ld, int64_t len, int64_t w, bool max, double *val, int64_t *idx) {
+  vm()->ext_lanes(x, ld, len, w, max, val, idx);
+}
+
+void vl_vm_layernorm_row_f32(const float *x, float *y, int64_t n, const double *w, const double *b, double eps,
+                             double *mean, double *rstd) {
+  vm()->ln_row(x, y, n, w, b, eps, mean, rstd);
+}
+
+void vl_vm_layernorm_bw_row_f32(const float *x, const float *g, float *dx, int64_t n, double mean, double rstd,
+                                const double *w, double *dw, double *db) {
+  vm()->ln_bw_row(x, g, dx, n, mean, rstd, w, dw, db);
 }
 
 void vl_vm_philox_f32(uint64_t seed, uint64_t first, int64_t g0, int64_t n, vl_rand_kind kind, double a, double b,

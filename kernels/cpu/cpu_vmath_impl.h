@@ -6,6 +6,8 @@
  *   VW           lanes per float vector (16, 8, 4)
  *   VM_ATTR      attributes of every function (the target, or nothing)
  *   VM_FMA(a,b,c) a * b + c on float vectors (fused where the instance has it)
+ *   VM_DHW, VM_DFMA (optional) the hardware double vector and its fused multiply-add, for
+ *                the double polynomials (VM(fmad): the ISO C mode never contracts a * b + c)
  *
  * Double lanes (VD: twice the float vector's bytes) take only arithmetic, bit operations and
  * conversions: GCC splits those into hardware vectors, but lowers a comparison of a vector wider
@@ -78,6 +80,47 @@ VM_INL VF VM(narrow)(VD x) { return __builtin_convertvector(x, VF); }
 /* min(x, c) / max(x, c) that keep a NaN x. */
 VM_INL VF VM(minc)(VF x, float c) { return VM(sel)(x > c, VM(splat)(c), x); }
 VM_INL VF VM(maxc)(VF x, float c) { return VM(sel)(x < c, VM(splat)(c), x); }
+
+/* a * b + c on double lanes: fused, per hardware vector, where the instance has it (the GELU
+ * polynomials in double were two thirds of GELU's time as separate multiplies and adds). */
+VM_INL VD VM(fmad)(VD a, VD b, VD c) {
+#ifdef VM_DHW
+  enum { NP = sizeof(VD) / sizeof(VM_DHW) };
+  VM_DHW pa[NP], pb[NP], pc[NP];
+  memcpy(pa, &a, sizeof a);
+  memcpy(pb, &b, sizeof b);
+  memcpy(pc, &c, sizeof c);
+  for (int k = 0; k < NP; k++) pa[k] = VM_DFMA(pa[k], pb[k], pc[k]);
+  memcpy(&a, pa, sizeof a);
+  return a;
+#else
+  return a * b + c;
+#endif
+}
+#define VM_FMAD(a, b, c) VM(fmad)((a), (b), VM(splatd)(c))
+
+/* IEEE square roots (correctly rounded, so the float one equals the double one rounded): the
+ * instance's instructions (VM_FSQRT, VM_DSQRT on VM_DSQRT_T parts), else libm per lane. */
+VM_INL VF VM(vsqrt)(VF x) {
+#ifdef VM_FSQRT
+  return VM_FSQRT(x);
+#else
+  for (int j = 0; j < VW; j++) x[j] = sqrtf(x[j]);
+  return x;
+#endif
+}
+VM_INL VD VM(vsqrtd)(VD x) {
+#ifdef VM_DSQRT
+  enum { NP = sizeof(VD) / sizeof(VM_DSQRT_T) };
+  VM_DSQRT_T p[NP];
+  memcpy(p, &x, sizeof x);
+  for (int k = 0; k < NP; k++) p[k] = VM_DSQRT(p[k]);
+  memcpy(&x, p, sizeof x);
+#else
+  for (int j = 0; j < VW; j++) x[j] = sqrt(x[j]);
+#endif
+  return x;
+}
 
 /* ---- exp ---- */
 VM_INL VF VM(vexp2)(VF x, VF xl) {
@@ -159,28 +202,32 @@ VM_INL VF VM(vsigmoid)(VF x) {
 /* erfc(|x| / sqrt 2) 2^32, and when e0 is given exp(-x^2 / 2) 2^32. u and Q(u) are computed in
  * double: Q's terms reach 3 and u's rounding is amplified by 1 + u Q'(u) (2.8 at u = 1), which
  * in float cost up to 8 ulp near x = 0; the float part is then exp and three products. */
-VM_INL VF VM(verfc_s)(VF x, VF *e0) {
-  VF xa = VM(minc)(VM(vabs)(x), 16.0f); /* erfc and exp(-x^2/2) are 0 in float beyond */
-  VD xd = VM(widen)(xa);
+VM_INL VF VM(verfc_sd)(VD xd, VF *e0) {
   /* u = 1 / (1 + 0.4 t): the float quotient and one Newton step in double (error ~2^-48; a
    * double division costs twice the rest of this function on AVX-512) */
-  VD dn = xd * 0.28284271247461901 + 1.0;
+  VD dn = VM_FMAD(xd, VM(splatd)(0.28284271247461901), 1.0);
   VD u = VM(widen)(1.0f / VM(narrow)(dn));
   u = u * (2.0 - dn * u);
-  VD q = u * 0.20795864878568927 - 1.1791201506253059;
-  q = q * u + 2.7023276773352966;
-  q = q * u - 3.1756393114571131;
-  q = q * u + 2.1516579898952469;
-  q = q * u - 1.1131570782972478;
-  q = q * u + 0.36474132414961043;
-  q = q * u + 0.10065712136354861;
-  q = q * u + 0.42999779422322533;
-  q = q * u + 0.99920380380557513;
-  q = q * u - 1.4886278122070156;
-  VD h = xd * xd * -0.5 + VM_LN_2P32; /* x^2 is exact in double */
+  VD q = VM_FMAD(u, VM(splatd)(0.20795864878568927), -1.1791201506253059);
+  q = VM_FMAD(q, u, 2.7023276773352966);
+  q = VM_FMAD(q, u, -3.1756393114571131);
+  q = VM_FMAD(q, u, 2.1516579898952469);
+  q = VM_FMAD(q, u, -1.1131570782972478);
+  q = VM_FMAD(q, u, 0.36474132414961043);
+  q = VM_FMAD(q, u, 0.10065712136354861);
+  q = VM_FMAD(q, u, 0.42999779422322533);
+  q = VM_FMAD(q, u, 0.99920380380557513);
+  q = VM_FMAD(q, u, -1.4886278122070156);
+  VD h = VM_FMAD(xd * xd, VM(splatd)(-0.5), VM_LN_2P32); /* x^2 is exact in double */
   if (e0) *e0 = VM(vexpd)(h);
   return VM(narrow)(u) * VM(vexpd)(h + q);
 }
+VM_INL VF VM(verfc_s)(VF x, VF *e0) {
+  VF xa = VM(minc)(VM(vabs)(x), 16.0f); /* erfc and exp(-x^2/2) are 0 in float beyond */
+  return VM(verfc_sd)(VM(widen)(xa), e0);
+}
+/* The same at a double argument xd in [0, 16]. */
+VM_INL VF VM(verfc_d)(VD xd) { return VM(verfc_sd)(xd, NULL); }
 
 /* x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2: erfc / 2 for negative x, 1 - erfc / 2 otherwise. */
 VM_INL VF VM(vgelu)(VF x) {
@@ -205,11 +252,11 @@ VM_INL VF VM(vgelu_grad)(VF x) {
  * cost up to 5 ulp where the gradient's two terms cancel). */
 VM_INL VD VM(vgelu_tanh_parts)(VF x, VD *r, VD *xdw) {
   VD xd = VM(widen)(x);
-  VD w = xd * (xd * xd * 0.071354816272138578 + 1.5957691216057308);
+  VD w = xd * VM_FMAD(xd * xd, VM(splatd)(0.071354816272138578), 1.5957691216057308);
   if (xdw) { /* x w'(x), 0 beyond |x| = 1e4 where the term it scales is 0 anyway (x * 0 there:
                * NaN for +-inf, as the double formula gives) */
     VD xc = VM(widen)(VM(sel)(x * x > 1e8f, x * 0.0f, x));
-    *xdw = xc * (xc * xc * 0.21406444881641573 + 1.5957691216057308);
+    *xdw = xc * VM_FMAD(xc * xc, VM(splatd)(0.21406444881641573), 1.5957691216057308);
   }
   VD nw = (VD)((VL)w | INT64_MIN); /* -|w|; a NaN stays */
   VD e = VM(widen)(VM(vexpd)(nw + VM_LN_2P32)) * 0x1p-32;
@@ -231,6 +278,8 @@ VM_INL VF VM(vgelu_tanh_grad)(VF x) {
   return VM(sel)(x < 0.0f, VM(narrow)(s1 * (xdw * r + 1.0)), VM(narrow)(r * (xdw * s1 + 1.0)));
 }
 
+#include "kernels/cpu/cpu_vmath_fns_impl.h" /* erf, expm1, log1p, remainder, atan2 */
+
 /* ---- loops ---- */
 /* o[i] = F(x[i]): full vectors, then the tail padded with `fill`. */
 #define VM_MAP1(F, FILL)                                                              \
@@ -243,6 +292,33 @@ VM_INL VF VM(vgelu_tanh_grad)(VF x) {
 VM_INL VF VM(vneg)(VF x) { return -x; }
 VM_INL VF VM(vabs1)(VF x) { return VM(vabs)(x); }
 VM_INL VF VM(vsquare)(VF x) { return x * x; }
+/* The exact ones: bitwise the scalar path's (one IEEE operation, or none). */
+VM_INL VF VM(vsign)(VF x) {
+  return VM(sel)(x > 0.0f, VM(splat)(1.0f), VM(sel)(x < 0.0f, VM(splat)(-1.0f), x));
+}
+VM_INL VF VM(vrecip)(VF x) { return 1.0f / x; }
+VM_INL VF VM(vrsqrt)(VF x) { return VM(narrow)(1.0 / VM(vsqrtd)(VM(widen)(x))); } /* as (float)(1 / sqrt(double)) */
+/* Rounding to integers, exact: below 2^23 in magnitude, |x| + 2^23 - 2^23 is |x| rounded to
+ * the nearest integer, ties to even (the default rounding mode: rint); floor and ceil step it
+ * by 1 where it went the wrong way; the result takes x's sign (floor(0.3) = +0, ceil(-0.7) = -0,
+ * as libm's). From 2^23 up, infinities and NaNs: x itself. */
+VM_INL VF VM(vrint_abs)(VF ax) { return (ax + 0x1p23f) - 0x1p23f; }
+VM_INL VF VM(vround_to)(VF x, int mode) { /* 0 rint, 1 floor, 2 ceil, 3 trunc */
+  VF ax = VM(vabs)(x);
+  VF t = (VF)((VI)VM(vrint_abs)(ax) | VM(vsignbit)(x)); /* rint(x) */
+  if (mode == 1) t = VM(sel)(t > x, t - 1.0f, t);
+  if (mode == 2) t = VM(sel)(t < x, t + 1.0f, t);
+  if (mode == 3) {
+    VF f = VM(vrint_abs)(ax);
+    t = VM(sel)(f > ax, f - 1.0f, f);
+  }
+  t = (VF)((VI)VM(vabs)(t) | VM(vsignbit)(x));
+  return VM(sel)(ax < 0x1p23f, t, x);
+}
+VM_INL VF VM(vrint)(VF x) { return VM(vround_to)(x, 0); }
+VM_INL VF VM(vfloor)(VF x) { return VM(vround_to)(x, 1); }
+VM_INL VF VM(vceil)(VF x) { return VM(vround_to)(x, 2); }
+VM_INL VF VM(vtrunc)(VF x) { return VM(vround_to)(x, 3); }
 VM_INL VF VM(vrelu)(VF x) { return VM(sel)((x > 0.0f) | (x != x), x, VM(splat)(0.0f)); }
 
 static VM_ATTR bool VM(unary)(vl_unary_op op, float *o, const float *x, int64_t n) {
@@ -253,6 +329,19 @@ static VM_ATTR bool VM(unary)(vl_unary_op op, float *o, const float *x, int64_t 
     case VL_UN_SIGMOID: VM_MAP1(VM(vsigmoid), 0.0f); return true;
     case VL_UN_GELU: VM_MAP1(VM(vgelu), 0.0f); return true;
     case VL_UN_GELU_TANH: VM_MAP1(VM(vgelu_tanh), 0.0f); return true;
+    case VL_UN_ERF: VM_MAP1(VM(verf), 0.0f); return true;
+    case VL_UN_EXPM1: VM_MAP1(VM(vexpm1), 0.0f); return true;
+    case VL_UN_LOG1P: VM_MAP1(VM(vlog1p), 0.0f); return true;
+    case VL_UN_SIN: VM(sincos_map)(o, x, n, false); return true;
+    case VL_UN_COS: VM(sincos_map)(o, x, n, true); return true;
+    case VL_UN_SIGN: VM_MAP1(VM(vsign), 0.0f); return true;
+    case VL_UN_ROUND: VM_MAP1(VM(vrint), 0.0f); return true;
+    case VL_UN_FLOOR: VM_MAP1(VM(vfloor), 0.0f); return true;
+    case VL_UN_CEIL: VM_MAP1(VM(vceil), 0.0f); return true;
+    case VL_UN_TRUNC: VM_MAP1(VM(vtrunc), 0.0f); return true;
+    case VL_UN_RECIPROCAL: VM_MAP1(VM(vrecip), 1.0f); return true;
+    case VL_UN_SQRT: VM_MAP1(VM(vsqrt), 1.0f); return true;
+    case VL_UN_RSQRT: VM_MAP1(VM(vrsqrt), 1.0f); return true;
     case VL_UN_NEG: VM_MAP1(VM(vneg), 0.0f); return true;
     case VL_UN_ABS: VM_MAP1(VM(vabs1), 0.0f); return true;
     case VL_UN_SQUARE: VM_MAP1(VM(vsquare), 0.0f); return true;
@@ -321,6 +410,14 @@ static VM_ATTR bool VM(binary)(vl_binary_op op, float *o, const float *a_in, con
       else if (exact) VM_MAP2(a / b);
       else if (rev) VM_MAP2D(b / a);
       else VM_MAP2D(a / b);
+      return true;
+    case VL_BIN_ATAN2:
+      if (!exact) return false;
+      VM(atan2v)(o, pa, pb, bs, rev, n);
+      return true;
+    case VL_BIN_REMAINDER:
+      if (!exact) return false;
+      VM(remainder)(o, pa, pb, bs, rev, n);
       return true;
     case VL_BIN_MAXIMUM:
     case VL_BIN_MINIMUM:
@@ -428,20 +525,24 @@ static VM_ATTR void VM(softmax_bw_row)(const float *y, const float *g, float *dx
   }
 }
 
+/* Row by row, each row's w lanes added into acc (in L1): reading down a column, one cache line
+ * per 4 KiB page, left the prefetchers idle (sum over the first dim 6x the last dim's time).
+ * Each lane still adds its column in row order. */
 static VM_ATTR void VM(sum_lanes)(const float *x, int64_t ld, int64_t len, int64_t w, double *acc) {
-  int64_t j = 0;
-  for (; j + VW <= w; j += VW) {
-    VD a;
-    memcpy(&a, acc + j, sizeof a);
-    for (int64_t l = 0; l < len; l++) a += VM(widen)(VM(ld)(x + l * ld + j));
-    memcpy(acc + j, &a, sizeof a);
-  }
-  for (; j < w; j++) {
-    double a = acc[j];
-    for (int64_t l = 0; l < len; l++) a += x[l * ld + j];
-    acc[j] = a;
+  for (int64_t l = 0; l < len; l++) {
+    const float *row = x + l * ld;
+    int64_t j = 0;
+    for (; j + VW <= w; j += VW) {
+      VD a;
+      memcpy(&a, acc + j, sizeof a);
+      a += VM(widen)(VM(ld)(row + j));
+      memcpy(acc + j, &a, sizeof a);
+    }
+    for (; j < w; j++) acc[j] += row[j];
   }
 }
+
+#include "kernels/cpu/cpu_vmath_rows_impl.h" /* row sums, extrema, layer norm rows */
 
 /* ---- Philox ---- */
 /* Philox4x32-10 (runtime/core/philox.h) of the VW counters ctr0 + lane, c2 = c3 = 0: one group per
@@ -498,6 +599,11 @@ static const vl_vm_table VM(table) = {
     .softmax_row = VM(softmax_row),
     .softmax_bw_row = VM(softmax_bw_row),
     .sum_lanes = VM(sum_lanes),
+    .sum_row = VM(sum_row),
+    .ext_row = VM(ext_row),
+    .ext_lanes = VM(ext_lanes),
+    .ln_row = VM(ln_row),
+    .ln_bw_row = VM(ln_bw_row),
     .philox_f32 = VM(philox_f32),
 };
 
@@ -505,6 +611,7 @@ static const vl_vm_table VM(table) = {
 #undef VM_MAP2
 #undef VM_MAP2D
 #undef VM_INL
+#undef VM_FMAD
 #undef VF
 #undef VI
 #undef VD
