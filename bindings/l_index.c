@@ -113,7 +113,7 @@ int l_tensor_newindex(lua_State *L, vl_tensor *t) {
       vl_tensor *tmp = NULL;
       s = src ? VL_OK : vl_full_scalar(0, NULL, l_toscalarv(L, 3), t->dtype, t->storage->device, &tmp);
       if (s == VL_OK)
-        s = k->dtype == VL_BOOL ? vl_ag_masked_put_(t, k, src ? src : tmp) : vl_ag_index_put_(t, k, src ? src : tmp);
+        s = k->dtype == VL_BOOL ? vl_ag_masked_put_(t, k, src ? src : tmp) : vl_ag_rows_put_(t, k, src ? src : tmp);
       vl_tensor_release(tmp);
     }
   } else if (lua_isinteger(L, 2) || lua_istable(L, 2)) {

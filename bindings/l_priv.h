@@ -77,6 +77,7 @@ int l_autograd_field(lua_State *L, vl_tensor *t, const char *k);
 int l_tensor_index(lua_State *L, vl_tensor *t);
 int l_tensor_newindex(lua_State *L, vl_tensor *t);
 extern const luaL_Reg l_index_methods[]; /* nonzero, masked_select */
+extern const luaL_Reg l_scatter_methods[]; /* bindings/l_scatter.c: scatter, index_put, one_hot */
 int l_autograd_newindex(lua_State *L);
 void l_register_autograd_methods(lua_State *L);
 void l_register_autograd_module(lua_State *L);

@@ -163,6 +163,7 @@ const vl_kernels vl_cpu_kernels = {
     .gemm = vl_cpu_gemm,
     .gather = vl_cpu_gather,
     .scatter_add = vl_cpu_scatter_add,
+    .scatter = vl_cpu_scatter,
     .index_select = vl_cpu_index_select,
     .rand = vl_cpu_rand,
 };

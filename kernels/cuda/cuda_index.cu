@@ -1,4 +1,4 @@
-/* kernels/cuda/cuda_index.cu: gather, scatter_add, index_select.
+/* kernels/cuda/cuda_index.cu: gather, scatter_add, scatter (assign), index_select.
  *
  * All three walk an iteration shape (the index's for gather/scatter_add, the output's for
  * index_select) and touch two data operands: a "full" one addressed by every coordinate and an
@@ -7,6 +7,8 @@
  *   index_select  full = out (written), indexed = src (read),  iteration = out shape; the index
  *                 position is the coordinate along dim
  *   scatter_add   full = src (read),    indexed = out (atomic add), iteration = index shape
+ *   scatter       full = src (read),    indexed = out (written),    iteration = index shape;
+ *                 where positions repeat, any one writer wins (PyTorch leaves it unspecified)
  * An index outside [0, size) is not wrapped: the thread records it in the device's error flag
  * (the first one wins) and skips the element; check_async reports it after a synchronisation. */
 #include "kernels/cuda/cuda_common.cuh"
@@ -71,6 +73,22 @@ __global__ void __launch_bounds__(256) vl_ix_copy(vl_ix_geom g) {
       continue;
     }
     *reinterpret_cast<S *>(g.full + of) = *reinterpret_cast<const S *>(g.indexed + oe + idx * g.se_dim);
+  }
+}
+
+/* The copy the other way round: indexed <- full (scatter assign). */
+template <typename S, typename IdxT, bool I32>
+__global__ void __launch_bounds__(256) vl_ix_put(vl_ix_geom g) {
+  const int64_t step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.n; i += step) {
+    int64_t of, oe, oi;
+    vl_ix_offsets<I32>(g, i, of, oe, oi);
+    const int64_t idx = (int64_t) * reinterpret_cast<const IdxT *>(g.index + oi);
+    if (idx < 0 || idx >= g.limit) {
+      vl_ix_flag(g, idx);
+      continue;
+    }
+    *reinterpret_cast<S *>(g.indexed + oe + idx * g.se_dim) = *reinterpret_cast<const S *>(g.full + of);
   }
 }
 
@@ -222,6 +240,7 @@ static vl_status vl_ix_setup(int kind, const vl_index_args *a, vl_cuda_state *st
   return VL_OK;
 }
 
+/* gather and index_select copy indexed -> full; scatter copies full -> indexed. */
 static vl_status vl_ix_copy_run(int kind, const vl_index_args *a) {
   VL_CUDA_ENTER(guard, st, a->ex);
   vl_ix_geom g;
@@ -231,15 +250,27 @@ static vl_status vl_ix_copy_run(int kind, const vl_index_args *a) {
   cudaStream_t stream = (cudaStream_t)a->ex.stream;
   const bool small = g.n < ((int64_t)1 << 31);
   const bool i64 = a->index.dtype == VL_I64;
-  VL_DISPATCH_SIZE(a->out.dtype, S, vl_ix_name(a), {
-    if (i64) {
-      if (small) vl_ix_copy<S, int64_t, true><<<grid, 256, 0, stream>>>(g);
-      else vl_ix_copy<S, int64_t, false><<<grid, 256, 0, stream>>>(g);
-    } else {
-      if (small) vl_ix_copy<S, int32_t, true><<<grid, 256, 0, stream>>>(g);
-      else vl_ix_copy<S, int32_t, false><<<grid, 256, 0, stream>>>(g);
-    }
-  });
+  if (kind == VL_IX_SCATTER) {
+    VL_DISPATCH_SIZE(a->out.dtype, S, vl_ix_name(a), {
+      if (i64) {
+        if (small) vl_ix_put<S, int64_t, true><<<grid, 256, 0, stream>>>(g);
+        else vl_ix_put<S, int64_t, false><<<grid, 256, 0, stream>>>(g);
+      } else {
+        if (small) vl_ix_put<S, int32_t, true><<<grid, 256, 0, stream>>>(g);
+        else vl_ix_put<S, int32_t, false><<<grid, 256, 0, stream>>>(g);
+      }
+    });
+  } else {
+    VL_DISPATCH_SIZE(a->out.dtype, S, vl_ix_name(a), {
+      if (i64) {
+        if (small) vl_ix_copy<S, int64_t, true><<<grid, 256, 0, stream>>>(g);
+        else vl_ix_copy<S, int64_t, false><<<grid, 256, 0, stream>>>(g);
+      } else {
+        if (small) vl_ix_copy<S, int32_t, true><<<grid, 256, 0, stream>>>(g);
+        else vl_ix_copy<S, int32_t, false><<<grid, 256, 0, stream>>>(g);
+      }
+    });
+  }
   VL_LAUNCH_CHECK();
   return VL_OK;
 }
@@ -251,6 +282,8 @@ vl_status vl_cuda_index_select(const vl_index_args *a) {
     return vl_fail(VL_ESHAPE, "%s: index must be 1-D, got %d dims", vl_ix_name(a), a->index.ndim);
   return vl_ix_copy_run(VL_IX_SELECT, a);
 }
+
+vl_status vl_cuda_scatter(const vl_index_args *a) { return vl_ix_copy_run(VL_IX_SCATTER, a); }
 
 vl_status vl_cuda_scatter_add(const vl_index_args *a) {
   VL_CUDA_ENTER(guard, st, a->ex);

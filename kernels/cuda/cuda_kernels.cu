@@ -24,6 +24,7 @@ extern "C" const vl_kernels vl_cuda_kernels = {
     .gemm = vl_cuda_gemm,
     .gather = vl_cuda_gather,
     .scatter_add = vl_cuda_scatter_add,
+    .scatter = vl_cuda_scatter,
     .index_select = vl_cuda_index_select,
     .rand = vl_cuda_rand,
 };

@@ -78,7 +78,15 @@ vl_status vl_ag_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tenso
  * per position, or for rows a shape that broadcasts to them), in place on a contiguous x. */
 vl_status vl_ag_masked_select(vl_tensor *x, vl_tensor *mask, vl_tensor **out);
 vl_status vl_ag_masked_put_(vl_tensor *x, vl_tensor *mask, vl_tensor *src);
-vl_status vl_ag_index_put_(vl_tensor *x, vl_tensor *idx, vl_tensor *src);
+vl_status vl_ag_rows_put_(vl_tensor *x, vl_tensor *idx, vl_tensor *src);
+/* ops_scatter.c: scatter (assign; value form: src from vl_scatter_value_src) and index_put
+ * (runtime/ops/ops.h), recorded: the overwritten positions of self / x get a zero gradient (all of
+ * x's passes with accumulate), src / values get the gradient at the positions they were written to. */
+vl_status vl_ag_scatter(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out);
+vl_status vl_ag_scatter_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
+vl_status vl_ag_index_put(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate,
+                          vl_tensor **out);
+vl_status vl_ag_index_put_(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate);
 vl_status vl_ag_cat(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
 vl_status vl_ag_stack(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
 vl_status vl_ag_split(vl_tensor *t, int64_t split_size, int dim, vl_tensor ***outs, int *n);

@@ -142,7 +142,7 @@ static vl_status rows_of(const char *op, vl_tensor *x, vl_tensor *idx, vl_tensor
   return s;
 }
 
-vl_status vl_ag_index_put_(vl_tensor *x, vl_tensor *idx, vl_tensor *src) {
+vl_status vl_ag_rows_put_(vl_tensor *x, vl_tensor *idx, vl_tensor *src) {
   const char *op = "x[index] = value";
   VL_TRY(vl_check_same_device(op, x, "self", src, "value"));
   vl_tensor *mask = NULL, *pos = NULL;

@@ -188,6 +188,9 @@ typedef struct vl_strided {
  *  scatter_add:  for every position p of index: out[p with p_dim := index[p]] += src[p]
  *                (out is updated in place; CUDA uses atomics, so float sums are not bitwise
  *                reproducible there)
+ *  scatter:      for every position p of index: out[p with p_dim := index[p]] = src[p] (assign,
+ *                in place; where positions repeat the CPU keeps the last in index's row-major
+ *                order, CUDA any one of them, as PyTorch leaves it unspecified)
  *  index_select: index is 1-D; out.size(dim) == index.numel; out[.., i, ..] = src[.., index[i], ..]
  * out and src share a dtype (any). An index outside [0, size) (negatives are NOT wrapped) is an
  * error: the CPU returns VL_EINVAL naming `op`, the index and the size; CUDA records it in the
@@ -249,6 +252,7 @@ typedef struct vl_kernels {
   vl_status (*gemm)(const vl_gemm_args *a);
   vl_status (*gather)(const vl_index_args *a);
   vl_status (*scatter_add)(const vl_index_args *a);
+  vl_status (*scatter)(const vl_index_args *a);
   vl_status (*index_select)(const vl_index_args *a);
   vl_status (*rand)(const vl_rand_args *a);
 } vl_kernels;

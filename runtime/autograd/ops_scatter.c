@@ -1,0 +1,154 @@
+/* runtime/autograd/ops_scatter.c: the recorded scatter (assign) and index_put.
+ *
+ * Both overwrite positions of their input, so its gradient is the output's with those positions
+ * zeroed (they no longer depend on it); the written source gets the output's gradient gathered at
+ * the positions it went to. With accumulate (index_put), the input passes its gradient whole. */
+#include <string.h>
+
+#include "runtime/autograd/formula.h"
+#include "runtime/autograd/ops.h"
+#include "runtime/ops/ops_internal.h"
+
+typedef struct scatter_ctx {
+  int dim;
+} scatter_ctx;
+
+/* g with zeros written at index along dim (the positions a scatter overwrote). */
+static vl_tensor *zero_at(vl_fs *f, vl_tensor *g, int dim, vl_tensor *index) {
+  vl_tensor *r = F_RUN(vl_clone(g, F_OUT));
+  vl_tensor *z = F_RUN(vl_scatter_value_src("scatter", r, index, vl_scalar_float(0), F_OUT));
+  F_DO(vl_scatter_(r, dim, index, z));
+  return r;
+}
+
+/* Inputs: 0 self, 1 src. Saved: index. */
+static vl_status scatter_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
+  vl_tensor *index;
+  VL_TRY(vl_node_saved(n, 0, &index));
+  int dim = VL_AG_CTX(n, scatter_ctx)->dim;
+  VL_FS(f);
+  vl_tensor *gr[2] = {NULL, NULL};
+  if (vl_ag_wants(n, 0)) gr[0] = zero_at(f, go[0], dim, index);
+  if (vl_ag_wants(n, 1)) {
+    vl_tensor *t = F_RUN(vl_gather(go[0], dim, index, F_OUT));
+    int nd;
+    const int64_t *size = vl_ag_in_shape(n, 1, &nd);
+    bool same = t && t->ndim == nd;
+    for (int d = 0; same && d < nd; d++) same = t->size[d] == size[d];
+    gr[1] = t;
+    if (t && !same) { /* index smaller than src: t goes into the leading corner of zeros of src's shape */
+      vl_tensor *z = F_RUN(vl_zeros(nd, size, t->dtype, t->storage->device, F_OUT)), *v = z;
+      for (int d = 0; d < t->ndim; d++) v = F_RUN(vl_narrow(v, d, 0, t->size[d], F_OUT));
+      F_DO(vl_copy_(v, t));
+      gr[1] = z;
+    }
+  }
+  return vl_fs_give(f, n, 2, gr, gi);
+}
+
+static vl_status rec_scatter(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor *y) {
+  vl_tensor *in[2] = {self, src};
+  scatter_ctx c = {dim < 0 ? dim + self->ndim : dim};
+  return VL_AG_RECORD(.name = "ScatterBackward", .backward = scatter_bw, .nin = 2, .in = in, .out = &y,
+                      .save = {index}, VL_AG_CTX_OF(c));
+}
+
+vl_status vl_ag_scatter(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out) {
+  vl_tensor *r;
+  VL_TRY(vl_scatter(self, dim, index, src, &r));
+  return vl_ag_out(rec_scatter(self, dim, index, src, r), r, out);
+}
+
+vl_status vl_ag_scatter_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src) {
+  vl_tensor *in[2] = {self, src};
+  bool rec = vl_dtype_is_float(self->dtype) && vl_ag_needs(2, in);
+  VL_TRY(vl_ag_check_inplace("scatter_", self, rec));
+  VL_TRY(vl_scatter_(self, dim, index, src));
+  return rec ? rec_scatter(self, dim, index, src, self) : VL_OK;
+}
+
+/* ---- index_put ---- */
+
+typedef struct index_put_ctx {
+  int n;        /* indexed leading dims of x */
+  bool accumulate;
+  int vnd;      /* the indexed shape (B then x's trailing dims) */
+  int64_t vsize[VL_MAX_DIMS];
+} index_put_ctx;
+
+/* Inputs: 0 x, 1 values. Saved: lin, the [M] row-major positions over x's first n dims. x's
+ * gradient is g with the written positions zeroed (accumulate: g); values' is g at those positions
+ * in the indexed shape (vl_ag_give sums it over values' broadcast dims). */
+static vl_status index_put_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
+  const index_put_ctx *c = VL_AG_CTX(n, index_put_ctx);
+  vl_tensor *lin, *g = go[0];
+  VL_TRY(vl_node_saved(n, 0, &lin));
+  int64_t p = 1, r = 1, m = vl_tensor_numel(lin);
+  for (int d = 0; d < g->ndim; d++) *(d < c->n ? &p : &r) *= g->size[d];
+  int64_t pr[2] = {p, r};
+  VL_FS(f);
+  vl_tensor *gr[2] = {NULL, NULL};
+  vl_tensor *gc = F_RUN(vl_contiguous(g, F_OUT));
+  vl_tensor *g2 = F_RUN(vl_view(gc, 2, pr, F_OUT));
+  if (vl_ag_wants(n, 0)) {
+    if (c->accumulate || m == 0 || r == 0) {
+      gr[0] = g;
+    } else {
+      vl_tensor *x = F_RUN(vl_clone(g, F_OUT));
+      vl_tensor *x2 = F_RUN(vl_view(x, 2, pr, F_OUT));
+      int64_t m1[2] = {m, 1}, mr[2] = {m, r};
+      vl_tensor *l2 = F_RUN(vl_view(lin, 2, m1, F_OUT));
+      vl_tensor *ix = F_RUN(vl_expand(l2, 2, mr, F_OUT));
+      vl_tensor *z = F_RUN(vl_scatter_value_src("index_put", x2, ix, vl_scalar_float(0), F_OUT));
+      F_DO(vl_scatter_(x2, 0, ix, z));
+      gr[0] = x;
+    }
+  }
+  if (vl_ag_wants(n, 1)) {
+    vl_tensor *sel = F_RUN(vl_index_select(g2, 0, lin, F_OUT));
+    vl_tensor *v = F_RUN(vl_reshape(sel, c->vnd, c->vsize, F_OUT));
+    gr[1] = v;
+  }
+  return vl_fs_give(f, n, 2, gr, gi);
+}
+
+static vl_status rec_index_put(vl_tensor *x, vl_tensor *values, vl_tensor *lin, const index_put_ctx *c, vl_tensor *y) {
+  vl_tensor *in[2] = {x, values};
+  return VL_AG_RECORD(.name = "IndexPutBackward", .backward = index_put_bw, .nin = 2, .in = in, .out = &y,
+                      .save = {lin}, .ctx = c, .ctx_size = sizeof *c);
+}
+
+static vl_status index_put_any(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate,
+                               vl_tensor **out) {
+  const char *op = out ? "index_put" : "index_put_";
+  vl_tensor *in[2] = {x, values};
+  bool rec = vl_dtype_is_float(x->dtype) && vl_ag_needs(2, in);
+  if (!out) {
+    VL_TRY(vl_ag_check_inplace(op, x, rec));
+    VL_TRY(vl_check_writable(op, x));
+  }
+  index_put_ctx c;
+  memset(&c, 0, sizeof c);
+  c.n = n;
+  c.accumulate = accumulate;
+  vl_tensor *lin = NULL, *y = NULL;
+  VL_TRY(vl_index_put_plan(op, x, n, indices, values, &c.vnd, c.vsize, &lin));
+  vl_status s = out ? vl_clone(x, &y) : (y = vl_tensor_retain(x), VL_OK);
+  if (s == VL_OK) s = vl_index_put_lin_(op, y, n, lin, values, c.vnd, c.vsize, accumulate);
+  if (s == VL_OK && rec) s = rec_index_put(x, values, lin, &c, y);
+  vl_tensor_release(lin);
+  if (!out) {
+    vl_tensor_release(y);
+    return s;
+  }
+  return vl_ag_out(s, y, out);
+}
+
+vl_status vl_ag_index_put(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate,
+                          vl_tensor **out) {
+  return index_put_any(x, n, indices, values, accumulate, out);
+}
+
+vl_status vl_ag_index_put_(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate) {
+  return index_put_any(x, n, indices, values, accumulate, NULL);
+}
