@@ -125,6 +125,9 @@
 #define VL_TENSOR_OPS_INDEX(X) \
   X("gather", 1)                \
   X("scatter_add", 1)           \
+  X("scatter", 1)               \
+  X("index_put", 1)             \
+  X("one_hot", 0)               \
   X("index_select", 1)          \
   X("masked_fill", 1)           \
   X("masked_select", 1)         \
