@@ -111,6 +111,18 @@ local ENTRIES = {
   { 'Tensor:gelu', 'aproximate', function(with) return x34():gelu(with {}) end },
   { 'Tensor:var', 'corection', function(with) return x34():var(with {}) end },
   { 'Tensor:std', 'corection', function(with) return x34():std(with {}) end },
+  { 'Tensor:scatter', 'reduc', function(with)
+    return x34():scatter(2, v100.tensor({ { 0 } }, { dtype = 'i64' }), 1, with {})
+  end },
+  { 'Tensor:scatter_', 'reduc', function(with)
+    return x34():scatter_(2, v100.tensor({ { 0 } }, { dtype = 'i64' }), 1, with {})
+  end },
+  { 'Tensor:index_put', 'acumulate', function(with)
+    return x34():index_put({ v100.tensor({ 0 }, { dtype = 'i64' }) }, 1, with {})
+  end },
+  { 'Tensor:index_put_', 'acumulate', function(with)
+    return x34():index_put_({ v100.tensor({ 0 }, { dtype = 'i64' }) }, 1, with {})
+  end },
   { 'Tensor:backward', 'retain_grpah', function(with)
     local a = v100.ones({ 2 }, { requires_grad = true })
     return (a * 2):sum():backward(nil, with {})
@@ -329,7 +341,7 @@ local NO_OPTIONS = {
   graph = { 'capturing', 'on_replay' },
   log = { 'Meter', 'format_eta', 'reduce', 'topk_correct' },
   memplan = { 'format', 'measure', 'static' },
-  ['nn.F'] = { 'adaptive_avg_pool2d', 'dropout', 'layer_norm', 'linear', 'log_softmax', 'relu', 'sigmoid', 'softmax', 'tanh' },
+  ['nn.F'] = { 'adaptive_avg_pool2d', 'dropout', 'layer_norm', 'linear', 'log_softmax', 'one_hot', 'relu', 'sigmoid', 'softmax', 'tanh' },
   nvtx = { 'enable', 'enabled', 'mark', 'pop', 'push', 'range', 'scope_enter', 'scope_leave', 'stats' },
   bert_data = { 'open', 'vocab_crc' },
   -- telemetry.from_options reads its fields from a recipe's whole parsed command line
