@@ -74,11 +74,26 @@ vl_status vl_ag_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tenso
 vl_status vl_ag_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
 vl_status vl_ag_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
 /* ops_index.c, Lua's x[...] forms that are no single op: x[mask] (the selected elements, 1-D, in
- * row-major order); x[mask] = v and x[idx] = v (rows along dim 1, each once; v one element, one
- * per position, or for rows a shape that broadcasts to them), in place on a contiguous x. */
+ * row-major order); x[mask] = v and x[idx] = v (rows along dim 1, 0-based, negative from the end;
+ * v broadcast to the selected elements / rows, or one value per element in row-major order), the
+ * recorded index_put_ on x of any strides. */
 vl_status vl_ag_masked_select(vl_tensor *x, vl_tensor *mask, vl_tensor **out);
 vl_status vl_ag_masked_put_(vl_tensor *x, vl_tensor *mask, vl_tensor *src);
 vl_status vl_ag_rows_put_(vl_tensor *x, vl_tensor *idx, vl_tensor *src);
+/* x[i] = v and x[{...}] = v: the slice as the steps that make its view from x, in order (a select
+ * drops its dim; each step's dim counts in the view made so far); src a tensor (broadcast and
+ * converted as copy_) or, when NULL, the number `value`. Recorded on x (CopySlices) when x or src
+ * requires grad; a leaf that requires grad refuses it, as every in-place op. */
+typedef struct vl_slice_step {
+  int dim;
+  bool select;      /* select(dim, start), else narrow(dim, start, len) */
+  int64_t start, len;
+} vl_slice_step;
+typedef struct vl_slice {
+  int n;
+  vl_slice_step step[VL_MAX_DIMS];
+} vl_slice;
+vl_status vl_ag_slice_write_(vl_tensor *x, const vl_slice *sl, vl_tensor *src, vl_scalar value);
 /* ops_scatter.c: scatter (assign; value form: src from vl_scatter_value_src) and index_put
  * (runtime/ops/ops.h), recorded: the overwritten positions of self / x get a zero gradient (all of
  * x's passes with accumulate), src / values get the gradient at the positions they were written to. */
@@ -87,6 +102,9 @@ vl_status vl_ag_scatter_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *
 vl_status vl_ag_index_put(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate,
                           vl_tensor **out);
 vl_status vl_ag_index_put_(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate);
+/* index_put_ whose messages name `op` (x[mask] = value, x[index] = value). */
+vl_status vl_ag_index_put_as_(const char *op, vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values,
+                              bool accumulate);
 vl_status vl_ag_cat(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
 vl_status vl_ag_stack(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
 vl_status vl_ag_split(vl_tensor *t, int64_t split_size, int dim, vl_tensor ***outs, int *n);

@@ -118,9 +118,8 @@ static vl_status rec_index_put(vl_tensor *x, vl_tensor *values, vl_tensor *lin, 
                       .save = {lin}, .ctx = c, .ctx_size = sizeof *c);
 }
 
-static vl_status index_put_any(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate,
-                               vl_tensor **out) {
-  const char *op = out ? "index_put" : "index_put_";
+static vl_status index_put_any(const char *op, vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values,
+                               bool accumulate, vl_tensor **out) {
   vl_tensor *in[2] = {x, values};
   bool rec = vl_dtype_is_float(x->dtype) && vl_ag_needs(2, in);
   if (!out) {
@@ -146,9 +145,14 @@ static vl_status index_put_any(vl_tensor *x, int n, vl_tensor *const *indices, v
 
 vl_status vl_ag_index_put(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate,
                           vl_tensor **out) {
-  return index_put_any(x, n, indices, values, accumulate, out);
+  return index_put_any("index_put", x, n, indices, values, accumulate, out);
 }
 
 vl_status vl_ag_index_put_(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate) {
-  return index_put_any(x, n, indices, values, accumulate, NULL);
+  return index_put_any("index_put_", x, n, indices, values, accumulate, NULL);
+}
+
+vl_status vl_ag_index_put_as_(const char *op, vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values,
+                              bool accumulate) {
+  return index_put_any(op, x, n, indices, values, accumulate, NULL);
 }
