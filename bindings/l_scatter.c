@@ -1,6 +1,8 @@
 /* bindings/l_scatter.c: the index writes of docs/LUA_API.md "Scatter, index_put and one_hot":
  *   t:scatter(dim, index, src_or_value[, {reduce = nil | 'add'}]), t:scatter_(...)
  *   t:index_put(indices, values[, {accumulate = false}]), t:index_put_(...)
+ *   t:index_add(dim, index, src), t:index_copy(dim, index, src), t:index_fill(dim, index, value)
+ *   and their in-place forms with a trailing _
  *   t:one_hot([num_classes = -1])
  * Dims 1-based (negative from the end); index values 0-based, as PyTorch. Only translation here:
  * every check is in runtime/ops/index.c and runtime/ops/scatter.c. */
@@ -117,6 +119,31 @@ static int index_put(lua_State *L, bool inplace) {
 static int t_index_put(lua_State *L) { return index_put(L, false); }
 static int t_index_put_(lua_State *L) { return index_put(L, true); }
 
+/* (self, dim, index, src or value): kind's op, in place (returns self) or not. */
+static int index_write(lua_State *L, vl_index_write kind, bool inplace) {
+  vl_tensor *a = vl_lua_checktensor(L, 1);
+  int d = l_checkdim(L, 2);
+  vl_tensor *index = vl_lua_checktensor(L, 3);
+  vl_tensor *src = NULL;
+  vl_scalar value = vl_scalar_int(0);
+  if (kind == VL_INDEX_FILL) {
+    if (!l_isscalar(L, 4)) luaL_error(L, "index_fill: the value must be a number, not a %s", luaL_typename(L, 4));
+    value = l_toscalarv(L, 4);
+  } else {
+    src = vl_lua_checktensor(L, 4);
+  }
+  if (inplace) return self_or_error(L, vl_ag_index_write(kind, a, d, index, src, value, true, NULL));
+  vl_tensor **slot = l_slot(L);
+  return l_done(L, vl_ag_index_write(kind, a, d, index, src, value, false, slot));
+}
+
+static int t_index_add(lua_State *L) { return index_write(L, VL_INDEX_ADD, false); }
+static int t_index_add_(lua_State *L) { return index_write(L, VL_INDEX_ADD, true); }
+static int t_index_copy(lua_State *L) { return index_write(L, VL_INDEX_COPY, false); }
+static int t_index_copy_(lua_State *L) { return index_write(L, VL_INDEX_COPY, true); }
+static int t_index_fill(lua_State *L) { return index_write(L, VL_INDEX_FILL, false); }
+static int t_index_fill_(lua_State *L) { return index_write(L, VL_INDEX_FILL, true); }
+
 static int t_one_hot(lua_State *L) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
   lua_Integer n = luaL_optinteger(L, 2, -1);
@@ -129,6 +156,12 @@ const luaL_Reg l_scatter_methods[] = {
     {"scatter_", t_scatter_},
     {"index_put", t_index_put},
     {"index_put_", t_index_put_},
+    {"index_add", t_index_add},
+    {"index_add_", t_index_add_},
+    {"index_copy", t_index_copy},
+    {"index_copy_", t_index_copy_},
+    {"index_fill", t_index_fill},
+    {"index_fill_", t_index_fill_},
     {"one_hot", t_one_hot},
     {NULL, NULL},
 };

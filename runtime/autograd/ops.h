@@ -102,6 +102,15 @@ vl_status vl_ag_scatter_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *
 vl_status vl_ag_index_put(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate,
                           vl_tensor **out);
 vl_status vl_ag_index_put_(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate);
+/* index_add / index_copy / index_fill (PyTorch's, no alpha): along dim, the 1-D index's i-th
+ * value (0-based, not wrapped) names where slice i of src goes (added, copied) or where `value`
+ * goes (fill: src NULL). src has self's shape with the index's length in dim. A scatter of the
+ * index expanded over src, recorded as one: add passes self's gradient whole, copy and fill zero
+ * it at the written positions; src gets the gradient gathered there. inplace: self is written
+ * (out unused), else *out is a new tensor. */
+typedef enum vl_index_write { VL_INDEX_ADD = 0, VL_INDEX_COPY, VL_INDEX_FILL } vl_index_write;
+vl_status vl_ag_index_write(vl_index_write kind, vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src,
+                            vl_scalar value, bool inplace, vl_tensor **out);
 /* index_put_ whose messages name `op` (x[mask] = value, x[index] = value). */
 vl_status vl_ag_index_put_as_(const char *op, vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values,
                               bool accumulate);

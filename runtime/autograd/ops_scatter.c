@@ -11,6 +11,7 @@
 
 typedef struct scatter_ctx {
   int dim;
+  bool add; /* the positions were added to: self's gradient passes whole */
 } scatter_ctx;
 
 /* g with zeros written at index along dim (the positions a scatter overwrote). */
@@ -28,7 +29,7 @@ static vl_status scatter_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   int dim = VL_AG_CTX(n, scatter_ctx)->dim;
   VL_FS(f);
   vl_tensor *gr[2] = {NULL, NULL};
-  if (vl_ag_wants(n, 0)) gr[0] = zero_at(f, go[0], dim, index);
+  if (vl_ag_wants(n, 0)) gr[0] = VL_AG_CTX(n, scatter_ctx)->add ? go[0] : zero_at(f, go[0], dim, index);
   if (vl_ag_wants(n, 1)) {
     vl_tensor *t = F_RUN(vl_gather(go[0], dim, index, F_OUT));
     int nd;
@@ -48,7 +49,7 @@ static vl_status scatter_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 
 static vl_status rec_scatter(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor *y) {
   vl_tensor *in[2] = {self, src};
-  scatter_ctx c = {dim < 0 ? dim + self->ndim : dim};
+  scatter_ctx c = {dim < 0 ? dim + self->ndim : dim, false};
   return VL_AG_RECORD(.name = "ScatterBackward", .backward = scatter_bw, .nin = 2, .in = in, .out = &y,
                       .save = {index}, VL_AG_CTX_OF(c));
 }
@@ -155,4 +156,59 @@ vl_status vl_ag_index_put_(vl_tensor *x, int n, vl_tensor *const *indices, vl_te
 vl_status vl_ag_index_put_as_(const char *op, vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values,
                               bool accumulate) {
   return index_put_any(op, x, n, indices, values, accumulate, NULL);
+}
+
+/* ---- index_add / index_copy / index_fill: scatters along dim of a 1-D index ---- */
+
+static const char *const index_names[][2] = {{"index_add", "index_add_"}, {"index_copy", "index_copy_"},
+                                             {"index_fill", "index_fill_"}};
+static const char *const index_nodes[] = {"IndexAddBackward", "IndexCopyBackward", "IndexFillBackward"};
+
+vl_status vl_ag_index_write(vl_index_write kind, vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src,
+                            vl_scalar value, bool inplace, vl_tensor **out) {
+  const char *op = index_names[kind][inplace];
+  char d1[VL_DESC_LEN], d2[VL_DESC_LEN], d3[VL_DESC_LEN];
+  int d;
+  if (self->ndim == 0)
+    return vl_fail(VL_ESHAPE, "%s: self is 0-dim (%s): view it as a 1-element tensor first", op,
+                   vl_tensor_desc(self, d1, sizeof d1));
+  VL_TRY(vl_wrap_dim(op, dim, self->ndim, &d));
+  VL_TRY(vl_check_same_device(op, self, "self", index, "index"));
+  if ((index->dtype != VL_I64 && index->dtype != VL_I32) || index->ndim > 1)
+    return vl_fail(index->ndim > 1 ? VL_ESHAPE : VL_EDTYPE, "%s: index must be a 1-D i64 or i32 tensor (self %s, index %s)",
+                   op, vl_tensor_desc(self, d1, sizeof d1), vl_tensor_desc(index, d2, sizeof d2));
+  int64_t k = vl_tensor_numel(index);
+  int nd = self->ndim;
+  int64_t shape[VL_MAX_DIMS], ones[VL_MAX_DIMS]; /* src's shape; the index viewed along d */
+  for (int i = 0; i < nd; i++) shape[i] = self->size[i], ones[i] = 1;
+  shape[d] = ones[d] = k;
+  if (src) {
+    VL_TRY(vl_check_same_device(op, self, "self", src, "source"));
+    bool fits = src->ndim == nd;
+    for (int i = 0; fits && i < nd; i++) fits = src->size[i] == shape[i];
+    if (!fits)
+      return vl_fail(VL_ESHAPE, "%s: source must have self's shape with %lld (the index's length) in dim %d (self %s, "
+                     "index %s, source %s)", op, (long long)k, d + 1, vl_tensor_desc(self, d1, sizeof d1),
+                     vl_tensor_desc(index, d2, sizeof d2), vl_tensor_desc(src, d3, sizeof d3));
+    if (src->dtype != self->dtype)
+      return vl_fail(VL_EDTYPE, "%s: source dtype %s differs from self dtype %s (self %s, source %s)", op,
+                     vl_dtype_name(src->dtype), vl_dtype_name(self->dtype), vl_tensor_desc(self, d1, sizeof d1),
+                     vl_tensor_desc(src, d3, sizeof d3));
+  }
+  vl_tensor *in[2] = {self, src};
+  bool rec = vl_dtype_is_float(self->dtype) && vl_ag_needs(src ? 2 : 1, in);
+  if (inplace) VL_TRY(vl_ag_check_inplace(op, self, rec));
+  VL_FS(f);
+  vl_tensor *iv = F_RUN(vl_view(index, nd, ones, F_OUT)); /* index along d, expanded over src */
+  vl_tensor *ix = F_RUN(vl_expand(iv, nd, shape, F_OUT));
+  vl_tensor *sv = src ? src : F_RUN(vl_scatter_value_src(op, self, ix, value, F_OUT));
+  vl_tensor *y = inplace ? self : F_RUN(vl_clone(self, F_OUT));
+  F_DO(vl_scatter_into_(op, y, d, ix, sv, kind == VL_INDEX_ADD));
+  if (rec && f->s == VL_OK) {
+    scatter_ctx c = {d, kind == VL_INDEX_ADD};
+    f->s = VL_AG_RECORD(.name = index_nodes[kind], .backward = scatter_bw, .nin = 2, .in = in, .out = &y,
+                        .save = {ix}, VL_AG_CTX_OF(c));
+  }
+  if (inplace) return vl_fs_close(f);
+  return vl_fs_end(f, y, out);
 }

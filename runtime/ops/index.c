@@ -114,19 +114,23 @@ vl_status vl_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *
   return VL_OK;
 }
 
-vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src) {
+vl_status vl_scatter_into_(const char *op, vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, bool add) {
   int d;
-  VL_TRY(scatter_check("scatter_add_", self, dim, index, src, &d));
-  VL_TRY(vl_check_writable("scatter_add_", self));
+  VL_TRY(scatter_check(op, self, dim, index, src, &d));
+  VL_TRY(vl_check_writable(op, self));
   /* Reads of src/index must not see the updates: copy them when they share self's memory. */
   vl_tensor *us = NULL, *ui = NULL;
+  const vl_kernels *k = vl_backend_of(self->storage->device)->ops;
   vl_status s = vl_tensor_numel(index) ? vl_unalias(self, src, &us) : VL_OK;
   if (s == VL_OK && us) s = vl_unalias(self, index, &ui);
-  if (s == VL_OK && ui)
-    s = run_index("scatter_add_", vl_backend_of(self->storage->device)->ops->scatter_add, self, us, ui, d);
+  if (s == VL_OK && ui) s = run_index(op, add ? k->scatter_add : k->scatter, self, us, ui, d);
   vl_tensor_release(us);
   vl_tensor_release(ui);
   return bumped(self, s);
+}
+
+vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src) {
+  return vl_scatter_into_("scatter_add_", self, dim, index, src, true);
 }
 
 /* scatter (assign): as scatter_add with the kernel that writes instead of adding. */
@@ -145,16 +149,7 @@ vl_status vl_scatter(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src,
 }
 
 vl_status vl_scatter_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src) {
-  int d;
-  VL_TRY(scatter_check("scatter_", self, dim, index, src, &d));
-  VL_TRY(vl_check_writable("scatter_", self));
-  vl_tensor *us = NULL, *ui = NULL;
-  vl_status s = vl_tensor_numel(index) ? vl_unalias(self, src, &us) : VL_OK;
-  if (s == VL_OK && us) s = vl_unalias(self, index, &ui);
-  if (s == VL_OK && ui) s = run_index("scatter_", vl_backend_of(self->storage->device)->ops->scatter, self, us, ui, d);
-  vl_tensor_release(us);
-  vl_tensor_release(ui);
-  return bumped(self, s);
+  return vl_scatter_into_("scatter_", self, dim, index, src, false);
 }
 
 vl_status vl_scatter_value_src(const char *op, vl_tensor *self, vl_tensor *index, vl_scalar value, vl_tensor **out) {

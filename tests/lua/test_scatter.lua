@@ -186,6 +186,50 @@ T.test('index_put: errors name the op and what was wrong', function()
   T.raises(function() leaf:index_put_({ i64{ 0 } }, 1) end, 'a leaf tensor that requires grad is used in an in-place operation (index_put_')
 end)
 
+T.test('index_add, index_copy, index_fill: PyTorch documentation examples', function()
+  local x = v100.ones({ 5, 3 }, { dtype = 'f64' })
+  local t = v100.arange(1, 10, { dtype = 'f64' }):view{ 3, 3 }
+  local index = i64{ 0, 4, 2 }
+  T.tensor_eq(x:index_add(1, index, t), f64{ { 2, 3, 4 }, { 1, 1, 1 }, { 8, 9, 10 }, { 1, 1, 1 }, { 5, 6, 7 } })
+  T.tensor_eq(v100.zeros({ 5, 3 }, { dtype = 'f64' }):index_copy(1, index, t),
+    f64{ { 1, 2, 3 }, { 0, 0, 0 }, { 7, 8, 9 }, { 0, 0, 0 }, { 4, 5, 6 } })
+  T.tensor_eq(t:index_fill(2, i64{ 0, 2 }, -1), f64{ { -1, 2, -1 }, { -1, 5, -1 }, { -1, 8, -1 } })
+  T.tensor_eq(x:index_add(1, i64{ 1, 1 }, f64{ { 1, 2, 3 }, { 4, 5, 6 } }), f64{ { 1, 1, 1 }, { 6, 8, 10 }, { 1, 1, 1 }, { 1, 1, 1 }, { 1, 1, 1 } },
+    'repeats add up')
+  local y = v100.zeros({ 2, 2 }, { dtype = 'i64' })
+  T.ok(y:index_fill_(-1, v100.tensor({ 1 }, { dtype = 'i32' }), 4) == y, 'index_fill_ returns self')
+  T.tensor_eq(y, i64{ { 0, 4 }, { 0, 4 } })
+  y:index_add_(1, i64{ 0 }, i64{ { 1, 1 } })
+  y:index_copy_(2, i64{ 0 }, i64{ { 9 }, { 8 } })
+  T.tensor_eq(y, i64{ { 9, 5 }, { 8, 4 } })
+end)
+
+T.test('index_add, index_copy, index_fill: gradients and errors', function()
+  local w = v100.arange(1, 7, { dtype = 'f64' }):view{ 3, 2 }
+  local x = v100.zeros({ 3, 2 }, { dtype = 'f64', requires_grad = true })
+  local s = v100.zeros({ 2, 2 }, { dtype = 'f64', requires_grad = true })
+  ;(x:index_copy(1, i64{ 2, 0 }, s) * w):sum():backward()
+  T.tensor_eq(x.grad, f64{ { 0, 0 }, { 3, 4 }, { 0, 0 } })
+  T.tensor_eq(s.grad, f64{ { 5, 6 }, { 1, 2 } })
+  x.grad, s.grad = nil, nil
+  ;(x:index_add(1, i64{ 2, 2 }, s) * w):sum():backward()
+  T.tensor_eq(x.grad, w)
+  T.tensor_eq(s.grad, f64{ { 5, 6 }, { 5, 6 } })
+  x.grad = nil
+  ;(x:index_fill(2, i64{ 1 }, 3) * w):sum():backward()
+  T.tensor_eq(x.grad, f64{ { 1, 0 }, { 3, 0 }, { 5, 0 } })
+  local m = v100.zeros({ 3, 2 })
+  T.raises(function() m:index_add(1, i64{ 3 }, v100.ones({ 1, 2 })) end, 'index_add: index 3 is out of bounds for dim 1 with size 3')
+  T.raises(function() m:index_copy_(2, i64{ -1 }, v100.ones({ 3, 1 })) end, 'index_copy_: index -1 is out of bounds')
+  T.raises(function() m:index_add(1, i64{ 0, 1 }, v100.ones({ 3, 2 })) end,
+    'index_add: source must have self\'s shape with 2 (the index\'s length) in dim 1')
+  T.raises(function() m:index_copy(1, i64{ 0 }, v100.ones({ 1, 2 }, { dtype = 'f64' })) end, 'index_copy: source dtype f64 differs from self dtype f32')
+  T.raises(function() m:index_fill(1, i64{ { 0 } }, 1) end, 'index_fill: index must be a 1-D i64 or i32 tensor')
+  T.raises(function() m:index_fill(3, i64{ 0 }, 1) end, 'index_fill')
+  T.raises(function() m:index_fill(1, i64{ 0 }, 'a') end, 'index_fill: the value must be a number')
+  T.raises(function() v100.zeros({ 2 }, { requires_grad = true }):index_fill_(1, i64{ 0 }, 1) end, 'in-place operation (index_fill_')
+end)
+
 T.test('one_hot: i64 classes to an i64 [..., num_classes] tensor', function()
   T.tensor_eq(i64{ 0, 2, 1 }:one_hot(), i64{ { 1, 0, 0 }, { 0, 0, 1 }, { 0, 1, 0 } }, 'num_classes from max + 1')
   T.tensor_eq(i64{ { 0, 2 }, { 1, 3 } }:one_hot(5),

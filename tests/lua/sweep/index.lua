@@ -150,6 +150,67 @@ R[#R + 1] = {
 }
 
 R[#R + 1] = {
+  name = 'index_add', dtypes = ALL,
+  cases = function(S, dt)
+    local c = {}
+    for _, l in ipairs(S.layouts({ 6, 5 }, dt)) do
+      c[#c + 1] = { l[1] .. ' dim 1 repeated', l[2], 1, idx(S, { 9 }, 6), S.rand({ 9, 5 }, dt) }
+      c[#c + 1] = { l[1] .. ' source', S.rand({ 6, 7 }, dt), 2, idx(S, { 5 }, 7), l[2] }
+    end
+    c[#c + 1] = { 'empty index', S.rand({ 4, 3 }, dt), 1, v100.zeros({ 0 }, { dtype = 'i64' }), S.rand({ 0, 3 }, dt) }
+    c[#c + 1] = { '3-d i32 index', S.rand({ 2, 4, 3 }, dt), -1, S.rand({ 2 }, 'i32', 0, 2), S.rand({ 2, 4, 2 }, dt) }
+    return c
+  end,
+  call = function(x, d, i, s) return x:index_add(d, i, s) end,
+  grads = function(S)
+    local i = v100.tensor({ 2, 0, 2 }, { dtype = 'i64' })
+    return {
+      { 'repeated', function(x, s) return x:index_add(1, i, s) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 3, 2 }, 'f64') },
+      { 'in place', function(x, s) return (x * 1):index_add_(2, i, s) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 3 }, 'f64') },
+    }
+  end,
+}
+
+R[#R + 1] = {
+  name = 'index_copy', dtypes = ALL, exact = true,
+  cases = function(S, dt)
+    local c = {}
+    for _, l in ipairs(S.layouts({ 6, 5 }, dt)) do
+      c[#c + 1] = { l[1] .. ' dim 1', l[2], 1, distinct({ 4 }, 1, 6), S.rand({ 4, 5 }, dt) }
+      c[#c + 1] = { l[1] .. ' source', S.rand({ 6, 7 }, dt), 2, distinct({ 5 }, 1, 7), l[2] }
+    end
+    c[#c + 1] = { 'empty index', S.rand({ 4, 3 }, dt), 2, v100.zeros({ 0 }, { dtype = 'i64' }), S.rand({ 4, 0 }, dt) }
+    return c
+  end,
+  call = function(x, d, i, s) return x:index_copy(d, i, s) end,
+  grads = function(S)
+    local i = v100.tensor({ 2, 0 }, { dtype = 'i64' })
+    return {
+      { 'rows', function(x, s) return x:index_copy(1, i, s) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 2, 2 }, 'f64') },
+      { 'in place', function(x, s) return (x * 1):index_copy_(-1, i, s) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 2 }, 'f64') },
+    }
+  end,
+}
+
+R[#R + 1] = {
+  name = 'index_fill', dtypes = ALL, exact = true,
+  cases = function(S, dt)
+    local c = {}
+    for _, l in ipairs(S.layouts({ 6, 5 }, dt)) do
+      c[#c + 1] = { l[1] .. ' dim 1 repeated', l[2], 1, idx(S, { 4 }, 6), -3 }
+      c[#c + 1] = { l[1] .. ' dim 2', l[2], 2, idx(S, { 2 }, 5), 7 }
+    end
+    c[#c + 1] = { 'empty index', S.rand({ 4, 3 }, dt), 1, v100.zeros({ 0 }, { dtype = 'i64' }), 1 }
+    return c
+  end,
+  call = function(x, d, i, v) return x:index_fill(d, i, v) end,
+  grads = function(S)
+    local i = v100.tensor({ 1, 1 }, { dtype = 'i64' })
+    return { { 'repeated', function(x) return x:index_fill(2, i, 0.5) end, S.rand({ 2, 3 }, 'f64') } }
+  end,
+}
+
+R[#R + 1] = {
   name = 'index_select', dtypes = ALL, exact = true,
   cases = function(S, dt)
     local c = {}
