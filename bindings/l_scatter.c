@@ -1,5 +1,5 @@
 /* bindings/l_scatter.c: the index writes of docs/LUA_API.md "Scatter, index_put and one_hot":
- *   t:scatter(dim, index, src_or_value[, {reduce = nil | 'add'}]), t:scatter_(...)
+ *   t:scatter(dim, index, src_or_value[, {reduce = nil | 'add' | 'multiply'}]), t:scatter_(...)
  *   t:index_put(indices, values[, {accumulate = false}]), t:index_put_(...)
  *   t:index_add(dim, index, src), t:index_copy(dim, index, src), t:index_fill(dim, index, value)
  *   and their in-place forms with a trailing _
@@ -21,22 +21,23 @@ static int self_or_error(lua_State *L, vl_status s) {
   return 1;
 }
 
-/* reduce = nil (assign) or 'add'; raises on anything else, naming fn. */
-static bool opt_reduce_add(lua_State *L, int opts, const char *fn) {
+/* reduce = nil (assign), 'add' or 'multiply'; raises on anything else, naming fn. */
+static vl_scatter_mode opt_reduce(lua_State *L, int opts, const char *fn) {
   static const char *const known[] = {"reduce", NULL};
   l_check_opts(L, opts, fn, known);
-  if (lua_isnoneornil(L, opts)) return false;
+  if (lua_isnoneornil(L, opts)) return VL_SCATTER_SET;
   lua_getfield(L, opts, "reduce");
-  bool add = false;
+  vl_scatter_mode m = VL_SCATTER_SET;
   if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "%s: reduce must be nil, 'add' or 'multiply', got a %s", fn, luaL_typename(L, -1));
     const char *r = lua_tostring(L, -1);
-    if (!r || lua_type(L, -1) != LUA_TSTRING)
-      luaL_error(L, "%s: reduce must be nil or 'add', got a %s", fn, luaL_typename(L, -1));
-    if (strcmp(r, "add") != 0) luaL_error(L, "%s: reduce must be nil or 'add', got '%s'", fn, r);
-    add = true;
+    if (strcmp(r, "add") == 0) m = VL_SCATTER_ADD;
+    else if (strcmp(r, "multiply") == 0) m = VL_SCATTER_MUL;
+    else luaL_error(L, "%s: reduce must be nil, 'add' or 'multiply', got '%s'", fn, r);
   }
   lua_pop(L, 1);
-  return add;
+  return m;
 }
 
 /* (self, dim, index, src_or_value[, opts]): src at 4 is a tensor, or a number made into a tensor
@@ -55,19 +56,21 @@ static int t_scatter(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
   int d = l_checkdim(L, 2);
   vl_tensor *index = vl_lua_checktensor(L, 3);
-  bool add = opt_reduce_add(L, 5, "scatter");
+  vl_scatter_mode m = opt_reduce(L, 5, "scatter");
   vl_tensor *src = scatter_src(L, "scatter", a, index);
   vl_tensor **slot = l_slot(L);
-  return l_done(L, add ? vl_ag_scatter_add(a, d, index, src, slot) : vl_ag_scatter(a, d, index, src, slot));
+  if (m == VL_SCATTER_MUL) return l_done(L, vl_ag_scatter_mul(a, d, index, src, false, slot));
+  return l_done(L, m == VL_SCATTER_ADD ? vl_ag_scatter_add(a, d, index, src, slot) : vl_ag_scatter(a, d, index, src, slot));
 }
 
 static int t_scatter_(lua_State *L) {
   vl_tensor *a = vl_lua_checktensor(L, 1);
   int d = l_checkdim(L, 2);
   vl_tensor *index = vl_lua_checktensor(L, 3);
-  bool add = opt_reduce_add(L, 5, "scatter_");
+  vl_scatter_mode m = opt_reduce(L, 5, "scatter_");
   vl_tensor *src = scatter_src(L, "scatter_", a, index);
-  return self_or_error(L, add ? vl_ag_scatter_add_(a, d, index, src) : vl_ag_scatter_(a, d, index, src));
+  if (m == VL_SCATTER_MUL) return self_or_error(L, vl_ag_scatter_mul(a, d, index, src, true, NULL));
+  return self_or_error(L, m == VL_SCATTER_ADD ? vl_ag_scatter_add_(a, d, index, src) : vl_ag_scatter_(a, d, index, src));
 }
 
 /* (self, indices, values[, {accumulate}]): indices a tensor or a list of tensors (borrowed: the

@@ -84,9 +84,9 @@ vl_status vl_cpu_gather(const vl_index_args *a) {
   return VL_OK;
 }
 
-/* out[p with p_dim := index[p]] += src[p], in the out dtype (floats through double, rounded
- * once per update; integers wrap; bool is a logical or). */
-vl_status vl_cpu_scatter_add(const vl_index_args *a) {
+/* out[p with p_dim := index[p]] += src[p] (mul: *=), in the out dtype (floats through double,
+ * rounded once per update; integers wrap; bool is a logical or, for mul an and). */
+static vl_status scatter_reduce(const vl_index_args *a, bool mul) {
   int dim = a->dim;
   VL_TRY(check_indices(a, &a->index, dim_size(&a->out, dim)));
   const vl_strided *ix = &a->index;
@@ -103,14 +103,20 @@ vl_status vl_cpu_scatter_add(const vl_index_args *a) {
     int64_t j = load_index(ix->data + off[0] * (int64_t)ei, ix->dtype);
     char *o = a->out.data + (off[1] + j * od) * (int64_t)eo;
     const char *s = a->src.data + off[2] * (int64_t)es;
-    if (is_int)
-      vl_cpu_st_i64(o, dt, (int64_t)((uint64_t)vl_cpu_ld_i64(o, dt) + (uint64_t)vl_cpu_ld_i64(s, dts)));
-    else
-      vl_cpu_st_f64(o, dt, vl_cpu_ld_f64(o, dt) + vl_cpu_ld_f64(s, dts));
+    if (is_int) {
+      uint64_t x = (uint64_t)vl_cpu_ld_i64(o, dt), y = (uint64_t)vl_cpu_ld_i64(s, dts);
+      vl_cpu_st_i64(o, dt, (int64_t)(mul ? x * y : x + y));
+    } else {
+      double x = vl_cpu_ld_f64(o, dt), y = vl_cpu_ld_f64(s, dts);
+      vl_cpu_st_f64(o, dt, mul ? x * y : x + y);
+    }
     advance(ix->ndim, ix->size, pos, 3, strides, off);
   }
   return VL_OK;
 }
+
+vl_status vl_cpu_scatter_add(const vl_index_args *a) { return scatter_reduce(a, false); }
+vl_status vl_cpu_scatter_mul(const vl_index_args *a) { return scatter_reduce(a, true); }
 
 /* out[p with p_dim := index[p]] = src[p]: serial in index's row-major order, so of repeated
  * positions the last one stays (documented; CUDA keeps any one). */

@@ -164,6 +164,7 @@ const vl_kernels vl_cpu_kernels = {
     .gather = vl_cpu_gather,
     .scatter_add = vl_cpu_scatter_add,
     .scatter = vl_cpu_scatter,
+    .scatter_mul = vl_cpu_scatter_mul,
     .index_select = vl_cpu_index_select,
     .rand = vl_cpu_rand,
 };

@@ -25,6 +25,7 @@ extern "C" const vl_kernels vl_cuda_kernels = {
     .gather = vl_cuda_gather,
     .scatter_add = vl_cuda_scatter_add,
     .scatter = vl_cuda_scatter,
+    .scatter_mul = vl_cuda_scatter_mul,
     .index_select = vl_cuda_index_select,
     .rand = vl_cuda_rand,
 };

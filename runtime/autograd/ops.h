@@ -99,6 +99,8 @@ vl_status vl_ag_slice_write_(vl_tensor *x, const vl_slice *sl, vl_tensor *src, v
  * x's passes with accumulate), src / values get the gradient at the positions they were written to. */
 vl_status vl_ag_scatter(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out);
 vl_status vl_ag_scatter_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
+/* reduce='multiply' (in place, or *out a new tensor): no gradient, refused when it would record. */
+vl_status vl_ag_scatter_mul(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, bool inplace, vl_tensor **out);
 vl_status vl_ag_index_put(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate,
                           vl_tensor **out);
 vl_status vl_ag_index_put_(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate);

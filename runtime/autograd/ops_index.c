@@ -51,13 +51,14 @@ vl_status vl_ag_masked_select(vl_tensor *x, vl_tensor *mask, vl_tensor **out) {
 }
 
 /* values for the indexed shape of index_put: as they are when they broadcast to it, else (one
- * value per indexed element, in row-major order, whatever its shape) reshaped to it. */
+ * value, or one per indexed element in row-major order, whatever its shape) reshaped to it. */
 static vl_tensor *values_for(vl_fs *f, const char *op, vl_tensor *x, vl_tensor *src, int nd, const int64_t *size) {
   char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
   int64_t m = 1;
   for (int d = 0; d < nd; d++) m *= size[d];
   vl_tensor *v = F_RUN(vl_ag_to(src, x->dtype, x->storage->device, F_OUT));
   if (!v || vl_broadcasts_to(v, nd, size)) return v;
+  if (vl_tensor_numel(v) == 1) return F_RUN(vl_ag_reshape(v, 0, NULL, F_OUT)); /* one value of any shape */
   if (vl_tensor_numel(v) == m) return F_RUN(vl_ag_reshape(v, nd, size, F_OUT));
   if (f->s == VL_OK)
     f->s = vl_fail(VL_ESHAPE, "%s: the index selects %lld element%s but the value has %lld and does not broadcast to "

@@ -68,6 +68,21 @@ vl_status vl_ag_scatter_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *
   return rec ? rec_scatter(self, dim, index, src, self) : VL_OK;
 }
 
+/* reduce='multiply': not differentiable (products of repeated positions); refused when it would
+ * record, so no gradient is silently wrong. */
+vl_status vl_ag_scatter_mul(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, bool inplace, vl_tensor **out) {
+  const char *op = inplace ? "scatter_" : "scatter";
+  char d1[VL_DESC_LEN];
+  vl_tensor *in[2] = {self, src};
+  if (vl_dtype_is_float(self->dtype) && vl_ag_needs(2, in))
+    return vl_fail(VL_EUNSUPPORTED, "%s: reduce='multiply' has no gradient (%s requires grad): run it under "
+                   "v100.no_grad or on detached tensors", op, vl_tensor_desc(vl_requires_grad(self) ? self : src, d1, sizeof d1));
+  if (inplace) return vl_scatter_into_(op, self, dim, index, src, VL_SCATTER_MUL);
+  vl_tensor *r;
+  VL_TRY(vl_clone(self, &r));
+  return vl_ag_out(vl_scatter_into_(op, r, dim, index, src, VL_SCATTER_MUL), r, out);
+}
+
 /* ---- index_put ---- */
 
 typedef struct index_put_ctx {
@@ -203,7 +218,7 @@ vl_status vl_ag_index_write(vl_index_write kind, vl_tensor *self, int dim, vl_te
   vl_tensor *ix = F_RUN(vl_expand(iv, nd, shape, F_OUT));
   vl_tensor *sv = src ? src : F_RUN(vl_scatter_value_src(op, self, ix, value, F_OUT));
   vl_tensor *y = inplace ? self : F_RUN(vl_clone(self, F_OUT));
-  F_DO(vl_scatter_into_(op, y, d, ix, sv, kind == VL_INDEX_ADD));
+  F_DO(vl_scatter_into_(op, y, d, ix, sv, kind == VL_INDEX_ADD ? VL_SCATTER_ADD : VL_SCATTER_SET));
   if (rec && f->s == VL_OK) {
     scatter_ctx c = {d, kind == VL_INDEX_ADD};
     f->s = VL_AG_RECORD(.name = index_nodes[kind], .backward = scatter_bw, .nin = 2, .in = in, .out = &y,

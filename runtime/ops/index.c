@@ -114,7 +114,8 @@ vl_status vl_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *
   return VL_OK;
 }
 
-vl_status vl_scatter_into_(const char *op, vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, bool add) {
+vl_status vl_scatter_into_(const char *op, vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src,
+                          vl_scatter_mode mode) {
   int d;
   VL_TRY(scatter_check(op, self, dim, index, src, &d));
   VL_TRY(vl_check_writable(op, self));
@@ -123,14 +124,16 @@ vl_status vl_scatter_into_(const char *op, vl_tensor *self, int dim, vl_tensor *
   const vl_kernels *k = vl_backend_of(self->storage->device)->ops;
   vl_status s = vl_tensor_numel(index) ? vl_unalias(self, src, &us) : VL_OK;
   if (s == VL_OK && us) s = vl_unalias(self, index, &ui);
-  if (s == VL_OK && ui) s = run_index(op, add ? k->scatter_add : k->scatter, self, us, ui, d);
+  vl_status (*fn)(const vl_index_args *) =
+      mode == VL_SCATTER_ADD ? k->scatter_add : mode == VL_SCATTER_MUL ? k->scatter_mul : k->scatter;
+  if (s == VL_OK && ui) s = run_index(op, fn, self, us, ui, d);
   vl_tensor_release(us);
   vl_tensor_release(ui);
   return bumped(self, s);
 }
 
 vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src) {
-  return vl_scatter_into_("scatter_add_", self, dim, index, src, true);
+  return vl_scatter_into_("scatter_add_", self, dim, index, src, VL_SCATTER_ADD);
 }
 
 /* scatter (assign): as scatter_add with the kernel that writes instead of adding. */
@@ -149,7 +152,7 @@ vl_status vl_scatter(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src,
 }
 
 vl_status vl_scatter_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src) {
-  return vl_scatter_into_("scatter_", self, dim, index, src, false);
+  return vl_scatter_into_("scatter_", self, dim, index, src, VL_SCATTER_SET);
 }
 
 vl_status vl_scatter_value_src(const char *op, vl_tensor *self, vl_tensor *index, vl_scalar value, vl_tensor **out) {

@@ -128,8 +128,11 @@ vl_status vl_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor *
  * CPU, any one on CUDA (PyTorch leaves it unspecified). */
 vl_status vl_scatter(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out);
 vl_status vl_scatter_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
-/* scatter_ (add: scatter_add_) whose messages name op (index_add_, index_copy_, index_fill_). */
-vl_status vl_scatter_into_(const char *op, vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, bool add);
+/* scatter_ in place: assign, add (scatter_add_) or multiply (reduce='multiply'), its messages
+ * naming op (index_add_, index_copy_, ...). */
+typedef enum vl_scatter_mode { VL_SCATTER_SET = 0, VL_SCATTER_ADD, VL_SCATTER_MUL } vl_scatter_mode;
+vl_status vl_scatter_into_(const char *op, vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src,
+                          vl_scatter_mode mode);
 /* The src of scatter's value form: `value` in self's dtype (checked, errors naming op) expanded to
  * index's shape (stride 0: no memory per element). */
 vl_status vl_scatter_value_src(const char *op, vl_tensor *self, vl_tensor *index, vl_scalar value, vl_tensor **out);

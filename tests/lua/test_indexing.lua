@@ -114,6 +114,10 @@ T.test('writes: a number or a tensor into each form', function()
   T.eq(base:totable(), { { 1, 2, 3 }, { 4, 0, 0 } })
   tt[v100.tensor({ 2 }, { dtype = 'i64' })] = v100.tensor{ 8, 9 }:double()
   T.eq(base:totable(), { { 1, 2, 8 }, { 4, 0, 9 } })
+  -- one value of any shape goes to every selected element
+  local one = ar{ 2, 2 }
+  one[one:gt(2)] = v100.tensor({ { 0 } }, { dtype = 'f64' })
+  T.eq(one:totable(), { { 1, 2 }, { 0, 0 } })
   -- dtypes convert as copy_ does
   local i = v100.zeros({ 3 }, { dtype = 'i64' })
   i[2] = 7

@@ -28,6 +28,14 @@ T.test('scatter: PyTorch documentation examples', function()
     f64{ { 2, 2, 3.25, 2 }, { 2, 2, 2, 3.25 } })
   T.tensor_eq(v100.zeros({ 3 }, { dtype = 'f64' }):scatter(1, i64{ 0, 0, 2 }, f64{ 1, 2, 3 }, { reduce = 'add' }),
     f64{ 3, 0, 3 }, 'reduce add sums repeats')
+  -- ... reduce='multiply'
+  T.tensor_eq(v100.full({ 2, 4 }, 2, { dtype = 'f64' }):scatter(2, i64{ { 2 }, { 3 } }, 1.5, { reduce = 'multiply' }),
+    f64{ { 2, 2, 3, 2 }, { 2, 2, 2, 3 } })
+  T.tensor_eq(v100.ones({ 3 }, { dtype = 'i64' }):scatter(1, i64{ 0, 0, 2 }, i64{ 2, 3, 4 }, { reduce = 'multiply' }),
+    i64{ 6, 1, 4 }, 'reduce multiply multiplies repeats')
+  local b = v100.tensor({ true, true, false })
+  b:scatter_(1, i64{ 0, 2 }, v100.tensor({ false, true }), { reduce = 'multiply' })
+  T.eq(b:totable(), { false, true, false }, 'bool: a logical and')
 end)
 
 T.test('scatter: integer dtypes, an i32 index, the input untouched, scatter_ in place', function()
@@ -86,7 +94,11 @@ T.test('scatter: errors name the op and what was wrong', function()
   T.raises(function() x:scatter(3, i64{ { 0 } }, 1) end, 'scatter')
   T.raises(function() x:scatter(1, i64{ 0 }, 1) end, 'scatter: self, index and src need the same number of dims')
   T.raises(function() x:scatter(1, i64{ { 0, 0, 0, 0, 0 } }, 1) end, 'exceeds')
-  T.raises(function() x:scatter(1, i64{ { 0 } }, 1, { reduce = 'mul' }) end, "scatter: reduce must be nil or 'add', got 'mul'")
+  T.raises(function() x:scatter(1, i64{ { 0 } }, 1, { reduce = 'mul' }) end, "scatter: reduce must be nil, 'add' or 'multiply', got 'mul'")
+  local g = v100.ones({ 3, 4 }, { requires_grad = true })
+  T.raises(function() g:scatter(1, i64{ { 0 } }, 2, { reduce = 'multiply' }) end, "scatter: reduce='multiply' has no gradient")
+  T.tensor_eq(v100.no_grad(function() return g:scatter(1, i64{ { 0 } }, 2, { reduce = 'multiply' }) end):sum(), v100.tensor(13.0),
+    'under no_grad it runs')
   T.raises(function() x:scatter(1, i64{ { 0 } }, 'a') end, 'scatter: src must be a tensor or a number, not a string')
   T.raises(function() v100.zeros({ 2 }, { dtype = 'i32' }):scatter(1, i64{ 0 }, 1e20) end, 'scatter')
   local leaf = v100.zeros({ 3 }, { requires_grad = true })

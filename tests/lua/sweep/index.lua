@@ -89,6 +89,9 @@ R[#R + 1] = {
     c[#c + 1] = { 'empty index', S.rand({ 4, 5 }, dt), 1, v100.zeros({ 0, 5 }, { dtype = 'i64' }), S.rand({ 4, 5 }, dt) }
     c[#c + 1] = { 'size-1 dims', S.rand({ 1, 5 }, dt), 2, distinct({ 1, 5 }, 2, 5), S.rand({ 1, 5 }, dt) }
     c[#c + 1] = { 'reduce add', S.rand({ 5, 6 }, dt), 1, idx(S, { 8, 6 }, 5), S.rand({ 8, 6 }, dt), { reduce = 'add' } }
+    -- small factors: products of repeats stay exact in i32 and within range in f16
+    c[#c + 1] = { 'reduce multiply', S.rand({ 5, 6 }, dt, -2, 2), 1, idx(S, { 8, 6 }, 5), S.rand({ 8, 6 }, dt, -2, 2), { reduce = 'multiply' } }
+    c[#c + 1] = { 'reduce multiply a number', S.rand({ 5, 6 }, dt, -2, 2), 2, idx(S, { 5, 4 }, 6), 3, { reduce = 'multiply' } }
     return c
   end,
   call = function(x, d, i, src, opts) return x:scatter(d, i, src, opts) end,
