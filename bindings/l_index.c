@@ -91,7 +91,7 @@ static void parse_slice(lua_State *L, vl_tensor *t, int key, vl_slice *sl) {
 
 /* Pushes the view the slice names: recorded views (they differentiate), each a userdata, so an
  * error midway leaves nothing to release by hand. */
-static void push_view(lua_State *L, vl_tensor *t, const vl_slice *sl) {
+static void push_view(lua_State *L, const vl_slice *sl) {
   lua_pushvalue(L, 1);
   for (int i = 0; i < sl->n; i++) {
     const vl_slice_step *st = &sl->step[i];
@@ -101,7 +101,6 @@ static void push_view(lua_State *L, vl_tensor *t, const vl_slice *sl) {
                          : vl_ag_narrow(cur, st->dim, st->start, st->len, slot));
     lua_replace(L, -2);
   }
-  (void)t;
 }
 
 /* __index for a non-string key at 2 (l_tensor.c's t_index passes it here): pushes the result. */
@@ -117,7 +116,7 @@ int l_tensor_index(lua_State *L, vl_tensor *t) {
                       "not a %s", luaL_typename(L, 2));
   vl_slice sl;
   parse_slice(L, t, 2, &sl);
-  push_view(L, t, &sl);
+  push_view(L, &sl);
   return 1;
 }
 
