@@ -94,6 +94,10 @@ T.test('an index value out of range says values are 0-based', function()
   local g = v100.zeros({ 3, 2 }, { device = 'cuda' })
   T.raises(function() return g[v100.tensor({ 3 }, { dtype = 'i64', device = 'cuda' })]:cpu() end,
     { 'index 3 is out of bounds for dim 1 with size 3', 'index values are 0-based: 0 to 2' })
+  -- scatter's kernel reports through the same asynchronous flag, naming scatter
+  T.raises(function()
+    return v100.zeros({ 3 }, { device = 'cuda' }):scatter(1, v100.tensor({ 4 }, { dtype = 'i64', device = 'cuda' }), 1):cpu()
+  end, { 'scatter', 'index 4 is out of bounds for dim 1 with size 3', 'index values are 0-based: 0 to 2' })
   T.raises(function() g[v100.tensor({ 5 }, { dtype = 'i64', device = 'cuda' })] = 1 end,
     'x[index] = value: index 5 is out of bounds for dim 1 with size 3 (index values are 0-based: 0 to 2, or -3 to -1 from the end)')
 end)
