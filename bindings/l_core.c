@@ -418,6 +418,8 @@ int luaopen_v100_core(lua_State *L) {
   luaL_newlib(L, module_funcs);
   l_register_ops_module(L);
   l_register_autograd_module(L);
+  l_register_shape(L); /* bindings/l_shape.c: methods into the table at -2, v100.pad */
+  l_register_create(L); /* bindings/l_create.c: into the module (top) and the methods table (-2) */
   luaL_setfuncs(L, l_safetensors_funcs, 0);
   lua_pushvalue(L, -2);
   lua_setfield(L, -2, "Tensor");

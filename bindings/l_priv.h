@@ -66,6 +66,10 @@ void l_register_ops(lua_State *L);            /* l_ops.c: into the table at the 
 void l_register_ops_module(lua_State *L);     /* l_ops.c: module-level ops (where, cat, ...) */
 int l_tensor_tostring(lua_State *L);          /* l_print.c */
 int l_record_stream(lua_State *L);            /* l_cuda.c: t:record_stream(s) */
+/* bindings/l_shape.c: the shape ops into the methods table at -2 and v100.pad into the module at -1;
+ * t:split({sizes...}, dim), called by t:split when its argument is a table. */
+void l_register_shape(lua_State *L);
+int l_split_sizes(lua_State *L);
 
 /* bindings/l_autograd.c: autograd fields (requires_grad, grad, grad_fn, is_leaf): pushes one and
  * returns 1 for those keys, else 0; __newindex (t.grad = g, t.requires_grad = b); methods into the
@@ -78,6 +82,9 @@ int l_tensor_index(lua_State *L, vl_tensor *t);
 int l_tensor_newindex(lua_State *L, vl_tensor *t);
 extern const luaL_Reg l_index_methods[]; /* nonzero, masked_select */
 extern const luaL_Reg l_scatter_methods[]; /* bindings/l_scatter.c: scatter, index_put, one_hot */
+/* bindings/l_create.c: randint, randperm, linspace, logspace, eye, multinomial into the module
+ * table at the top; t:multinomial, t:exponential_, t:random_ into the methods table below it. */
+void l_register_create(lua_State *L);
 int l_autograd_newindex(lua_State *L);
 void l_register_autograd_methods(lua_State *L);
 void l_register_autograd_module(lua_State *L);

@@ -527,6 +527,7 @@ static int pending_gc(lua_State *L) {
 
 static int split_or_chunk(lua_State *L, bool chunk) {
   vl_tensor *t = vl_lua_checktensor(L, 1);
+  if (!chunk && lua_istable(L, 2)) return l_split_sizes(L); /* sizes of the pieces */
   lua_Integer k = luaL_checkinteger(L, 2);
   int d = l_optdim(L, 3, 0);
   pending_list *p = (pending_list *)lua_newuserdatauv(L, sizeof *p, 0);

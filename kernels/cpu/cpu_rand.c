@@ -20,17 +20,32 @@ typedef struct {
 /* Elements [off, off + m) of the output, off a multiple of 4 (a group boundary). */
 static void rand_block(const rand_job *j, int64_t off, int64_t m) {
   const vl_rand_args *a = j->a;
-  double buf[VL_CPU_BLOCK];
+  /* One block buffer: doubles for the float kinds, exact int64 for INT (randint's bounds may be
+   * beyond 2^53); converted to the dtype once by the store. */
+  union { double d[VL_CPU_BLOCK]; int64_t i[VL_CPU_BLOCK]; } ub;
+  double *buf = ub.d;
   float *of = a->dtype == VL_F32 ? (float *)a->out + off : NULL;
+  if (a->kind == VL_RAND_INT) {
+    for (int64_t i = 0; i < m; i += j->per) {
+      int64_t v[4];
+      vl_philox_group_int(j->seed, j->first + (uint64_t)((off + i) / j->per), a->lo, a->range, v);
+      for (int k = 0; k < j->per && i + k < m; k++) ub.i[i + k] = v[k];
+    }
+    int64_t es = (int64_t)vl_dtype_size(a->dtype);
+    vl_cpu_store_i64((char *)a->out + off * es, es, a->dtype, ub.i, m);
+    return;
+  }
   for (int64_t i = 0; i < m; i += j->per) {
     uint64_t g = (uint64_t)((off + i) / j->per);
     double v[4];
     if (a->kind == VL_RAND_NORMAL) vl_philox_group_normal(j->seed, j->first + g, j->is_f64, v);
+    else if (a->kind == VL_RAND_EXPONENTIAL) vl_philox_group_exponential(j->seed, j->first + g, j->is_f64, v);
     else vl_philox_group_uniform(j->seed, j->first + g, j->is_f64, j->bits, v);
     for (int k = 0; k < j->per && i + k < m; k++) {
       double u = v[k];
       double x = a->kind == VL_RAND_UNIFORM ? a->a + (a->b - a->a) * u
                : a->kind == VL_RAND_NORMAL ? a->a + a->b * u
+               : a->kind == VL_RAND_EXPONENTIAL ? u / a->a
                : (double)(u < a->a);
       if (of) of[i + k] = (float)x;
       else buf[i + k] = x;
@@ -56,12 +71,14 @@ static void rand_range(void *vj, int64_t lo, int64_t hi) {
 }
 
 vl_status vl_cpu_rand(const vl_rand_args *a) {
-  if (a->kind != VL_RAND_UNIFORM && a->kind != VL_RAND_NORMAL && a->kind != VL_RAND_BERNOULLI)
+  if (a->kind != VL_RAND_UNIFORM && a->kind != VL_RAND_NORMAL && a->kind != VL_RAND_BERNOULLI &&
+      a->kind != VL_RAND_EXPONENTIAL && a->kind != VL_RAND_INT)
     return vl_fail(VL_EINVAL, "rand (cpu): unknown kind %d", (int)a->kind);
   rand_job j = {.a = a};
-  /* BERNOULLI uses the 4-words-per-group f32 mapping whatever the output dtype. */
-  j.is_f64 = a->dtype == VL_F64 && a->kind != VL_RAND_BERNOULLI;
-  j.per = j.is_f64 ? 2 : 4;
+  /* BERNOULLI uses the 4-words-per-group f32 mapping whatever the output dtype; INT's grouping
+   * follows its range (kernels.h vl_rand_per_group). */
+  j.per = vl_rand_per_group(a->dtype, a->kind, a->range);
+  j.is_f64 = a->kind != VL_RAND_INT && j.per == 2;
   j.bits = vl_rand_uniform_bits(a->dtype, a->kind);
   /* The same contract as the CUDA kernel's (kernels.h): a base overrides key and first counter. */
   j.seed = a->base ? a->base[0] : a->seed;

@@ -4,7 +4,8 @@
  * writes the elements the header assigns to them, so the numbers equal the CPU's for one seed
  * and offset. The final scaling uses explicitly rounded double operations (__dmul_rn,
  * __dadd_rn): nvcc would otherwise contract a + (b - a) * u into an FMA and uniforms would stop
- * being bit-identical to the CPU's. */
+ * being bit-identical to the CPU's. Integers (randint) are drawn and converted in int64, exactly the
+ * CPU's values. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "runtime/core/philox.h"
 
@@ -23,6 +24,7 @@ __global__ void __launch_bounds__(256)
   for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += step) {
     double v[4];
     if (kind == VL_RAND_NORMAL) vl_philox_group_normal(seed, offset + (uint64_t)g, PER == 2, v);
+    else if (kind == VL_RAND_EXPONENTIAL) vl_philox_group_exponential(seed, offset + (uint64_t)g, PER == 2, v);
     else vl_philox_group_uniform(seed, offset + (uint64_t)g, PER == 2, bits, v);
     vl_vec<T, PER> r;
 #pragma unroll
@@ -30,6 +32,7 @@ __global__ void __launch_bounds__(256)
       double x;
       if (kind == VL_RAND_UNIFORM) x = __dadd_rn(a, __dmul_rn(span, v[j]));
       else if (kind == VL_RAND_NORMAL) x = __dadd_rn(a, __dmul_rn(b, v[j]));
+      else if (kind == VL_RAND_EXPONENTIAL) x = __ddiv_rn(v[j], a);
       else x = v[j] < a ? 1.0 : 0.0;
       r.v[j] = vl_conv<T>::f(x);
     }
@@ -42,6 +45,37 @@ __global__ void __launch_bounds__(256)
         if (i0 + j < numel) out[i0 + j] = r.v[j];
     }
   }
+}
+
+/* INT (randint, random_): each thread draws whole groups of per (4 or 2) integers, exact in
+ * int64 and converted once to T (vl_conv's int64 rules, as the CPU's store). One kernel per
+ * dtype with per a run-time value: the group loop is the same for both. */
+template <typename T>
+__global__ void __launch_bounds__(256)
+    vl_randint_kernel(T *out, int64_t numel, uint64_t seed, uint64_t offset, const uint64_t *base, int64_t lo,
+                      uint64_t range, int per) {
+  if (base) {
+    seed = base[0];
+    offset += base[1];
+  }
+  const int64_t groups = (numel + per - 1) / per;
+  const int64_t step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += step) {
+    int64_t v[4];
+    vl_philox_group_int(seed, offset + (uint64_t)g, lo, range, v);
+    for (int j = 0; j < per; j++)
+      if (g * per + j < numel) out[g * per + j] = vl_conv<T>::f(v[j]);
+  }
+}
+
+template <typename T>
+static vl_status vl_randint_launch(const vl_rand_args *a, const vl_cuda_state *st) {
+  const int per = vl_rand_per_group(a->dtype, a->kind, a->range);
+  const unsigned g = vl_grid((a->numel + per - 1) / per, 256, st, 2);
+  vl_randint_kernel<T><<<g, 256, 0, (cudaStream_t)a->ex.stream>>>((T *)a->out, a->numel, a->seed, a->offset, a->base,
+                                                                   a->lo, a->range, per);
+  VL_LAUNCH_CHECK();
+  return VL_OK;
 }
 
 template <typename T, int PER>
@@ -57,15 +91,20 @@ static vl_status vl_rand_launch(const vl_rand_args *a, const vl_cuda_state *st) 
 
 vl_status vl_cuda_rand(const vl_rand_args *a) {
   if (a->numel <= 0) return VL_OK;
-  if (a->kind != VL_RAND_UNIFORM && a->kind != VL_RAND_NORMAL && a->kind != VL_RAND_BERNOULLI)
+  if (a->kind != VL_RAND_UNIFORM && a->kind != VL_RAND_NORMAL && a->kind != VL_RAND_BERNOULLI &&
+      a->kind != VL_RAND_EXPONENTIAL && a->kind != VL_RAND_INT)
     return vl_fail(VL_EINVAL, "rand: unknown kind %d", (int)a->kind);
   VL_CUDA_ENTER(guard, st, a->ex);
+  if (a->kind == VL_RAND_INT) {
+    VL_DISPATCH_ALL(a->dtype, T, "randint", return vl_randint_launch<T>(a, st));
+    return VL_OK;
+  }
   if (a->kind == VL_RAND_BERNOULLI) {
     VL_DISPATCH_ALL(a->dtype, T, "bernoulli", return vl_rand_launch<T, 4>(a, st));
     return VL_OK;
   }
   if (a->dtype == VL_F64) return vl_rand_launch<double, 2>(a, st);
-  VL_DISPATCH_FLOAT(a->dtype, T, a->kind == VL_RAND_NORMAL ? "randn" : "rand",
+  VL_DISPATCH_FLOAT(a->dtype, T, a->kind == VL_RAND_NORMAL ? "randn" : a->kind == VL_RAND_EXPONENTIAL ? "exponential_" : "rand",
                     return vl_rand_launch<T, 4>(a, st));
   return VL_OK;
 }

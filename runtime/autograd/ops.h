@@ -50,6 +50,8 @@ vl_status vl_ag_fill_scalar_(vl_tensor *t, vl_scalar value);
 vl_status vl_ag_uniform_(vl_tensor *t, double lo, double hi);
 vl_status vl_ag_normal_(vl_tensor *t, double mean, double std);
 vl_status vl_ag_bernoulli_(vl_tensor *t, double p);
+vl_status vl_ag_exponential_(vl_tensor *t, double lambd);
+vl_status vl_ag_random_(vl_tensor *t, bool all_bounds, int64_t lo, int64_t hi);
 /* dst <- src: src's gradient is dst's (summed over broadcast dims, converted back). */
 vl_status vl_ag_copy_(vl_tensor *dst, vl_tensor *src);
 

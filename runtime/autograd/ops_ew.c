@@ -406,6 +406,11 @@ vl_status vl_ag_fill_scalar_(vl_tensor *t, vl_scalar value) { AG_FILL(vl_fill_sc
 vl_status vl_ag_uniform_(vl_tensor *t, double lo, double hi) { AG_FILL(vl_uniform_(t, lo, hi), "uniform_") }
 vl_status vl_ag_normal_(vl_tensor *t, double mean, double std) { AG_FILL(vl_normal_(t, mean, std), "normal_") }
 vl_status vl_ag_bernoulli_(vl_tensor *t, double p) { AG_FILL(vl_bernoulli_(t, p), "bernoulli_") }
+vl_status vl_ag_exponential_(vl_tensor *t, double lambd) { AG_FILL(vl_exponential_(t, lambd), "exponential_") }
+/* random_: all_bounds false draws PyTorch's default range (vl_random_default_). */
+vl_status vl_ag_random_(vl_tensor *t, bool all_bounds, int64_t lo, int64_t hi) {
+  AG_FILL(all_bounds ? vl_random_(t, lo, hi) : vl_random_default_(t), "random_")
+}
 
 static vl_status copy_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
   return vl_ag_give(n, 0, vl_tensor_retain(go[0]), gi);

@@ -210,9 +210,18 @@ typedef struct vl_index_args {
 
 /* Counter-based random numbers (runtime/core/philox.h defines the exact stream, shared by CPU and
  * CUDA so one seed gives the same numbers on both). `out` is contiguous with numel elements of
- * dtype (float dtypes for UNIFORM/NORMAL; any dtype for BERNOULLI, which stores 0/1).
- * UNIFORM: a + (b - a) * u, u in (0, 1); NORMAL: a + b * z; BERNOULLI: u < a. */
-typedef enum vl_rand_kind { VL_RAND_UNIFORM = 0, VL_RAND_NORMAL, VL_RAND_BERNOULLI } vl_rand_kind;
+ * dtype (float dtypes for UNIFORM/NORMAL/EXPONENTIAL; any dtype for BERNOULLI, which stores 0/1,
+ * and INT). UNIFORM: a + (b - a) * u, u in (0, 1); NORMAL: a + b * z; BERNOULLI: u < a;
+ * EXPONENTIAL: -log(u) / a (a = lambda > 0); INT: lo + floor(w * range / 2^k), an integer in
+ * [lo, lo + range) from one 32-bit word (k = 32, range <= 2^32) or two (k = 64), exact in int64
+ * (randint, random_). */
+typedef enum vl_rand_kind {
+  VL_RAND_UNIFORM = 0,
+  VL_RAND_NORMAL,
+  VL_RAND_BERNOULLI,
+  VL_RAND_EXPONENTIAL,
+  VL_RAND_INT
+} vl_rand_kind;
 typedef struct vl_rand_args {
   vl_rand_kind kind;
   vl_dtype dtype;
@@ -225,6 +234,10 @@ typedef struct vl_rand_args {
    * kernel runs; the key is then base[0] and the first counter base[1] + offset, so a replay draws
    * from the generator's state at replay time. NULL otherwise. */
   const uint64_t *base;
+  /* INT only: the lowest value and the number of values (>= 1); kept in integers because a
+   * double cannot hold every int64 bound. */
+  int64_t lo;
+  uint64_t range;
 } vl_rand_args;
 
 /* Resolution of the uniforms a call draws (runtime/core/philox.h): f16 and bf16 uniforms use as many
@@ -232,6 +245,13 @@ typedef struct vl_rand_args {
 static inline int vl_rand_uniform_bits(vl_dtype dt, vl_rand_kind kind) {
   if (kind != VL_RAND_UNIFORM) return 23;
   return dt == VL_F16 ? 10 : dt == VL_BF16 ? 7 : 23;
+}
+
+/* Elements per Philox group (counter) of a call: 2 when each element takes two words (f64
+ * uniform, normal and exponential; INT with a range above 2^32), else 4. */
+static inline int vl_rand_per_group(vl_dtype dt, vl_rand_kind kind, uint64_t range) {
+  if (kind == VL_RAND_INT) return range > ((uint64_t)1 << 32) ? 2 : 4;
+  return dt == VL_F64 && kind != VL_RAND_BERNOULLI ? 2 : 4;
 }
 
 typedef struct vl_kernels {

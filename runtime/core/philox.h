@@ -16,7 +16,14 @@
  *     normal: elements 2g, 2g+1 from u1 = u(x0, x1), u2 = u(x2, x3) by Box-Muller as above.
  * Box-Muller is evaluated in double on both devices, then rounded to the output dtype, so CPU
  * and CUDA results agree to the last bit for uniforms and to within an ulp of the transcendental
- * functions for normals. A call consumes vl_philox_groups(dtype, numel) counters. */
+ * functions for normals. A call consumes vl_philox_groups(dtype, numel) counters.
+ *   exponential (exponential_): -log(u), u as the uniform above with b = 23 (4 per group), or
+ *     the f64 u52 (2 per group), then divided by lambda; u < 1 so the value is never 0 or inf.
+ *   int (randint, random_) of range r values from lo: r <= 2^32: element 4g + j takes word j,
+ *     lo + floor(x_j * r / 2^32); r > 2^32: element 2g + j takes w = x_2j * 2^32 + x_2j+1 and
+ *     gives lo + floor(w * r / 2^64). Integer arithmetic only, so both devices agree exactly; the
+ *     bias (a value is drawn at most 1 + r / 2^32 (2^64) times as often as another) is below
+ *     PyTorch's modulo draws'. */
 #ifndef VL_PHILOX_H
 #define VL_PHILOX_H
 
@@ -104,6 +111,35 @@ VL_HD void vl_philox_group_normal(uint64_t seed, uint64_t counter, int is_f64, d
       v[j] = r * cos(two_pi * u2);
       v[j + 1] = r * sin(two_pi * u2);
     }
+  }
+}
+
+/* The 4 (2 when is_f64) exponential draws of rate 1 of group g. */
+VL_HD void vl_philox_group_exponential(uint64_t seed, uint64_t counter, int is_f64, double v[4]) {
+  vl_philox_group_uniform(seed, counter, is_f64, VL_PHILOX_BITS, v);
+  for (int j = 0; j < (is_f64 ? 2 : 4); j++) v[j] = -log(v[j]);
+}
+
+/* The high 64 bits of a * b, in 32-bit pieces (no __int128 or __umul64hi: one expression for
+ * both compilers). */
+VL_HD uint64_t vl_mulhi64(uint64_t a, uint64_t b) {
+  uint64_t a0 = (uint32_t)a, a1 = a >> 32, b0 = (uint32_t)b, b1 = b >> 32;
+  uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+  uint64_t mid = (p00 >> 32) + (uint32_t)p01 + (uint32_t)p10;
+  return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+}
+
+/* The integers of group g in [lo, lo + range), range >= 1: 4 values (range <= 2^32) or 2. The sum
+ * is taken in uint64 so that lo + offset wraps as the exact int64 result does. */
+VL_HD void vl_philox_group_int(uint64_t seed, uint64_t counter, int64_t lo, uint64_t range, int64_t v[4]) {
+  vl_philox4 p = vl_philox(seed, counter);
+  if (range > ((uint64_t)1 << 32)) {
+    for (int j = 0; j < 2; j++) {
+      uint64_t w = ((uint64_t)p.x[2 * j] << 32) | p.x[2 * j + 1];
+      v[j] = (int64_t)((uint64_t)lo + vl_mulhi64(w, range));
+    }
+  } else {
+    for (int j = 0; j < 4; j++) v[j] = (int64_t)((uint64_t)lo + (((uint64_t)p.x[j] * range) >> 32));
   }
 }
 

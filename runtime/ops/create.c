@@ -167,18 +167,21 @@ static vl_status rand_check(const char *op, vl_rand_kind kind, vl_dtype dt, doub
     return vl_fail(VL_EINVAL, "%s: expected a finite mean and std >= 0, got mean %g, std %g", op, a, b);
   if (kind == VL_RAND_BERNOULLI && !(a >= 0 && a <= 1))
     return vl_fail(VL_EINVAL, "%s: expected p in [0, 1], got %g", op, a);
+  if (kind == VL_RAND_EXPONENTIAL && !(a > 0 && isfinite(a)))
+    return vl_fail(VL_EINVAL, "%s: expected a finite lambd > 0, got %g", op, a);
   return VL_OK;
 }
 
 /* Fills contiguous t from the generator and advances the offset by the counters used. */
-static vl_status rand_fill(const char *op, vl_rand_kind kind, vl_tensor *t, double a, double b) {
+static vl_status rand_fill_ex(const char *op, vl_rand_kind kind, vl_tensor *t, double a, double b, int64_t lo,
+                              uint64_t range) {
   int64_t numel = vl_tensor_numel(t);
   if (numel == 0) return VL_OK;
   vl_context *ctx = vl_ctx();
-  vl_rand_args ra = {kind, t->dtype, vl_tensor_data(t), numel, ctx->seed, ctx->rng_offset, a, b, {0, NULL}, NULL};
+  vl_rand_args ra = {kind, t->dtype, vl_tensor_data(t), numel, ctx->seed, ctx->rng_offset, a, b, {0, NULL}, NULL, lo, range};
   VL_TRY(vl_exec_of(op, t->storage->device, &ra.ex));
-  /* runtime/core/philox.h: only f64 UNIFORM/NORMAL take 2 elements per counter. */
-  const uint64_t groups = vl_philox_groups(t->dtype == VL_F64 && kind != VL_RAND_BERNOULLI, numel);
+  /* runtime/core/philox.h: f64 UNIFORM/NORMAL/EXPONENTIAL and wide INT take 2 elements per counter. */
+  const uint64_t groups = vl_philox_groups(vl_rand_per_group(t->dtype, kind, ra.range) == 2, numel);
   /* Under capture the counters are relative to the base the replay writes; the generator itself
    * advances at each replay (vl_graph_replay), not now. */
   uint64_t rel = 0;
@@ -190,6 +193,10 @@ static vl_status rand_fill(const char *op, vl_rand_kind kind, vl_tensor *t, doub
   VL_TRY(vl_backend_of(t->storage->device)->ops->rand(&ra));
   if (!base) ctx->rng_offset += groups;
   return VL_OK;
+}
+
+static vl_status rand_fill(const char *op, vl_rand_kind kind, vl_tensor *t, double a, double b) {
+  return rand_fill_ex(op, kind, t, a, b, 0, 0);
 }
 
 static vl_status rand_new(const char *op, vl_rand_kind kind, int ndim, const int64_t *size, double a, double b,
@@ -216,6 +223,77 @@ static vl_status rand_inplace(const char *op, vl_rand_kind kind, vl_tensor *t, d
   if (s == VL_OK) s = vl_copy_same_device(t, tmp);
   vl_tensor_release(tmp);
   return s;
+}
+
+/* ---- integers and exponentials (randint, random_, exponential_) ---- */
+
+/* [lo, hi) as (lo, range), checked against the dtype: hi - 1 must be representable (PyTorch's
+ * rule; a float dtype holds any int64 bound, rounded, as PyTorch's). */
+static vl_status int_range(const char *op, int64_t lo, int64_t hi, vl_dtype dt, uint64_t *range) {
+  if ((unsigned)dt >= VL_NDTYPES) return vl_fail(VL_EDTYPE, "%s: invalid dtype %d", op, (int)dt);
+  if (dt == VL_BOOL) return vl_fail(VL_EDTYPE, "%s: dtype bool is not supported", op);
+  if (lo >= hi)
+    return vl_fail(VL_EINVAL, "%s: expected low < high, got low %lld, high %lld", op, (long long)lo, (long long)hi);
+  if (!vl_dtype_is_float(dt) &&
+      (vl_scalar_to(op, vl_scalar_int(lo), dt, NULL) != VL_OK || vl_scalar_to(op, vl_scalar_int(hi - 1), dt, NULL) != VL_OK))
+    return vl_fail(VL_EINVAL, "%s: the range [%lld, %lld) is outside dtype %s", op, (long long)lo, (long long)hi,
+                   vl_dtype_name(dt));
+  *range = (uint64_t)hi - (uint64_t)lo;
+  return VL_OK;
+}
+
+vl_status vl_randint(int ndim, const int64_t *size, int64_t lo, int64_t hi, vl_dtype dt, vl_device dev,
+                     vl_tensor **out) {
+  uint64_t range;
+  VL_TRY(int_range("randint", lo, hi, dt, &range));
+  vl_tensor *t;
+  VL_TRY(vl_tensor_empty(ndim, size, dt, dev, &t));
+  vl_status s = rand_fill_ex("randint", VL_RAND_INT, t, 0, 0, lo, range);
+  if (s != VL_OK) {
+    vl_tensor_release(t);
+    return s;
+  }
+  *out = t;
+  return VL_OK;
+}
+
+/* In place through a contiguous temporary when t is strided, as rand_inplace. */
+static vl_status int_inplace(const char *op, vl_tensor *t, int64_t lo, uint64_t range) {
+  VL_TRY(vl_check_writable(op, t));
+  if (vl_tensor_is_contiguous(t)) return rand_fill_ex(op, VL_RAND_INT, t, 0, 0, lo, range);
+  vl_tensor *tmp;
+  VL_TRY(vl_tensor_empty(t->ndim, t->size, t->dtype, t->storage->device, &tmp));
+  vl_status s = rand_fill_ex(op, VL_RAND_INT, tmp, 0, 0, lo, range);
+  if (s == VL_OK) s = vl_copy_same_device(t, tmp);
+  vl_tensor_release(tmp);
+  return s;
+}
+
+vl_status vl_random_(vl_tensor *t, int64_t lo, int64_t hi) {
+  uint64_t range;
+  VL_TRY(int_range("random_", lo, hi, t->dtype, &range));
+  return bumped(t, int_inplace("random_", t, lo, range));
+}
+
+/* PyTorch's random_() without bounds: [0, 2^mantissa] for floats (every integer there is exact),
+ * [0, max] for integers. */
+vl_status vl_random_default_(vl_tensor *t) {
+  int64_t hi;
+  switch (t->dtype) {
+    case VL_F32: hi = ((int64_t)1 << 24) + 1; break;
+    case VL_F16: hi = ((int64_t)1 << 11) + 1; break;
+    case VL_BF16: hi = ((int64_t)1 << 8) + 1; break;
+    case VL_F64: hi = ((int64_t)1 << 53) + 1; break;
+    case VL_I32: hi = (int64_t)INT32_MAX + 1; break;
+    case VL_U8: hi = 256; break;
+    case VL_I64: return bumped(t, int_inplace("random_", t, 0, (uint64_t)1 << 63)); /* hi 2^63: no int64 */
+    default: return vl_fail(VL_EDTYPE, "random_: dtype %s is not supported", vl_dtype_name(t->dtype));
+  }
+  return vl_random_(t, 0, hi);
+}
+
+vl_status vl_exponential_(vl_tensor *t, double lambd) {
+  return bumped(t, rand_inplace("exponential_", VL_RAND_EXPONENTIAL, t, lambd, 0));
 }
 
 vl_status vl_rand(int ndim, const int64_t *size, double lo, double hi, vl_dtype dt, vl_device dev, vl_tensor **out) {
@@ -297,6 +375,13 @@ static vl_status raw_copy(vl_tensor *dst, vl_tensor *src) {
   }
   vl_status s = vl_memcpy(vl_tensor_data(dst), dd, vl_tensor_data(src), sd, nbytes, stream, true);
   if (s != VL_OK) return vl_fail_prefix(s, "copy_: ");
+  /* A copy to the host waited for the source's stream: an out-of-range index an earlier kernel
+   * flagged on that device is reported here (t:cpu() after a bad gather), as vl_read_host does,
+   * instead of at some later synchronisation. */
+  if (vl_device_is_host(dd) && !vl_device_is_host(sd)) {
+    const vl_backend *be = vl_backend_of(sd);
+    if (be->check_async) VL_TRY(be->check_async(sd.index));
+  }
   return VL_OK;
 }
 

@@ -45,6 +45,23 @@ vl_status vl_bernoulli(int ndim, const int64_t *size, double p, vl_dtype dt, vl_
 vl_status vl_uniform_(vl_tensor *t, double lo, double hi);
 vl_status vl_normal_(vl_tensor *t, double mean, double std);
 vl_status vl_bernoulli_(vl_tensor *t, double p);
+/* Integers in [lo, hi) of dtype dt (any but bool; hi - 1 representable), exact in int64. */
+vl_status vl_randint(int ndim, const int64_t *size, int64_t lo, int64_t hi, vl_dtype dt, vl_device dev,
+                     vl_tensor **out);
+vl_status vl_random_(vl_tensor *t, int64_t lo, int64_t hi);
+vl_status vl_random_default_(vl_tensor *t); /* [0, 2^mantissa] (floats), [0, max] (integers) */
+vl_status vl_exponential_(vl_tensor *t, double lambd); /* -log(u) / lambd, float dtypes */
+/* runtime/ops/sample.c: host algorithms on the Philox stream, the result moved to `dev`, so both
+ * devices give the same values for one seed (not under CUDA graph capture). */
+vl_status vl_randperm(int64_t n, vl_dtype dt, vl_device dev, vl_tensor **out);
+/* probs: 1-D or 2-D float weights (>= 0, finite, a positive sum per row); i64 0-based indices of
+ * shape (num_samples) or (rows, num_samples) on probs' device. */
+vl_status vl_multinomial(vl_tensor *probs, int64_t num_samples, bool replacement, vl_tensor **out);
+/* runtime/ops/sample.c: compositions of backend ops, on any device. */
+vl_status vl_linspace(double start, double end, int64_t steps, vl_dtype dt, vl_device dev, vl_tensor **out);
+vl_status vl_logspace(double start, double end, int64_t steps, double base, vl_dtype dt, vl_device dev,
+                      vl_tensor **out);
+vl_status vl_eye(int64_t n, int64_t m, vl_dtype dt, vl_device dev, vl_tensor **out);
 void vl_manual_seed(uint64_t seed); /* also resets the offset */
 void vl_rng_get_state(uint64_t *seed, uint64_t *offset);
 void vl_rng_set_state(uint64_t seed, uint64_t offset);

@@ -71,7 +71,10 @@ end
 -- A small deterministic generator (xorshift64*) so that shuffles depend only on opts.seed and
 -- not on Lua's global math.random state, which scripts may reseed.
 -- A 0-based random permutation of n as an i64 tensor on `device` (runtime/dist/sampler.c:
--- Fisher-Yates with xorshift64*, the order this function always gave).
+-- Fisher-Yates with xorshift64*, the order this function always gave). Not v100.randperm, which
+-- draws from the process generator: this one depends on `seed` alone (scripts reseed the process
+-- generator freely), leaves that generator where it was, and keeps the orders that resumed runs
+-- and DistributedSampler (core._dist.permutation, tests/lua/test_sampler.lua) rely on.
 function data.permutation(n, seed, device)
   local p = _dist.permutation(n, math.tointeger(seed) or 0)
   if device and device ~= 'cpu' then return p:to(device) end

@@ -387,6 +387,51 @@ static void test_rand_base(void) {
   CHECK(memcmp(want, got, sizeof want) == 0, "rand with a base = rand at seed base[0], offset base[1] + offset");
 }
 
+/* INT (randint) and EXPONENTIAL against runtime/core/philox.h's mapping computed here, the wide
+ * mapping's 64x64 high product against __int128. */
+static void test_rand_int_exp(void) {
+  bool ok = true;
+  const uint64_t xs[] = {0, 1, 0xFFFFFFFFu, 0x100000000ull, 0xDEADBEEFCAFEF00Dull, UINT64_MAX};
+  for (int i = 0; i < 6; i++)
+    for (int j = 0; j < 6; j++) ok &= vl_mulhi64(xs[i], xs[j]) == (uint64_t)(((unsigned __int128)xs[i] * xs[j]) >> 64);
+  CHECK(ok, "vl_mulhi64 = the high half of the 128-bit product");
+  int64_t v[9];
+  vl_rand_args r = rargs(VL_RAND_INT, VL_I64, v, 9, 3, 0, 0);
+  r.lo = -5;
+  r.range = 12;
+  K->rand(&r);
+  ok = true;
+  for (int i = 0; i < 9; i++) ok &= v[i] == -5 + (int64_t)(((uint64_t)vl_philox(42, 3 + (uint64_t)i / 4).x[i % 4] * 12) >> 32);
+  CHECK(ok, "randint [-5, 7) narrow mapping");
+  int32_t w[5];
+  r = rargs(VL_RAND_INT, VL_I32, w, 5, 0, 0, 0);
+  r.lo = 1000;
+  r.range = ((uint64_t)1 << 40) + 7; /* two words a value */
+  int64_t wide[5];
+  vl_rand_args r64 = r;
+  r64.dtype = VL_I64;
+  r64.out = wide;
+  K->rand(&r64);
+  ok = true;
+  for (int i = 0; i < 5; i++) {
+    vl_philox4 p = vl_philox(42, (uint64_t)i / 2);
+    uint64_t x = ((uint64_t)p.x[2 * (i % 2)] << 32) | p.x[2 * (i % 2) + 1];
+    ok &= wide[i] == 1000 + (int64_t)(((unsigned __int128)x * r.range) >> 64);
+  }
+  CHECK(ok, "randint wide mapping (2 elements a counter)");
+  r.range = 100;
+  K->rand(&r);
+  ok = true;
+  for (int i = 0; i < 5; i++) ok &= w[i] >= 1000 && w[i] < 1100;
+  CHECK(ok, "randint into i32");
+  float e[6];
+  r = rargs(VL_RAND_EXPONENTIAL, VL_F32, e, 6, 0, 2.0, 0);
+  K->rand(&r);
+  ok = true;
+  for (int i = 0; i < 6; i++) ok &= e[i] == (float)(-log(vl_ubits(vl_philox(42, (uint64_t)i / 4).x[i % 4], 23)) / 2.0);
+  CHECK(ok, "exponential f32 mapping");
+}
+
 static void test_rand(void) {
   /* The first values for seed 42, computed here from runtime/core/philox.h directly. */
   float f[10];
@@ -493,5 +538,6 @@ int main(void) {
   test_index_select();
   test_rand();
   test_rand_base();
+  test_rand_int_exp();
   return vl_test_finish();
 }

@@ -35,7 +35,7 @@ T.test('gradients of the reads on CUDA equal the CPU', function()
   local idx = v100.tensor({ 3, 1, 3 }, { dtype = 'i64' })
   local grads = {}
   for _, dev in ipairs { 'cpu', 'cuda' } do
-    local x = base:to(dev)
+    local x = base:to(dev):detach() -- a leaf of its own on each device (base:to('cpu') is base)
     x.requires_grad = true
     local mm, ii = m:to(dev), idx:to(dev)
     local l = x[{ 2, { 2, 5 } }]:sum() * 2 + (x[mm] * x[mm]):sum() + x[ii]:sum() * 3 + x[{ {}, { 6 } }]:sum()
@@ -76,8 +76,9 @@ T.test('gradients of the writes on CUDA equal the CPU (x zero where written, val
   local idx = v100.tensor({ 5, -6 }, { dtype = 'i64' }) -- distinct rows: CUDA keeps any one of repeats
   local out = {}
   for _, dev in ipairs { 'cpu', 'cuda' } do
-    local a = base:to(dev):requires_grad_()
-    local v, r, q = vb:to(dev):requires_grad_(), rb:to(dev):requires_grad_(), qb:to(dev):requires_grad_()
+    -- leaves of their own on each device (base:to('cpu') is base itself)
+    local a = base:to(dev):detach():requires_grad_()
+    local v, r, q = vb:to(dev):detach():requires_grad_(), rb:to(dev):detach():requires_grad_(), qb:to(dev):detach():requires_grad_()
     local x = a * 2
     x[{ 2, { 2, 5 } }] = v
     x[m:to(dev)] = r

@@ -17,7 +17,9 @@
 --                       -- draw of the same distribution: the random ops test their own)
 --     grads = function(S) return { { label, fn, input, ... }, ... } end, -- optional: f64 CPU
 --                       -- inputs; fn(inputs...) -> a float tensor; gradcheck on the CPU, and
---                       -- on CUDA the gradient of sum(fn(...) * w) against the CPU's
+--                       -- on CUDA the gradient of sum(fn(...) * w) against the CPU's. Every
+--                       -- tensor fn uses (indices, masks too) must be one of its inputs: the
+--                       -- CUDA run moves the inputs, not what fn captured
 --   }
 -- An argument is a tensor, a number, a string, a table of options, a list of tensors, or a view
 -- made by S.view(base, fn) / S.layouts: the view is rebuilt from its base on every device, so

@@ -90,9 +90,19 @@ local ENTRIES = {
   { 'v100.full_like', 'dtyp', function(with) return v100.full_like(x34(), 2, with {}) end },
   { 'v100.rand_like', 'dtyp', function(with) return v100.rand_like(x34(), with {}) end },
   { 'v100.randn_like', 'dtyp', function(with) return v100.randn_like(x34(), with {}) end },
+  { 'v100.randint', 'dtyp', function(with) return v100.randint(0, 5, { 2 }, with {}) end },
+  { 'v100.randint_like', 'dtyp', function(with) return v100.randint_like(x34(), 5, with {}) end },
+  { 'v100.randperm', 'dtyp', function(with) return v100.randperm(4, with {}) end },
+  { 'v100.linspace', 'dtyp', function(with) return v100.linspace(0, 1, 3, with {}) end },
+  { 'v100.logspace', 'bsae', function(with) return v100.logspace(0, 1, 3, with { base = 2 }) end },
+  { 'v100.eye', 'dtyp', function(with) return v100.eye(3, with {}) end },
+  { 'v100.multinomial', 'replacment', function(with) return v100.multinomial(v100.ones({ 3 }), 2, with {}) end },
+  { 'Tensor:multinomial', 'replacment', function(with) return v100.ones({ 3 }):multinomial(2, with {}) end },
   { 'v100.addmm', 'alpah', function(with)
     return v100.addmm(v100.zeros({ 2, 2 }), v100.ones({ 2, 3 }), v100.ones({ 3, 2 }), with {})
   end },
+  { 'v100.pad', 'mdoe', function(with) return v100.pad(x34(), { 1, 1 }, with {}) end },
+  { 'nn.F.pad', 'vaule', function(with) return nn.F.pad(x34(), { 1, 1 }, with { mode = 'constant' }) end },
   { 'v100.load_safetensors', 'devcie', function(with)
     local p = dir .. '/t.safetensors'
     v100.save_safetensors(p, { a = v100.ones({ 2 }) })

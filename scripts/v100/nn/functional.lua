@@ -57,6 +57,10 @@ end
 -- ---------------------------------------------------------------------------------------------
 -- Activations and simple layers
 
+-- F.pad(x, pads[, {mode = 'constant'|'reflect'|'replicate'|'circular', value = 0}]): PyTorch's
+-- F.pad, the C op v100.pad (its options are checked there; docs/LUA_API.md, Shape ops).
+function F.pad(x, pads, opts) return core.pad(x, pads, opts) end
+
 function F.relu(x) return x:relu() end
 function F.gelu(x, opts)
   errors.check_opts('nn.gelu', opts, { 'approximate' })

@@ -20,7 +20,7 @@ R[#R + 1] = {
   end,
   call = function(x, d, i) return x:gather(d, i) end,
   grads = function(S)
-    return { { 'dim 2', function(x) return x:gather(2, v100.tensor({ { 0, 2, 2 }, { 1, 1, 0 } }, { dtype = 'i64' })) end, S.rand({ 2, 3 }, 'f64') } }
+    return { { 'dim 2', function(x, i) return x:gather(2, i) end, S.rand({ 2, 3 }, 'f64'), v100.tensor({ { 0, 2, 2 }, { 1, 1, 0 } }, { dtype = 'i64' }) } }
   end,
 }
 
@@ -35,7 +35,7 @@ R[#R + 1] = {
   call = function(x, d, i, src) return x:scatter_add(d, i, src) end,
   grads = function(S)
     local i = v100.tensor({ { 0, 2, 0 }, { 1, 1, 2 } }, { dtype = 'i64' })
-    return { { 'dim 2', function(x, s) return x:scatter_add(2, i, s) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 3 }, 'f64') } }
+    return { { 'dim 2', function(x, s, ix) return x:scatter_add(2, ix, s) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 3 }, 'f64'), i } }
   end,
 }
 
@@ -98,9 +98,9 @@ R[#R + 1] = {
   grads = function(S)
     local i = v100.tensor({ { 2, 0 }, { 1, 2 } }, { dtype = 'i64' })
     return {
-      { 'self and src', function(x, s) return x:scatter(2, i, s) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 4 }, 'f64') },
-      { 'a number', function(x) return x:scatter(2, i, 0.5) end, S.rand({ 2, 3 }, 'f64') },
-      { 'in place', function(x, s) return (x * 1):scatter_(1, i, s) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 2, 2 }, 'f64') },
+      { 'self and src', function(x, s, ix) return x:scatter(2, ix, s) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 4 }, 'f64'), i },
+      { 'a number', function(x, ix) return x:scatter(2, ix, 0.5) end, S.rand({ 2, 3 }, 'f64'), i },
+      { 'in place', function(x, s, ix) return (x * 1):scatter_(1, ix, s) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 2, 2 }, 'f64'), i },
     }
   end,
 }
@@ -131,10 +131,12 @@ R[#R + 1] = {
     local r = v100.tensor({ 2, 0 }, { dtype = 'i64' })
     local a, b = v100.tensor({ 0, 2, 0 }, { dtype = 'i64' }), v100.tensor({ 1, 1, 1 }, { dtype = 'i64' })
     return {
-      { 'rows', function(x, v) return x:index_put({ r }, v) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 2, 2 }, 'f64') },
-      { 'broadcast values', function(x, v) return x:index_put({ r }, v) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 2 }, 'f64') },
-      { 'accumulate repeated', function(x, v) return x:index_put({ a, b }, v, { accumulate = true }) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 3 }, 'f64') },
-      { 'in place', function(x, v) return (x * 1):index_put_({ a, b }, v, { accumulate = true }) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 1 }, 'f64') },
+      { 'rows', function(x, v, i) return x:index_put({ i }, v) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 2, 2 }, 'f64'), r },
+      { 'broadcast values', function(x, v, i) return x:index_put({ i }, v) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 2 }, 'f64'), r },
+      { 'accumulate repeated', function(x, v, i, j) return x:index_put({ i, j }, v, { accumulate = true }) end,
+        S.rand({ 3, 2 }, 'f64'), S.rand({ 3 }, 'f64'), a, b },
+      { 'in place', function(x, v, i, j) return (x * 1):index_put_({ i, j }, v, { accumulate = true }) end,
+        S.rand({ 3, 2 }, 'f64'), S.rand({ 1 }, 'f64'), a, b },
     }
   end,
 }
@@ -168,8 +170,8 @@ R[#R + 1] = {
   grads = function(S)
     local i = v100.tensor({ 2, 0, 2 }, { dtype = 'i64' })
     return {
-      { 'repeated', function(x, s) return x:index_add(1, i, s) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 3, 2 }, 'f64') },
-      { 'in place', function(x, s) return (x * 1):index_add_(2, i, s) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 3 }, 'f64') },
+      { 'repeated', function(x, s, ix) return x:index_add(1, ix, s) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 3, 2 }, 'f64'), i },
+      { 'in place', function(x, s, ix) return (x * 1):index_add_(2, ix, s) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 3 }, 'f64'), i },
     }
   end,
 }
@@ -189,8 +191,8 @@ R[#R + 1] = {
   grads = function(S)
     local i = v100.tensor({ 2, 0 }, { dtype = 'i64' })
     return {
-      { 'rows', function(x, s) return x:index_copy(1, i, s) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 2, 2 }, 'f64') },
-      { 'in place', function(x, s) return (x * 1):index_copy_(-1, i, s) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 2 }, 'f64') },
+      { 'rows', function(x, s, ix) return x:index_copy(1, ix, s) end, S.rand({ 3, 2 }, 'f64'), S.rand({ 2, 2 }, 'f64'), i },
+      { 'in place', function(x, s, ix) return (x * 1):index_copy_(-1, ix, s) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 2 }, 'f64'), i },
     }
   end,
 }
@@ -209,7 +211,7 @@ R[#R + 1] = {
   call = function(x, d, i, v) return x:index_fill(d, i, v) end,
   grads = function(S)
     local i = v100.tensor({ 1, 1 }, { dtype = 'i64' })
-    return { { 'repeated', function(x) return x:index_fill(2, i, 0.5) end, S.rand({ 2, 3 }, 'f64') } }
+    return { { 'repeated', function(x, ix) return x:index_fill(2, ix, 0.5) end, S.rand({ 2, 3 }, 'f64'), i } }
   end,
 }
 
@@ -225,7 +227,7 @@ R[#R + 1] = {
   end,
   call = function(x, d, i) return x:index_select(d, i) end,
   grads = function(S)
-    return { { 'repeated rows', function(x) return x:index_select(1, v100.tensor({ 2, 0, 2 }, { dtype = 'i64' })) end, S.rand({ 3, 4 }, 'f64') } }
+    return { { 'repeated rows', function(x, i) return x:index_select(1, i) end, S.rand({ 3, 4 }, 'f64'), v100.tensor({ 2, 0, 2 }, { dtype = 'i64' }) } }
   end,
 }
 
@@ -240,7 +242,7 @@ R[#R + 1] = {
   call = function(x, m, v) return x:masked_fill(m, v) end,
   grads = function(S)
     local m = v100.tensor({ { true, false, false }, { false, true, false } })
-    return { { 'mask', function(x) return x:masked_fill(m, 0.5) end, S.rand({ 2, 3 }, 'f64') } }
+    return { { 'mask', function(x, mk) return x:masked_fill(mk, 0.5) end, S.rand({ 2, 3 }, 'f64'), m } }
   end,
 }
 
@@ -254,7 +256,7 @@ R[#R + 1] = {
   call = function(x, m) return x:masked_select(m) end,
   grads = function(S)
     local m = v100.tensor({ { true, false, true }, { false, true, false } })
-    return { { 'mask', function(x) return x:masked_select(m) end, S.rand({ 2, 3 }, 'f64') } }
+    return { { 'mask', function(x, mk) return x:masked_select(mk) end, S.rand({ 2, 3 }, 'f64'), m } }
   end,
 }
 
@@ -282,7 +284,7 @@ R[#R + 1] = {
   call = function(m, a, b) return v100.where(m, a, b) end,
   grads = function(S)
     local m = v100.tensor({ { true, false, true }, { false, true, false } })
-    return { { 'both', function(a, b) return v100.where(m, a, b) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 3 }, 'f64') } }
+    return { { 'both', function(a, b, mk) return v100.where(mk, a, b) end, S.rand({ 2, 3 }, 'f64'), S.rand({ 2, 3 }, 'f64'), m } }
   end,
 }
 
