@@ -134,8 +134,52 @@ static vl_status rec_index_put(vl_tensor *x, vl_tensor *values, vl_tensor *lin, 
                       .save = {lin}, .ctx = c, .ctx_size = sizeof *c);
 }
 
+/* PyTorch's rule for a bool mask among the indices: a k-dim mask stands for k index tensors, the
+ * coordinates of its true elements over the k dims of x it covers (its shape must be theirs).
+ * Fills idx[0..*m) with the index tensors (the masks' columns owned by the scope f). */
+static void unmask(vl_fs *f, const char *op, vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor **idx, int *m) {
+  char d1[VL_DESC_LEN], d2[VL_DESC_LEN];
+  int k = 0;
+  for (int i = 0; i < n && f->s == VL_OK; i++) {
+    vl_tensor *t = indices[i];
+    if (t->dtype != VL_BOOL) {
+      if (k >= VL_MAX_DIMS) break;
+      idx[k++] = t;
+      continue;
+    }
+    bool fits = t->ndim >= 1 && k + t->ndim <= x->ndim;
+    for (int d = 0; fits && d < t->ndim; d++) fits = t->size[d] == x->size[k + d];
+    if (!fits) {
+      f->s = vl_fail(VL_ESHAPE, "%s: the bool mask at index %d (%s) does not match the %d dims of self it covers from "
+                     "dim %d (self %s)", op, i + 1, vl_shape_str(t, d2, sizeof d2), t->ndim, k + 1,
+                     vl_tensor_desc(x, d1, sizeof d1));
+      return;
+    }
+    vl_tensor *nz = F_RUN(vl_nonzero(t, false, F_OUT)); /* [count, ndim] coordinates */
+    for (int d = 0; d < t->ndim; d++) idx[k++] = F_RUN(vl_select(nz, 1, d, F_OUT));
+  }
+  if (f->s == VL_OK && k > x->ndim)
+    f->s = vl_fail(VL_EINVAL, "%s: the indices cover %d dims but self has %d (self %s)", op, k, x->ndim,
+                   vl_tensor_desc(x, d1, sizeof d1));
+  *m = k;
+}
+
 static vl_status index_put_any(const char *op, vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values,
                                bool accumulate, vl_tensor **out) {
+  bool masks = false;
+  for (int i = 0; i < n; i++) masks |= indices[i]->dtype == VL_BOOL;
+  if (masks) { /* the same call with each mask replaced by its coordinates */
+    vl_tensor *idx[VL_MAX_DIMS];
+    int m = 0;
+    VL_FS(f);
+    for (int i = 0; i < n && f->s == VL_OK; i++) F_DO(vl_check_same_device(op, x, "self", indices[i], "index"));
+    unmask(f, op, x, n, indices, idx, &m);
+    vl_tensor *r = NULL;
+    F_DO(index_put_any(op, x, m, idx, values, accumulate, out ? &r : NULL));
+    if (!out) return vl_fs_close(f);
+    vl_status s = vl_fs_close(f);
+    return vl_ag_out(s, r, out);
+  }
   vl_tensor *in[2] = {x, values};
   bool rec = vl_dtype_is_float(x->dtype) && vl_ag_needs(2, in);
   if (!out) {

@@ -46,10 +46,10 @@ vl_status vl_index_put_plan(const char *op, vl_tensor *x, int n, vl_tensor *cons
     nm[k] = names[k];
     VL_TRY(vl_check_same_device(op, x, "self", indices[k], nm[k]));
     if (!is_index_dtype(indices[k]->dtype))
-      return vl_fail(VL_EDTYPE, "%s: index %d must be an i64 or i32 tensor, got %s (self %s, index %s)%s", op, k + 1,
+      return vl_fail(VL_EDTYPE, "%s: index %d must be an i64 or i32 tensor (or bool), got %s (self %s, index %s)%s", op, k + 1,
                      vl_dtype_name(indices[k]->dtype), vl_tensor_desc(x, d1, sizeof d1),
                      vl_tensor_desc(indices[k], d2, sizeof d2),
-                     indices[k]->dtype == VL_BOOL ? ": a bool mask is written with x[mask] = v or masked_fill_" : "");
+                     "");
   }
   VL_TRY(vl_check_same_device(op, x, "self", values, "values"));
   if (values->dtype != x->dtype)

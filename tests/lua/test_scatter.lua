@@ -136,6 +136,22 @@ T.test('index_put: advanced indexing on the first dims (PyTorch x[i, j] = v)', f
   T.tensor_eq(y, i64{ { { 0, 0 }, { 0, 0 } }, { { 7, 8 }, { 0, 0 } } })
 end)
 
+T.test('index_put: bool masks stand for the coordinates of their true elements (PyTorch)', function()
+  local x = v100.zeros({ 3, 2 }, { dtype = 'f64' })
+  -- x.index_put((tensor([True, False, True]),), tensor([1., 2.])): rows 0 and 2
+  T.tensor_eq(x:index_put({ v100.tensor({ true, false, true }) }, f64{ 1, 2 }), f64{ { 1, 2 }, { 0, 0 }, { 1, 2 } })
+  -- a 2-D mask covers both dims: one value per true element, row-major
+  local m = v100.tensor({ { false, true }, { true, false }, { false, true } })
+  T.tensor_eq(x:index_put({ m }, f64{ 5, 6, 7 }), f64{ { 0, 5 }, { 6, 0 }, { 0, 7 } })
+  -- a mask and an index tensor broadcast together: rows 1 and 2, columns 1 and 0
+  T.tensor_eq(x:index_put({ v100.tensor({ false, true, true }), i64{ 1, 0 } }, 9), f64{ { 0, 0 }, { 0, 9 }, { 9, 0 } })
+  local a = v100.zeros({ 3, 2 }, { dtype = 'f64', requires_grad = true })
+  local v = v100.zeros({ 3 }, { dtype = 'f64', requires_grad = true })
+  ;(a:index_put({ m }, v) * v100.arange(1, 7, { dtype = 'f64' }):view{ 3, 2 }):sum():backward()
+  T.tensor_eq(a.grad, f64{ { 1, 0 }, { 0, 4 }, { 5, 0 } })
+  T.tensor_eq(v.grad, f64{ 2, 3, 6 })
+end)
+
 T.test('index_put: accumulate sums repeats; without it the last stays (CPU)', function()
   local x = v100.zeros({ 3, 4 }, { dtype = 'f64' })
   T.tensor_eq(x:index_put({ i64{ 0, 0 } }, f64{ 1, 2, 3, 4 }, { accumulate = true }),
@@ -183,8 +199,9 @@ T.test('index_put: errors name the op and what was wrong', function()
   T.raises(function() x:index_put({ i64{ 0 }, i64{ 4 } }, 1) end,
     'index_put: index 4 is out of bounds for dim 2 with size 4 (index values are 0-based: 0 to 3, or -4 to -1 from the end)')
   T.raises(function() x:index_put({ i64{ -4 } }, 1) end, 'index -4 is out of bounds for dim 1 with size 3')
-  T.raises(function() x:index_put({ f64{ 0 } }, 1) end, 'index_put: index 1 must be an i64 or i32 tensor, got f64')
-  T.raises(function() x:index_put({ v100.tensor({ true, false, true }) }, 1) end, 'x[mask] = v')
+  T.raises(function() x:index_put({ f64{ 0 } }, 1) end, 'index_put: index 1 must be an i64 or i32 tensor (or bool), got f64')
+  T.raises(function() x:index_put({ v100.tensor({ true, false }) }, 1) end,
+    'index_put: the bool mask at index 1 (2) does not match the 1 dims of self it covers from dim 1')
   T.raises(function() x:index_put({ i64{ 0 } }, v100.ones({ 4 }, { dtype = 'f64' })) end, 'index_put: values dtype f64 differs from self dtype f32')
   T.raises(function() x:index_put({ i64{ 0, 1 } }, v100.ones({ 3, 4 })) end,
     'index_put: values of shape 3x4 do not broadcast to the indexed shape 2x4')

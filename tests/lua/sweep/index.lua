@@ -122,6 +122,7 @@ R[#R + 1] = {
     c[#c + 1] = { 'two indices', S.rand({ 6, 7 }, dt), { lin // 7, lin % 7 - 7 }, S.rand({ 10 }, dt) }
     c[#c + 1] = { 'broadcast indices', S.rand({ 6, 7, 3 }, dt), { distinct({ 3, 1 }, 1, 6), distinct({ 1, 4 }, 2, 7) }, S.rand({ 3 }, dt) }
     c[#c + 1] = { 'a number', S.rand({ 6, 7 }, dt), { rows }, 5 }
+    c[#c + 1] = { 'bool mask rows', S.rand({ 6, 7 }, dt), { S.rand({ 6 }, 'bool') }, S.rand({ 7 }, dt) }
     c[#c + 1] = { 'empty', S.rand({ 6, 7 }, dt), { v100.zeros({ 0 }, { dtype = 'i64' }) }, S.rand({ 7 }, dt) }
     c[#c + 1] = { 'i32 repeated accumulate', S.rand({ 5, 2 }, dt), { v100.tensor({ 1, 1, 4, 1 }, { dtype = 'i32' }) }, S.rand({ 4, 2 }, dt), { accumulate = true } }
     return c
