@@ -71,10 +71,15 @@ vl_status vl_ag_masked_put_(vl_tensor *x, vl_tensor *mask, vl_tensor *src) {
   const char *op = "x[mask] = value";
   VL_TRY(check_mask(op, x, mask));
   VL_TRY(vl_check_same_device(op, x, "self", src, "value"));
-  if (x->ndim == 0) /* a 0-dim x: its one element, or nothing */
-    return vl_fail(VL_EINVAL, "%s: a 0-dim tensor is written with fill_ / copy_ (or masked_fill_)", op);
   VL_FS(f);
   vl_tensor *me = mask_like(f, op, x, mask);
+  if (x->ndim == 0) { /* a 0-dim x has no dim to index: its one element is copied, or nothing */
+    double on = 0;
+    F_DO(vl_item(me, &on));
+    vl_tensor *v = on != 0 ? values_for(f, op, x, src, 0, NULL) : NULL;
+    if (v) F_DO(vl_ag_copy_(x, v));
+    return vl_fs_close(f);
+  }
   vl_tensor *pos = F_RUN(vl_nonzero(me, false, F_OUT)); /* [k, ndim] coordinates */
   vl_tensor *cols[VL_MAX_DIMS];
   for (int d = 0; d < x->ndim; d++) cols[d] = F_RUN(vl_select(pos, 1, d, F_OUT));

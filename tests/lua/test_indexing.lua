@@ -114,6 +114,11 @@ T.test('writes: a number or a tensor into each form', function()
   T.eq(base:totable(), { { 1, 2, 3 }, { 4, 0, 0 } })
   tt[v100.tensor({ 2 }, { dtype = 'i64' })] = v100.tensor{ 8, 9 }:double()
   T.eq(base:totable(), { { 1, 2, 8 }, { 4, 0, 9 } })
+  -- a 0-dim tensor: its element is written when the mask is true
+  local z0 = v100.tensor(3.0, { dtype = 'f64' })
+  z0[v100.tensor(true)] = v100.tensor({ 8 }, { dtype = 'f64' })
+  z0[v100.tensor(false)] = v100.tensor({ 9 }, { dtype = 'f64' })
+  T.eq(z0:item(), 8)
   -- one value of any shape goes to every selected element
   local one = ar{ 2, 2 }
   one[one:gt(2)] = v100.tensor({ { 0 } }, { dtype = 'f64' })
