@@ -411,6 +411,7 @@ static void set_submodule(lua_State *L, lua_CFunction open, const char *name) {
 int luaopen_v100_core(lua_State *L) {
   lua_newtable(L); /* the methods table, shared by __index and exposed as Tensor */
   l_register_tensor_methods(L);
+  luaL_setfuncs(L, l_scatter_methods, 0); /* bindings/l_scatter.c */
   l_register_ops(L);
   l_register_scan_methods(L); /* bindings/l_scan.c */
   l_register_autograd_methods(L);

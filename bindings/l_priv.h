@@ -85,6 +85,7 @@ int l_autograd_field(lua_State *L, vl_tensor *t, const char *k);
 int l_tensor_index(lua_State *L, vl_tensor *t);
 int l_tensor_newindex(lua_State *L, vl_tensor *t);
 extern const luaL_Reg l_index_methods[]; /* nonzero, masked_select */
+extern const luaL_Reg l_scatter_methods[]; /* bindings/l_scatter.c: scatter, index_put, one_hot */
 /* bindings/l_create.c: randint, randperm, linspace, logspace, eye, multinomial into the module
  * table at the top; t:multinomial, t:exponential_, t:random_ into the methods table below it. */
 void l_register_create(lua_State *L);

@@ -1,4 +1,4 @@
-/* kernels/cpu/cpu_index.c: gather, scatter_add and index_select over strided operands.
+/* kernels/cpu/cpu_index.c: gather, scatter_add, scatter (assign) and index_select over strided operands.
  *
  * Every index is validated before the first write, so a bad index leaves `out` untouched (also
  * for scatter_add, which updates out in place). Negative indices are errors, not wrapped. The
@@ -84,9 +84,9 @@ vl_status vl_cpu_gather(const vl_index_args *a) {
   return VL_OK;
 }
 
-/* out[p with p_dim := index[p]] += src[p], in the out dtype (floats through double, rounded
- * once per update; integers wrap; bool is a logical or). */
-vl_status vl_cpu_scatter_add(const vl_index_args *a) {
+/* out[p with p_dim := index[p]] += src[p] (mul: *=), in the out dtype (floats through double,
+ * rounded once per update; integers wrap; bool is a logical or, for mul an and). */
+static vl_status scatter_reduce(const vl_index_args *a, bool mul) {
   int dim = a->dim;
   VL_TRY(check_indices(a, &a->index, dim_size(&a->out, dim)));
   const vl_strided *ix = &a->index;
@@ -103,10 +103,37 @@ vl_status vl_cpu_scatter_add(const vl_index_args *a) {
     int64_t j = load_index(ix->data + off[0] * (int64_t)ei, ix->dtype);
     char *o = a->out.data + (off[1] + j * od) * (int64_t)eo;
     const char *s = a->src.data + off[2] * (int64_t)es;
-    if (is_int)
-      vl_cpu_st_i64(o, dt, (int64_t)((uint64_t)vl_cpu_ld_i64(o, dt) + (uint64_t)vl_cpu_ld_i64(s, dts)));
-    else
-      vl_cpu_st_f64(o, dt, vl_cpu_ld_f64(o, dt) + vl_cpu_ld_f64(s, dts));
+    if (is_int) {
+      uint64_t x = (uint64_t)vl_cpu_ld_i64(o, dt), y = (uint64_t)vl_cpu_ld_i64(s, dts);
+      vl_cpu_st_i64(o, dt, (int64_t)(mul ? x * y : x + y));
+    } else {
+      double x = vl_cpu_ld_f64(o, dt), y = vl_cpu_ld_f64(s, dts);
+      vl_cpu_st_f64(o, dt, mul ? x * y : x + y);
+    }
+    advance(ix->ndim, ix->size, pos, 3, strides, off);
+  }
+  return VL_OK;
+}
+
+vl_status vl_cpu_scatter_add(const vl_index_args *a) { return scatter_reduce(a, false); }
+vl_status vl_cpu_scatter_mul(const vl_index_args *a) { return scatter_reduce(a, true); }
+
+/* out[p with p_dim := index[p]] = src[p]: serial in index's row-major order, so of repeated
+ * positions the last one stays (documented; CUDA keeps any one). */
+vl_status vl_cpu_scatter(const vl_index_args *a) {
+  int dim = a->dim;
+  VL_TRY(check_indices(a, &a->index, dim_size(&a->out, dim)));
+  const vl_strided *ix = &a->index;
+  int64_t n = numel_of(ix);
+  int64_t out_stride[VL_MAX_DIMS];
+  for (int d = 0; d < ix->ndim; d++) out_stride[d] = d == dim ? 0 : a->out.stride[d];
+  const int64_t *strides[3] = {ix->stride, out_stride, a->src.stride};
+  int64_t pos[VL_MAX_DIMS] = {0}, off[3] = {0, 0, 0};
+  size_t es = vl_dtype_size(a->out.dtype), ei = vl_dtype_size(ix->dtype);
+  int64_t od = a->out.ndim > 0 ? a->out.stride[dim] : 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t j = load_index(ix->data + off[0] * (int64_t)ei, ix->dtype);
+    copy_elem(a->out.data + (off[1] + j * od) * (int64_t)es, a->src.data + off[2] * (int64_t)es, es);
     advance(ix->ndim, ix->size, pos, 3, strides, off);
   }
   return VL_OK;

@@ -170,6 +170,8 @@ vl_status vl_cpu_gemm(const vl_gemm_args *a);
 void vl_cpu_blas_threads(int t);
 vl_status vl_cpu_gather(const vl_index_args *a);
 vl_status vl_cpu_scatter_add(const vl_index_args *a);
+vl_status vl_cpu_scatter(const vl_index_args *a);
+vl_status vl_cpu_scatter_mul(const vl_index_args *a);
 vl_status vl_cpu_index_select(const vl_index_args *a);
 vl_status vl_cpu_rand(const vl_rand_args *a);
 vl_status vl_cpu_scan(const vl_scan_args *a); /* cpu_scan.c */

@@ -304,6 +304,8 @@ vl_status vl_cuda_softmax(const vl_softmax_args *a);
 vl_status vl_cuda_gemm(const vl_gemm_args *a);
 vl_status vl_cuda_gather(const vl_index_args *a);
 vl_status vl_cuda_scatter_add(const vl_index_args *a);
+vl_status vl_cuda_scatter(const vl_index_args *a);
+vl_status vl_cuda_scatter_mul(const vl_index_args *a);
 vl_status vl_cuda_index_select(const vl_index_args *a);
 vl_status vl_cuda_rand(const vl_rand_args *a);
 vl_status vl_cuda_scan(const vl_scan_args *a); /* cuda_scan.cu */

@@ -1,4 +1,4 @@
-/* kernels/cuda/cuda_index.cu: gather, scatter_add, index_select.
+/* kernels/cuda/cuda_index.cu: gather, scatter_add, scatter (assign), index_select.
  *
  * All three walk an iteration shape (the index's for gather/scatter_add, the output's for
  * index_select) and touch two data operands: a "full" one addressed by every coordinate and an
@@ -7,6 +7,9 @@
  *   index_select  full = out (written), indexed = src (read),  iteration = out shape; the index
  *                 position is the coordinate along dim
  *   scatter_add   full = src (read),    indexed = out (atomic add), iteration = index shape
+ *   scatter_mul   as scatter_add with an atomic multiply (compare-and-swap loops)
+ *   scatter       full = src (read),    indexed = out (written),    iteration = index shape;
+ *                 where positions repeat, any one writer wins (PyTorch leaves it unspecified)
  * An index outside [0, size) is not wrapped: the thread records it in the device's error flag
  * (the first one wins) and skips the element; check_async reports it after a synchronisation. */
 #include "kernels/cuda/cuda_common.cuh"
@@ -74,6 +77,22 @@ __global__ void __launch_bounds__(256) vl_ix_copy(vl_ix_geom g) {
   }
 }
 
+/* The copy the other way round: indexed <- full (scatter assign). */
+template <typename S, typename IdxT, bool I32>
+__global__ void __launch_bounds__(256) vl_ix_put(vl_ix_geom g) {
+  const int64_t step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.n; i += step) {
+    int64_t of, oe, oi;
+    vl_ix_offsets<I32>(g, i, of, oe, oi);
+    const int64_t idx = (int64_t) * reinterpret_cast<const IdxT *>(g.index + oi);
+    if (idx < 0 || idx >= g.limit) {
+      vl_ix_flag(g, idx);
+      continue;
+    }
+    *reinterpret_cast<S *>(g.indexed + oe + idx * g.se_dim) = *reinterpret_cast<const S *>(g.full + of);
+  }
+}
+
 /* Atomic adds. bf16 has a native atomic from sm_80; before that, and for the byte types, a CAS
  * loop on the aligned 32-bit word that contains the element (pool blocks are 512-byte aligned and
  * sized, so the word never leaves the allocation). */
@@ -117,7 +136,56 @@ VL_DEV void vl_atomic_add(vl_bool8 *p, vl_bool8 v) {
   vl_atomic_word(p, 1, [v](unsigned cur) { return (unsigned)(cur != 0 || v.v != 0); });
 }
 
-template <typename T, typename IdxT, bool I32>
+/* Atomic multiplies: no hardware instruction, so compare-and-swap on the element's word. */
+VL_DEV void vl_atomic_mul(float *p, float v) {
+  int *w = (int *)p, old = *w, assumed;
+  do {
+    assumed = old;
+    old = atomicCAS(w, assumed, __float_as_int(__int_as_float(assumed) * v));
+  } while (old != assumed);
+}
+VL_DEV void vl_atomic_mul(double *p, double v) {
+  unsigned long long *w = (unsigned long long *)p, old = *w, assumed;
+  do {
+    assumed = old;
+    old = atomicCAS(w, assumed, (unsigned long long)__double_as_longlong(__longlong_as_double((long long)assumed) * v));
+  } while (old != assumed);
+}
+VL_DEV void vl_atomic_mul(int32_t *p, int32_t v) {
+  unsigned *w = (unsigned *)p, old = *w, assumed;
+  do {
+    assumed = old;
+    old = atomicCAS(w, assumed, assumed * (unsigned)v); /* two's complement: wraps */
+  } while (old != assumed);
+}
+VL_DEV void vl_atomic_mul(int64_t *p, int64_t v) {
+  unsigned long long *w = (unsigned long long *)p, old = *w, assumed;
+  do {
+    assumed = old;
+    old = atomicCAS(w, assumed, assumed * (unsigned long long)v);
+  } while (old != assumed);
+}
+VL_DEV void vl_atomic_mul(__half *p, __half v) {
+  const float fv = __half2float(v);
+  vl_atomic_word(p, 2, [fv](unsigned cur) {
+    return (unsigned)__half_as_ushort(__float2half_rn(__half2float(__ushort_as_half((unsigned short)cur)) * fv));
+  });
+}
+VL_DEV void vl_atomic_mul(__nv_bfloat16 *p, __nv_bfloat16 v) {
+  const float fv = __bfloat162float(v);
+  vl_atomic_word(p, 2, [fv](unsigned cur) {
+    float s = __bfloat162float(__ushort_as_bfloat16((unsigned short)cur)) * fv;
+    return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(s));
+  });
+}
+VL_DEV void vl_atomic_mul(uint8_t *p, uint8_t v) {
+  vl_atomic_word(p, 1, [v](unsigned cur) { return (cur * v) & 0xffu; });
+}
+VL_DEV void vl_atomic_mul(vl_bool8 *p, vl_bool8 v) {
+  vl_atomic_word(p, 1, [v](unsigned cur) { return (unsigned)(cur != 0 && v.v != 0); });
+}
+
+template <typename T, typename IdxT, bool I32, bool MUL>
 __global__ void __launch_bounds__(256) vl_ix_scatter_add(vl_ix_geom g) {
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.n; i += step) {
@@ -128,8 +196,10 @@ __global__ void __launch_bounds__(256) vl_ix_scatter_add(vl_ix_geom g) {
       vl_ix_flag(g, idx);
       continue;
     }
-    vl_atomic_add(reinterpret_cast<T *>(g.indexed + oe + idx * g.se_dim),
-                  *reinterpret_cast<const T *>(g.full + of));
+    T *o = reinterpret_cast<T *>(g.indexed + oe + idx * g.se_dim);
+    const T v = *reinterpret_cast<const T *>(g.full + of);
+    if constexpr (MUL) vl_atomic_mul(o, v);
+    else vl_atomic_add(o, v);
   }
 }
 
@@ -145,8 +215,14 @@ VL_DEV void vl_plain_add(__half *p, __half v) { *p = __float2half_rn(__half2floa
 VL_DEV void vl_plain_add(__nv_bfloat16 *p, __nv_bfloat16 v) {
   *p = __float2bfloat16_rn(__bfloat162float(*p) + __bfloat162float(v));
 }
+VL_DEV void vl_plain_mul(float *p, float v) { *p *= v; }
+VL_DEV void vl_plain_mul(double *p, double v) { *p *= v; }
+VL_DEV void vl_plain_mul(__half *p, __half v) { *p = __float2half_rn(__half2float(*p) * __half2float(v)); }
+VL_DEV void vl_plain_mul(__nv_bfloat16 *p, __nv_bfloat16 v) {
+  *p = __float2bfloat16_rn(__bfloat162float(*p) * __bfloat162float(v));
+}
 
-template <typename T, typename IdxT>
+template <typename T, typename IdxT, bool MUL>
 __global__ void __launch_bounds__(256) vl_ix_scatter_add_lines(vl_ix_geom g, int64_t nlines) {
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   const int64_t len = g.ndim > 0 ? g.size[g.dim] : 1;
@@ -167,7 +243,9 @@ __global__ void __launch_bounds__(256) vl_ix_scatter_add_lines(vl_ix_geom g, int
         vl_ix_flag(g, idx);
         continue;
       }
-      vl_plain_add(reinterpret_cast<T *>(g.indexed + oe + idx * g.se_dim), *reinterpret_cast<const T *>(g.full + of));
+      T *o = reinterpret_cast<T *>(g.indexed + oe + idx * g.se_dim);
+      if constexpr (MUL) vl_plain_mul(o, *reinterpret_cast<const T *>(g.full + of));
+      else vl_plain_add(o, *reinterpret_cast<const T *>(g.full + of));
     }
   }
 }
@@ -222,6 +300,7 @@ static vl_status vl_ix_setup(int kind, const vl_index_args *a, vl_cuda_state *st
   return VL_OK;
 }
 
+/* gather and index_select copy indexed -> full; scatter copies full -> indexed. */
 static vl_status vl_ix_copy_run(int kind, const vl_index_args *a) {
   VL_CUDA_ENTER(guard, st, a->ex);
   vl_ix_geom g;
@@ -231,15 +310,27 @@ static vl_status vl_ix_copy_run(int kind, const vl_index_args *a) {
   cudaStream_t stream = (cudaStream_t)a->ex.stream;
   const bool small = g.n < ((int64_t)1 << 31);
   const bool i64 = a->index.dtype == VL_I64;
-  VL_DISPATCH_SIZE(a->out.dtype, S, vl_ix_name(a), {
-    if (i64) {
-      if (small) vl_ix_copy<S, int64_t, true><<<grid, 256, 0, stream>>>(g);
-      else vl_ix_copy<S, int64_t, false><<<grid, 256, 0, stream>>>(g);
-    } else {
-      if (small) vl_ix_copy<S, int32_t, true><<<grid, 256, 0, stream>>>(g);
-      else vl_ix_copy<S, int32_t, false><<<grid, 256, 0, stream>>>(g);
-    }
-  });
+  if (kind == VL_IX_SCATTER) {
+    VL_DISPATCH_SIZE(a->out.dtype, S, vl_ix_name(a), {
+      if (i64) {
+        if (small) vl_ix_put<S, int64_t, true><<<grid, 256, 0, stream>>>(g);
+        else vl_ix_put<S, int64_t, false><<<grid, 256, 0, stream>>>(g);
+      } else {
+        if (small) vl_ix_put<S, int32_t, true><<<grid, 256, 0, stream>>>(g);
+        else vl_ix_put<S, int32_t, false><<<grid, 256, 0, stream>>>(g);
+      }
+    });
+  } else {
+    VL_DISPATCH_SIZE(a->out.dtype, S, vl_ix_name(a), {
+      if (i64) {
+        if (small) vl_ix_copy<S, int64_t, true><<<grid, 256, 0, stream>>>(g);
+        else vl_ix_copy<S, int64_t, false><<<grid, 256, 0, stream>>>(g);
+      } else {
+        if (small) vl_ix_copy<S, int32_t, true><<<grid, 256, 0, stream>>>(g);
+        else vl_ix_copy<S, int32_t, false><<<grid, 256, 0, stream>>>(g);
+      }
+    });
+  }
   VL_LAUNCH_CHECK();
   return VL_OK;
 }
@@ -252,7 +343,11 @@ vl_status vl_cuda_index_select(const vl_index_args *a) {
   return vl_ix_copy_run(VL_IX_SELECT, a);
 }
 
-vl_status vl_cuda_scatter_add(const vl_index_args *a) {
+vl_status vl_cuda_scatter(const vl_index_args *a) { return vl_ix_copy_run(VL_IX_SCATTER, a); }
+
+/* scatter_add and scatter_mul: atomics, or with deterministic on (floats) one thread per line. */
+template <bool MUL>
+static vl_status vl_ix_scatter_reduce(const vl_index_args *a) {
   VL_CUDA_ENTER(guard, st, a->ex);
   vl_ix_geom g;
   VL_TRY(vl_ix_setup(VL_IX_SCATTER, a, st, &g));
@@ -263,8 +358,8 @@ vl_status vl_cuda_scatter_add(const vl_index_args *a) {
     const int64_t nlines = g.n / (g.ndim > 0 ? g.size[g.dim] : 1);
     const unsigned lgrid = vl_grid(nlines, 256, st, 4);
     VL_DISPATCH_FLOAT(a->out.dtype, T, vl_ix_name(a), {
-      if (i64) vl_ix_scatter_add_lines<T, int64_t><<<lgrid, 256, 0, stream>>>(g, nlines);
-      else vl_ix_scatter_add_lines<T, int32_t><<<lgrid, 256, 0, stream>>>(g, nlines);
+      if (i64) vl_ix_scatter_add_lines<T, int64_t, MUL><<<lgrid, 256, 0, stream>>>(g, nlines);
+      else vl_ix_scatter_add_lines<T, int32_t, MUL><<<lgrid, 256, 0, stream>>>(g, nlines);
     });
     VL_LAUNCH_CHECK();
     return VL_OK;
@@ -273,13 +368,16 @@ vl_status vl_cuda_scatter_add(const vl_index_args *a) {
   const bool small = g.n < ((int64_t)1 << 31);
   VL_DISPATCH_ALL(a->out.dtype, T, vl_ix_name(a), {
     if (i64) {
-      if (small) vl_ix_scatter_add<T, int64_t, true><<<grid, 256, 0, stream>>>(g);
-      else vl_ix_scatter_add<T, int64_t, false><<<grid, 256, 0, stream>>>(g);
+      if (small) vl_ix_scatter_add<T, int64_t, true, MUL><<<grid, 256, 0, stream>>>(g);
+      else vl_ix_scatter_add<T, int64_t, false, MUL><<<grid, 256, 0, stream>>>(g);
     } else {
-      if (small) vl_ix_scatter_add<T, int32_t, true><<<grid, 256, 0, stream>>>(g);
-      else vl_ix_scatter_add<T, int32_t, false><<<grid, 256, 0, stream>>>(g);
+      if (small) vl_ix_scatter_add<T, int32_t, true, MUL><<<grid, 256, 0, stream>>>(g);
+      else vl_ix_scatter_add<T, int32_t, false, MUL><<<grid, 256, 0, stream>>>(g);
     }
   });
   VL_LAUNCH_CHECK();
   return VL_OK;
 }
+
+vl_status vl_cuda_scatter_add(const vl_index_args *a) { return vl_ix_scatter_reduce<false>(a); }
+vl_status vl_cuda_scatter_mul(const vl_index_args *a) { return vl_ix_scatter_reduce<true>(a); }

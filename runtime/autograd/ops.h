@@ -79,8 +79,9 @@ vl_status vl_ag_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tenso
 vl_status vl_ag_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
 vl_status vl_ag_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
 /* ops_index.c, Lua's x[...] forms that are no single op: x[mask] (the selected elements, 1-D, in
- * row-major order); x[mask] = v and x[idx] = v (rows along dim 1, each once; v one element, one
- * per position, or for rows a shape that broadcasts to them), in place on a contiguous x. */
+ * row-major order); x[mask] = v and x[idx] = v (rows along dim 1, 0-based, negative from the end;
+ * v broadcast to the selected elements / rows, or one value per element in row-major order), the
+ * recorded index_put_ on x of any strides. */
 vl_status vl_ag_masked_select(vl_tensor *x, vl_tensor *mask, vl_tensor **out);
 /* Sorting and selection (runtime/autograd/ops_sort.c, the raw ops in runtime/ops/ops.h): the
  * values' gradient is scattered back through the indices; indices may be NULL (not wanted). */
@@ -90,7 +91,43 @@ vl_status vl_ag_kthvalue(vl_tensor *x, int64_t k, int dim, bool keepdim, vl_tens
 vl_status vl_ag_median(vl_tensor *x, int dim, bool keepdim, vl_tensor **values, vl_tensor **indices);
 vl_status vl_ag_median_all(vl_tensor *x, vl_tensor **out);
 vl_status vl_ag_masked_put_(vl_tensor *x, vl_tensor *mask, vl_tensor *src);
-vl_status vl_ag_index_put_(vl_tensor *x, vl_tensor *idx, vl_tensor *src);
+vl_status vl_ag_rows_put_(vl_tensor *x, vl_tensor *idx, vl_tensor *src);
+/* x[i] = v and x[{...}] = v: the slice as the steps that make its view from x, in order (a select
+ * drops its dim; each step's dim counts in the view made so far); src a tensor (broadcast and
+ * converted as copy_) or, when NULL, the number `value`. Recorded on x (CopySlices) when x or src
+ * requires grad; a leaf that requires grad refuses it, as every in-place op. */
+typedef struct vl_slice_step {
+  int dim;
+  bool select;      /* select(dim, start), else narrow(dim, start, len) */
+  int64_t start, len;
+} vl_slice_step;
+typedef struct vl_slice {
+  int n;
+  vl_slice_step step[VL_MAX_DIMS];
+} vl_slice;
+vl_status vl_ag_slice_write_(vl_tensor *x, const vl_slice *sl, vl_tensor *src, vl_scalar value);
+/* ops_scatter.c: scatter (assign; value form: src from vl_scatter_value_src) and index_put
+ * (runtime/ops/ops.h), recorded: the overwritten positions of self / x get a zero gradient (all of
+ * x's passes with accumulate), src / values get the gradient at the positions they were written to. */
+vl_status vl_ag_scatter(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out);
+vl_status vl_ag_scatter_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
+/* reduce='multiply' (in place, or *out a new tensor): no gradient, refused when it would record. */
+vl_status vl_ag_scatter_mul(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, bool inplace, vl_tensor **out);
+vl_status vl_ag_index_put(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate,
+                          vl_tensor **out);
+vl_status vl_ag_index_put_(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate);
+/* index_add / index_copy / index_fill (PyTorch's, no alpha): along dim, the 1-D index's i-th
+ * value (0-based, not wrapped) names where slice i of src goes (added, copied) or where `value`
+ * goes (fill: src NULL). src has self's shape with the index's length in dim. A scatter of the
+ * index expanded over src, recorded as one: add passes self's gradient whole, copy and fill zero
+ * it at the written positions; src gets the gradient gathered there. inplace: self is written
+ * (out unused), else *out is a new tensor. */
+typedef enum vl_index_write { VL_INDEX_ADD = 0, VL_INDEX_COPY, VL_INDEX_FILL } vl_index_write;
+vl_status vl_ag_index_write(vl_index_write kind, vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src,
+                            vl_scalar value, bool inplace, vl_tensor **out);
+/* index_put_ whose messages name `op` (x[mask] = value, x[index] = value). */
+vl_status vl_ag_index_put_as_(const char *op, vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values,
+                              bool accumulate);
 vl_status vl_ag_cat(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
 vl_status vl_ag_stack(int n, vl_tensor *const *ts, int dim, vl_tensor **out);
 vl_status vl_ag_split(vl_tensor *t, int64_t split_size, int dim, vl_tensor ***outs, int *n);

@@ -1,4 +1,4 @@
-/* runtime/ops/index.c: gather / scatter_add / index_select, nonzero, and cat / stack / split / chunk. */
+/* runtime/ops/index.c: gather / scatter_add / scatter (assign) / index_select, nonzero, and cat / stack / split / chunk. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,19 +114,55 @@ vl_status vl_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *
   return VL_OK;
 }
 
-vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src) {
+vl_status vl_scatter_into_(const char *op, vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src,
+                          vl_scatter_mode mode) {
   int d;
-  VL_TRY(scatter_check("scatter_add_", self, dim, index, src, &d));
-  VL_TRY(vl_check_writable("scatter_add_", self));
+  VL_TRY(scatter_check(op, self, dim, index, src, &d));
+  VL_TRY(vl_check_writable(op, self));
   /* Reads of src/index must not see the updates: copy them when they share self's memory. */
   vl_tensor *us = NULL, *ui = NULL;
+  const vl_kernels *k = vl_backend_of(self->storage->device)->ops;
   vl_status s = vl_tensor_numel(index) ? vl_unalias(self, src, &us) : VL_OK;
   if (s == VL_OK && us) s = vl_unalias(self, index, &ui);
-  if (s == VL_OK && ui)
-    s = run_index("scatter_add_", vl_backend_of(self->storage->device)->ops->scatter_add, self, us, ui, d);
+  vl_status (*fn)(const vl_index_args *) =
+      mode == VL_SCATTER_ADD ? k->scatter_add : mode == VL_SCATTER_MUL ? k->scatter_mul : k->scatter;
+  if (s == VL_OK && ui) s = run_index(op, fn, self, us, ui, d);
   vl_tensor_release(us);
   vl_tensor_release(ui);
   return bumped(self, s);
+}
+
+vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src) {
+  return vl_scatter_into_("scatter_add_", self, dim, index, src, VL_SCATTER_ADD);
+}
+
+/* scatter (assign): as scatter_add with the kernel that writes instead of adding. */
+vl_status vl_scatter(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out) {
+  int d;
+  VL_TRY(scatter_check("scatter", self, dim, index, src, &d));
+  vl_tensor *r;
+  VL_TRY(vl_clone(self, &r));
+  vl_status s = run_index("scatter", vl_backend_of(self->storage->device)->ops->scatter, r, src, index, d);
+  if (s != VL_OK) {
+    vl_tensor_release(r);
+    return s;
+  }
+  *out = r;
+  return VL_OK;
+}
+
+vl_status vl_scatter_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src) {
+  return vl_scatter_into_("scatter_", self, dim, index, src, VL_SCATTER_SET);
+}
+
+vl_status vl_scatter_value_src(const char *op, vl_tensor *self, vl_tensor *index, vl_scalar value, vl_tensor **out) {
+  unsigned char probe[16];
+  VL_TRY(vl_scalar_to(op, value, self->dtype, probe)); /* the value's error names the op, not "full" */
+  vl_tensor *one = NULL;
+  VL_TRY(vl_full_scalar(0, NULL, value, self->dtype, self->storage->device, &one));
+  vl_status s = vl_expand(one, index->ndim, index->size, out);
+  vl_tensor_release(one);
+  return s;
 }
 
 vl_status vl_index_select_as(const char *op, vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out) {

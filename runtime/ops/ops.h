@@ -140,6 +140,38 @@ vl_status vl_gather(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
 vl_status vl_scatter_add(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out);
 vl_status vl_scatter_add_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
 vl_status vl_index_select(vl_tensor *src, int dim, vl_tensor *index, vl_tensor **out);
+/* scatter (assign): self with self[p with p_dim := index[p]] = src[p] for every position p of
+ * index (checks as scatter_add). Repeated positions: the last in index's row-major order on the
+ * CPU, any one on CUDA (PyTorch leaves it unspecified). */
+vl_status vl_scatter(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src, vl_tensor **out);
+vl_status vl_scatter_(vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src);
+/* scatter_ in place: assign, add (scatter_add_) or multiply (reduce='multiply'), its messages
+ * naming op (index_add_, index_copy_, ...). */
+typedef enum vl_scatter_mode { VL_SCATTER_SET = 0, VL_SCATTER_ADD, VL_SCATTER_MUL } vl_scatter_mode;
+vl_status vl_scatter_into_(const char *op, vl_tensor *self, int dim, vl_tensor *index, vl_tensor *src,
+                          vl_scatter_mode mode);
+/* The src of scatter's value form: `value` in self's dtype (checked, errors naming op) expanded to
+ * index's shape (stride 0: no memory per element). */
+vl_status vl_scatter_value_src(const char *op, vl_tensor *self, vl_tensor *index, vl_scalar value, vl_tensor **out);
+/* index_put (runtime/ops/scatter.c): x[indices[0], ..., indices[n-1]] = values, PyTorch's
+ * advanced indexing on the first n dims: the n integer index tensors (i64/i32, negative values
+ * from the end) broadcast together to B; the indexed shape is B followed by x's dims after the
+ * n-th; values (x's dtype and device) broadcast to it. accumulate sums over repeated positions;
+ * without it one of them stays (the last on the CPU). vl_index_put_plan checks all that and
+ * reads the indices on the host (a synchronisation on a GPU, as the error names the bad value):
+ * it gives the indexed shape and lin, the i64 row-major positions over x's first n dims (on x's
+ * device, [numel(B)]); vl_index_put_lin_ writes with a plan. */
+vl_status vl_index_put_plan(const char *op, vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values,
+                            int *vnd, int64_t *vsize, vl_tensor **lin);
+vl_status vl_index_put_lin_(const char *op, vl_tensor *x, int n, vl_tensor *lin, vl_tensor *values, int vnd,
+                            const int64_t *vsize, bool accumulate);
+vl_status vl_index_put(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate,
+                       vl_tensor **out);
+vl_status vl_index_put_(vl_tensor *x, int n, vl_tensor *const *indices, vl_tensor *values, bool accumulate);
+/* one_hot (runtime/ops/scatter.c): i64 [..., num_classes] with a 1 at each value of t (i64 or
+ * i32, 0-based); num_classes -1 takes max(t) + 1. A value outside [0, num_classes) is an error
+ * naming it (values are read on the host: a synchronisation on a GPU, as PyTorch's). */
+vl_status vl_one_hot(vl_tensor *t, int64_t num_classes, vl_tensor **out);
 /* The positions of mask's non-zero elements in row-major order, i64 on mask's device (0-based):
  * [n, ndim] coordinates, or with flat [n] offsets into a contiguous tensor of mask's shape. */
 vl_status vl_nonzero(vl_tensor *mask, bool flat, vl_tensor **out);

@@ -67,12 +67,40 @@ T.test('writes on CUDA equal the CPU', function()
   end
 end)
 
+T.test('gradients of the writes on CUDA equal the CPU (x zero where written, values the gradient there)', function()
+  local base = v100.randn({ 4, 6 })
+  local m = v100.randn({ 4, 6 }):gt(0)
+  local k = m:sum():item()
+  local vb, rb, qb = v100.randn({ 4 }), v100.randn({ k }), v100.randn({ 2, 4 })
+  local w = v100.randn({ 6, 4 })
+  local idx = v100.tensor({ 5, -6 }, { dtype = 'i64' }) -- distinct rows: CUDA keeps any one of repeats
+  local out = {}
+  for _, dev in ipairs { 'cpu', 'cuda' } do
+    -- leaves of their own on each device (base:to('cpu') is base itself)
+    local a = base:to(dev):detach():requires_grad_()
+    local v, r, q = vb:to(dev):detach():requires_grad_(), rb:to(dev):detach():requires_grad_(), qb:to(dev):detach():requires_grad_()
+    local x = a * 2
+    x[{ 2, { 2, 5 } }] = v
+    x[m:to(dev)] = r
+    local y = x:t() * 1
+    y[idx:to(dev)] = q
+    ;(y * w:to(dev)):sum():backward()
+    out[dev] = { a.grad:cpu(), v.grad:cpu(), r.grad:cpu(), q.grad:cpu() }
+  end
+  for i = 1, 4 do T.tensor_close(out.cuda[i], out.cpu[i], 1e-5, 1e-5, 'gradient ' .. i) end
+  T.tensor_eq(out.cpu[4], w:index_select(1, v100.tensor({ 5, 0 }, { dtype = 'i64' })), 'by hand: q gets w at its rows')
+end)
+
 T.test('an index value out of range says values are 0-based', function()
   local g = v100.zeros({ 3, 2 }, { device = 'cuda' })
   T.raises(function() return g[v100.tensor({ 3 }, { dtype = 'i64', device = 'cuda' })]:cpu() end,
     { 'index 3 is out of bounds for dim 1 with size 3', 'index values are 0-based: 0 to 2' })
+  -- scatter's kernel reports through the same asynchronous flag, naming scatter
+  T.raises(function()
+    return v100.zeros({ 3 }, { device = 'cuda' }):scatter(1, v100.tensor({ 4 }, { dtype = 'i64', device = 'cuda' }), 1):cpu()
+  end, { 'scatter', 'index 4 is out of bounds for dim 1 with size 3', 'index values are 0-based: 0 to 2' })
   T.raises(function() g[v100.tensor({ 5 }, { dtype = 'i64', device = 'cuda' })] = 1 end,
-    'x[index] = value: index 5 is out of bounds for dim 1 with size 3 (index values are 0-based: 0 to 2)')
+    'x[index] = value: index 5 is out of bounds for dim 1 with size 3 (index values are 0-based: 0 to 2, or -3 to -1 from the end)')
 end)
 
 T.run()

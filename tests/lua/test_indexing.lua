@@ -103,6 +103,26 @@ T.test('writes: a number or a tensor into each form', function()
   T.eq(z:totable(), { { 2, 2 }, { 0, 0 }, { 1, 1 } })
   z[v100.tensor({ 0, 1 }, { dtype = 'i64' })] = v100.tensor{ 9, 8 }:double()
   T.eq(z:totable(), { { 9, 8 }, { 9, 8 }, { 1, 1 } }, 'a row broadcast over the indexed rows')
+  -- as PyTorch: negative index values count from the end; a repeated row keeps the last value
+  -- on the CPU (any one of them on CUDA)
+  z[v100.tensor({ -1, 0, 0 }, { dtype = 'i64' })] = v100.tensor{ { 5, 5 }, { 6, 6 }, { 7, 7 } }:double()
+  T.eq(z:totable(), { { 7, 7 }, { 9, 8 }, { 5, 5 } })
+  -- strided tensors take writes through a mask or an index (written through a copy)
+  local base = ar{ 2, 3 }
+  local tt = base:t()
+  tt[tt:gt(4)] = 0
+  T.eq(base:totable(), { { 1, 2, 3 }, { 4, 0, 0 } })
+  tt[v100.tensor({ 2 }, { dtype = 'i64' })] = v100.tensor{ 8, 9 }:double()
+  T.eq(base:totable(), { { 1, 2, 8 }, { 4, 0, 9 } })
+  -- a 0-dim tensor: its element is written when the mask is true
+  local z0 = v100.tensor(3.0, { dtype = 'f64' })
+  z0[v100.tensor(true)] = v100.tensor({ 8 }, { dtype = 'f64' })
+  z0[v100.tensor(false)] = v100.tensor({ 9 }, { dtype = 'f64' })
+  T.eq(z0:item(), 8)
+  -- one value of any shape goes to every selected element
+  local one = ar{ 2, 2 }
+  one[one:gt(2)] = v100.tensor({ { 0 } }, { dtype = 'f64' })
+  T.eq(one:totable(), { { 1, 2 }, { 0, 0 } })
   -- dtypes convert as copy_ does
   local i = v100.zeros({ 3 }, { dtype = 'i64' })
   i[2] = 7
@@ -119,6 +139,81 @@ T.test('reads differentiate: gradients against finite differences', function()
   local x = v100.randn({ 2, 3 }, { dtype = 'f64', requires_grad = true })
   x[{ 1, { 2, 3 } }]:sum():backward()
   T.eq(x.grad:totable(), { { 0, 1, 1 }, { 0, 0, 0 } })
+end)
+
+T.test('writes differentiate: x gets zero where written, the value the gradient there', function()
+  local w = v100.arange(1, 7, { dtype = 'f64' }):view{ 2, 3 }
+  -- x[i] = v on a non-leaf
+  local a = v100.ones({ 2, 3 }, { dtype = 'f64', requires_grad = true })
+  local v = v100.zeros({ 3 }, { dtype = 'f64', requires_grad = true })
+  local x = a * 1
+  x[2] = v
+  T.eq(x.grad_fn, 'CopySlices')
+  ;(x * w):sum():backward()
+  T.eq(a.grad:totable(), { { 1, 2, 3 }, { 0, 0, 0 } })
+  T.eq(v.grad:totable(), { 4, 5, 6 })
+  -- x[{...}] = v broadcast over the slice: v's gradient summed over the broadcast
+  a.grad, v = nil, v100.zeros({ 2 }, { dtype = 'f64', requires_grad = true })
+  x = a * 1
+  x[{ {}, { 2, 3 } }] = v
+  ;(x * w):sum():backward()
+  T.eq(a.grad:totable(), { { 1, 0, 0 }, { 4, 0, 0 } })
+  T.eq(v.grad:totable(), { 2 + 5, 3 + 6 })
+  -- a number: only x's gradient changes
+  a.grad = nil
+  x = a * 1
+  x[{ 1, -1 }] = 7
+  ;(x * w):sum():backward()
+  T.eq(a.grad:totable(), { { 1, 2, 0 }, { 4, 5, 6 } })
+  -- x[mask] = v and x[idx] = v
+  local m = v100.tensor({ { true, false, true }, { false, true, false } })
+  a.grad, v = nil, v100.zeros({ 3 }, { dtype = 'f64', requires_grad = true })
+  x = a * 1
+  x[m] = v
+  ;(x * w):sum():backward()
+  T.eq(a.grad:totable(), { { 0, 2, 0 }, { 4, 0, 6 } })
+  T.eq(v.grad:totable(), { 1, 3, 5 })
+  a.grad, v = nil, v100.zeros({ 1, 3 }, { dtype = 'f64', requires_grad = true })
+  x = a * 1
+  x[v100.tensor({ -1 }, { dtype = 'i64' })] = v
+  ;(x * w):sum():backward()
+  T.eq(a.grad:totable(), { { 1, 2, 3 }, { 0, 0, 0 } })
+  T.eq(v.grad:totable(), { { 4, 5, 6 } })
+  -- a buffer that does not require grad takes a value that does: the buffer joins the graph
+  local buf = v100.zeros({ 2, 3 }, { dtype = 'f64' })
+  v = v100.ones({ 3 }, { dtype = 'f32', requires_grad = true })
+  buf[1] = v
+  T.ok(buf.requires_grad, 'the written buffer requires grad')
+  ;(buf * w):sum():backward()
+  T.eq(v.grad:totable(), { 1, 2, 3 })
+  T.eq(v.grad.dtype, 'f32', "the value's gradient in its own dtype")
+  -- against finite differences, every form in one function
+  local idx = v100.tensor({ 2, 0 }, { dtype = 'i64' })
+  T.ok(v100.autograd.gradcheck(function(p, q, r)
+    local y = p * 2
+    y[{ 2, { 1, 2 } }] = q
+    y[m] = r
+    local z = (y:t() * 1)
+    z[idx] = q:view{ 1, 2 } * 3
+    return z
+  end, { v100.randn({ 2, 3 }, { dtype = 'f64', requires_grad = true }), v100.randn({ 2 }, { dtype = 'f64', requires_grad = true }),
+    v100.randn({ 3 }, { dtype = 'f64', requires_grad = true }) }))
+end)
+
+T.test('writes and autograd: leaves, views and saved tensors keep the in-place rules', function()
+  local leaf = v100.zeros({ 2, 3 }, { dtype = 'f64', requires_grad = true })
+  T.raises(function() leaf[1] = 1 end, 'a leaf tensor that requires grad is used in an in-place operation (x[...] = value')
+  T.raises(function() leaf[leaf:gt(0)] = 1 end, 'in-place')
+  T.raises(function() leaf[v100.tensor({ 0 }, { dtype = 'i64' })] = 1 end, 'a leaf tensor that requires grad is used in an in-place operation (x[index] = value')
+  v100.no_grad(function() leaf[1] = 5 end)
+  T.eq(leaf:sum():item(), 15, 'under no_grad a leaf takes the write')
+  local h = leaf * 1
+  local row = h[1]
+  T.raises(function() row[2] = 0 end, 'in-place operations on a view of a tensor that requires grad are not supported')
+  local y = leaf * 1
+  local z = y * y -- saves y
+  y[1] = 0
+  T.raises(function() z:sum():backward() end, 'modified in place')
 end)
 
 T.test('errors name the form and say how positions and index values count', function()
@@ -143,10 +238,12 @@ T.test('errors name the form and say how positions and index values count', func
   T.raises(function() x[1] = 'a' end, 'index: the value assigned must be a number or a tensor, not a string')
   T.raises(function() x[x:gt(6)] = v100.tensor{ 1, 2 }:double() end,
     'x[mask] = value: the index selects 6 elements but the value has 2')
-  T.raises(function() x[v100.tensor({ 0, 0 }, { dtype = 'i64' })] = 1 end, 'row 0 is indexed twice')
-  T.raises(function() x[v100.tensor({ -1 }, { dtype = 'i64' })] = 1 end,
-    'index -1 is out of bounds for dim 1 with size 3 (index values are 0-based: 0 to 2)')
-  T.raises(function() x:t()[x:t():gt(0)] = v100.tensor{ 1 }:double() end, 'must be contiguous')
+  T.raises(function() x[v100.tensor({ 3 }, { dtype = 'i64' })] = 1 end,
+    'x[index] = value: index 3 is out of bounds for dim 1 with size 3 (index values are 0-based: 0 to 2, or -3 to -1 from the end)')
+  T.raises(function() x[v100.tensor({ -4 }, { dtype = 'i64' })] = 1 end, 'index -4 is out of bounds for dim 1 with size 3')
+  T.raises(function() x[v100.tensor({ 0, 1 }, { dtype = 'i64' })] = v100.ones{ 3, 4 }:double() end,
+    'x[index] = value: the index selects 8 elements but the value has 12')
+  T.raises(function() x[v100.tensor({ { 0 } }, { dtype = 'i64' })] = 1 end, 'x[index] = value: the index must be 1-D')
   T.raises(function() x[{ 1 }] = v100.ones{ 5 } end, 'copy_')
   local leaf = v100.zeros({ 3 }, { requires_grad = true })
   T.raises(function() leaf[1] = 1 end, 'in-place')

@@ -129,6 +129,17 @@ local ENTRIES = {
   { 'Tensor:unique', 'return_invers', function(with) return x34():unique(with {}) end },
   { 'v100.searchsorted', 'rigth', function(with)
     return v100.searchsorted(v100.tensor({ 1, 2, 3 }), v100.tensor({ 2 }), with {})
+  { 'Tensor:scatter', 'reduc', function(with)
+    return x34():scatter(2, v100.tensor({ { 0 } }, { dtype = 'i64' }), 1, with {})
+  end },
+  { 'Tensor:scatter_', 'reduc', function(with)
+    return x34():scatter_(2, v100.tensor({ { 0 } }, { dtype = 'i64' }), 1, with {})
+  end },
+  { 'Tensor:index_put', 'acumulate', function(with)
+    return x34():index_put({ v100.tensor({ 0 }, { dtype = 'i64' }) }, 1, with {})
+  end },
+  { 'Tensor:index_put_', 'acumulate', function(with)
+    return x34():index_put_({ v100.tensor({ 0 }, { dtype = 'i64' }) }, 1, with {})
   end },
   { 'Tensor:backward', 'retain_grpah', function(with)
     local a = v100.ones({ 2 }, { requires_grad = true })
@@ -349,7 +360,7 @@ local NO_OPTIONS = {
   graph = { 'capturing', 'on_replay' },
   log = { 'Meter', 'format_eta', 'reduce', 'topk_correct' },
   memplan = { 'format', 'measure', 'static' },
-  ['nn.F'] = { 'adaptive_avg_pool2d', 'dropout', 'layer_norm', 'linear', 'log_softmax', 'relu', 'sigmoid', 'softmax', 'tanh' },
+  ['nn.F'] = { 'adaptive_avg_pool2d', 'dropout', 'layer_norm', 'linear', 'log_softmax', 'one_hot', 'relu', 'sigmoid', 'softmax', 'tanh' },
   nvtx = { 'enable', 'enabled', 'mark', 'pop', 'push', 'range', 'scope_enter', 'scope_leave', 'stats' },
   bert_data = { 'open', 'vocab_crc' },
   -- telemetry.from_options reads its fields from a recipe's whole parsed command line

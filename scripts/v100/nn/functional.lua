@@ -89,6 +89,13 @@ function F.dropout(x, p, training)
   return _nn.dropout(x, p) -- checks p and x in C
 end
 
+-- t: i64 (or i32) 0-based classes of any shape; the i64 result is t.shape x num_classes with a 1
+-- at each class (num_classes -1 or nil: max(t) + 1). A value outside [0, num_classes) is an error
+-- naming it. As torch.nn.functional.one_hot; the same as t:one_hot(num_classes).
+function F.one_hot(t, num_classes)
+  return t:one_hot(num_classes)
+end
+
 -- ids: integer tensor of any shape with 0-based rows of weight; result ids.shape x dim.
 -- padding_idx: those positions give the (zero) padding row and send no gradient to it.
 function F.embedding(ids, weight, opts)
