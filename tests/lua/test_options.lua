@@ -129,6 +129,7 @@ local ENTRIES = {
   { 'Tensor:unique', 'return_invers', function(with) return x34():unique(with {}) end },
   { 'v100.searchsorted', 'rigth', function(with)
     return v100.searchsorted(v100.tensor({ 1, 2, 3 }), v100.tensor({ 2 }), with {})
+  end },
   { 'Tensor:scatter', 'reduc', function(with)
     return x34():scatter(2, v100.tensor({ { 0 } }, { dtype = 'i64' }), 1, with {})
   end },
