@@ -6,7 +6,9 @@
 #include "runtime/amp/autocast.h"
 #include "runtime/autograd/formula.h"
 #include "runtime/autograd/ops.h"
+#include "runtime/autograd/ops_shape.h"
 #include "runtime/ops/ops_internal.h"
+#include "runtime/ops/shape.h"
 
 static bool same_dims(const vl_tensor *t, int ndim, const int64_t *size) {
   if (t->ndim != ndim) return false;
@@ -321,11 +323,12 @@ static vl_status split_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
 }
 
 /* The pieces are views of t (in-place ops on them are refused while they require grad). */
-static vl_status split_done(vl_tensor *t, int dim, vl_tensor **arr, int count, vl_tensor ***outs, int *n) {
+static vl_status split_done(const char *name, vl_tensor *t, int dim, vl_tensor **arr, int count, vl_tensor ***outs,
+                            int *n) {
   dim_ctx c = {dim < 0 ? dim + t->ndim : dim};
   vl_status s = VL_OK;
   if (count > 0)
-    s = VL_AG_RECORD(.name = "SplitBackward", .backward = split_bw, .nin = 1, .in = &t, .nout = count, .out = arr,
+    s = VL_AG_RECORD(.name = name, .backward = split_bw, .nin = 1, .in = &t, .nout = count, .out = arr,
                      .view = true, VL_AG_CTX_OF(c));
   if (s != VL_OK) {
     for (int i = 0; i < count; i++) vl_tensor_release(arr[i]);
@@ -333,7 +336,7 @@ static vl_status split_done(vl_tensor *t, int dim, vl_tensor **arr, int count, v
     return s;
   }
   *outs = arr;
-  *n = count;
+  if (n) *n = count;
   return VL_OK;
 }
 
@@ -341,12 +344,19 @@ vl_status vl_ag_split(vl_tensor *t, int64_t split_size, int dim, vl_tensor ***ou
   vl_tensor **arr;
   int count;
   VL_TRY(vl_split(t, split_size, dim, &arr, &count));
-  return split_done(t, dim, arr, count, outs, n);
+  return split_done("SplitBackward", t, dim, arr, count, outs, n);
 }
 
 vl_status vl_ag_chunk(vl_tensor *t, int chunks, int dim, vl_tensor ***outs, int *n) {
   vl_tensor **arr;
   int count;
   VL_TRY(vl_chunk(t, chunks, dim, &arr, &count));
-  return split_done(t, dim, arr, count, outs, n);
+  return split_done("SplitBackward", t, dim, arr, count, outs, n);
+}
+
+/* torch.split with a list of sizes: the same node as split, PyTorch's name */
+vl_status vl_ag_split_sizes(vl_tensor *t, int n, const int64_t *sizes, int dim, vl_tensor ***outs) {
+  vl_tensor **arr;
+  VL_TRY(vl_split_sizes(t, n, sizes, dim, &arr));
+  return split_done("SplitWithSizesBackward", t, dim, arr, n, outs, NULL);
 }

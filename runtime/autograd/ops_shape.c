@@ -76,43 +76,4 @@ vl_status vl_ag_diagonal(vl_tensor *t, int64_t offset, int d1, int d2, vl_tensor
                    r, out);
 }
 
-/* ---- split by sizes: one node, each piece's gradient into its place in zeros ---- */
-
-typedef struct split_ctx {
-  int dim; /* non-negative */
-} split_ctx;
-
-/* Threaded by hand, not in a formula scope: one view per piece, maybe more than VL_FS_MAX. */
-static vl_status split_sizes_bw(vl_node *n, vl_tensor *const *go, vl_tensor **gi) {
-  int dim = VL_AG_CTX(n, split_ctx)->dim;
-  vl_tensor *z;
-  VL_TRY(vl_ag_zeros_in(n, 0, &z));
-  int64_t at = 0;
-  vl_status s = VL_OK;
-  for (int i = 0; i < n->nout && s == VL_OK; i++) {
-    int64_t len = n->out_size[i][dim];
-    if (go[i] && len > 0) {
-      vl_tensor *v;
-      s = vl_narrow(z, dim, at, len, &v);
-      if (s == VL_OK) s = vl_copy_(v, go[i]);
-      vl_tensor_release(v);
-    }
-    at += len;
-  }
-  return vl_ag_give_n(n, s, 1, &z, gi);
-}
-
-vl_status vl_ag_split_sizes(vl_tensor *t, int n, const int64_t *sizes, int dim, vl_tensor ***outs) {
-  vl_tensor **arr;
-  VL_TRY(vl_split_sizes(t, n, sizes, dim, &arr));
-  split_ctx c = {dim < 0 ? dim + t->ndim : dim};
-  vl_status s = VL_AG_RECORD(.name = "SplitWithSizesBackward", .backward = split_sizes_bw, .nin = 1, .in = &t,
-                             .nout = n, .out = arr, .view = true, VL_AG_CTX_OF(c));
-  if (s != VL_OK) {
-    for (int i = 0; i < n; i++) vl_tensor_release(arr[i]);
-    free(arr);
-    return s;
-  }
-  *outs = arr;
-  return VL_OK;
-}
+/* split by sizes: vl_ag_split_sizes, beside split and chunk in ops_linalg.c (one backward) */
