@@ -9,6 +9,7 @@
  * linspace and logspace are PyTorch's symmetric formula in f64 (arange, mul, add, where, pow
  * kernels of the device), rounded once to the dtype; eye fills the diagonal view of a zero
  * matrix. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,6 +304,17 @@ vl_status vl_logspace(double start, double end, int64_t steps, double base, vl_d
   vl_status s = vl_binary_scalar(VL_BIN_POW, v, base, true, &p); /* base ^ v */
   vl_tensor_release(v);
   VL_TRY(s);
+  if (!vl_dtype_is_float(dt)) {
+    /* An integer result truncates base ^ v, and pow may land an ulp or two below an exact power
+     * (CUDA's f64 pow is within 2 ulp: 3 ^ 1 came out 2.9999999999999996 on an H100, truncated to
+     * 2 where the CPU gave 3). Widening the magnitude by 8 ulp first gives the exact power on
+     * both devices and moves no value that is not within 8 ulp below an integer. */
+    vl_tensor *w;
+    s = vl_binary_scalar(VL_BIN_MUL, p, 1.0 + 8 * DBL_EPSILON, false, &w);
+    vl_tensor_release(p);
+    VL_TRY(s);
+    p = w;
+  }
   return finish(p, dt, out);
 }
 

@@ -31,10 +31,13 @@ for _, e in ipairs(entries) do
   end
   if e.grads and e.gpu ~= false then
     T.test('cuda gradient ' .. e.name .. ' against the cpu', function()
+      -- gradients are sums (a repeat's, a scatter's) whose order differs between the devices: within
+      -- f64 rounding even where the forward results are compared exactly
+      local eg = setmetatable({ exact = false }, { __index = e })
       for k, c in ipairs(e.grads(S)) do
         local want = S.grad_of(c, 'cpu', 100 + k)
         local got = S.grad_of(c, 'cuda', 100 + k)
-        S.compare(T, got, want, 'f64', e, e.name .. ' ' .. c[1] .. ' gradient (cuda against cpu)', false)
+        S.compare(T, got, want, 'f64', eg, e.name .. ' ' .. c[1] .. ' gradient (cuda against cpu)', false)
         ng = ng + 1
       end
     end)
